@@ -1,0 +1,52 @@
+"""Shared test fixtures: real-service URLs and the rule that a required service must be there.
+
+The README's test command starts redis-server (and, later, Kafka), exports their URLs and sets
+``TXNBENCH_REQUIRE``. Locally, without those, service tests skip; when a service is required but
+missing or unreachable they *fail*, so CI can never pass by comparing an implementation with itself.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+import pytest
+
+
+def _required() -> set[str]:
+    return {s.strip() for s in os.environ.get("TXNBENCH_REQUIRE", "").split(",") if s.strip()}
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 0), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def service_url(name: str) -> str:
+    """URL of the real service ``name`` (``redis``, ``kafka``), or skip/fail as the run demands."""
+    url = os.environ.get(f"TXNBENCH_{name.upper()}_URL", "")
+    required = name in _required()
+    if not url:
+        if required:
+            pytest.fail(f"{name} is required (TXNBENCH_REQUIRE) but TXNBENCH_{name.upper()}_URL is not set")
+        pytest.skip(f"no {name}: set TXNBENCH_{name.upper()}_URL to run")
+    if not _reachable(url):
+        if required:
+            pytest.fail(f"{name} is required but {url} is unreachable")
+        pytest.skip(f"{name} at {url} is unreachable")
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return service_url("redis")
+
+
+@pytest.fixture(scope="session")
+def kafka_url() -> str:
+    return service_url("kafka")
