@@ -1,0 +1,272 @@
+"""The shared dispatcher: one per (subscription, partition/segment), the same for both designs.
+
+Like Pulsar's persistent dispatchers it asks the topic's transaction buffer only for
+``max_read_position()`` and ``is_txn_aborted(...)``. It reads from the cursor's read position up
+to ``min(last confirmed, max read position)``, auto-acks markers and aborted entries, skips
+acked and pending-ack positions, and hands the rest to the consumer.
+
+When blocked at the max read position (entries exist beyond it) it behaves per mode:
+
+* ``polling`` — today's Pulsar: re-issue the read after a delay (``PollingPolicy``); every such
+  read returns nothing dispatchable and is counted in ``empty_reads``. Presets: Pulsar's 10 ms
+  ``managedLedgerNewEntriesCheckDelayInMillis``, the Shared dispatcher's 1→10 ms backoff, and
+  the pre-August-2024 immediate re-read (a spin, bounded here by one empty-read round trip).
+* ``notify`` — wait for the buffer's advance notification; no empty reads while blocked.
+
+When simply caught up (nothing beyond the read position) both modes wait for the ledger's
+new-entry notification, as a Pulsar cursor with a waiting read op does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from sortedcontainers import SortedSet
+
+from engine.clock import LatencyModel, Scheduler
+from engine.counters import Counters
+from engine.cursor import Cursor
+from engine.ledger import ManagedLedger
+from engine.ports import PendingAckStore, TransactionBuffer
+from engine.records import Entry, MessageId, Position
+
+
+class DispatchMode(str, Enum):
+    POLLING = "polling"
+    NOTIFY = "notify"
+
+
+@dataclass(frozen=True)
+class PollingPolicy:
+    """Re-read delay while blocked: starts at ``first_us``, doubles per consecutive empty read,
+    capped at ``max_us``; reset by a read that dispatches something."""
+
+    first_us: int = 10_000
+    max_us: int = 10_000
+
+    PRESETS = ("pulsar", "shared-backoff", "spin")
+
+    @classmethod
+    def preset(cls, name: str) -> PollingPolicy:
+        from engine.errors import ConfigError
+
+        if name == "pulsar":  # managedLedgerNewEntriesCheckDelayInMillis = 10
+            return cls(10_000, 10_000)
+        if name == "shared-backoff":  # Shared dispatcher's read-retry backoff, 1 ms -> 10 ms
+            return cls(1_000, 10_000)
+        if name == "spin":  # releases before August 2024: re-read at once
+            return cls(0, 0)
+        raise ConfigError(f"unknown polling preset {name!r}; expected one of {', '.join(cls.PRESETS)}")
+
+    def delay_us(self, consecutive_empty: int) -> int:
+        if self.first_us <= 0:
+            return 0
+        return min(self.first_us << min(consecutive_empty, 20), self.max_us)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    message_id: MessageId
+    msg: str | None
+    delivered_ts_us: int
+    publish_ts_us: int
+    redelivery: bool
+
+
+DeliverFn = Callable[[list[Delivery]], None]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        latency: LatencyModel,
+        mode: DispatchMode,
+        polling: PollingPolicy,
+        ledger: ManagedLedger,
+        cursor: Cursor,
+        tb: TransactionBuffer,
+        pending: PendingAckStore,
+        deliver: DeliverFn,
+        read_batch: int = 100,
+        gate: Callable[[], bool] | None = None,
+    ) -> None:
+        self._sched = scheduler
+        self._read_us = latency.of("ledger.read")
+        self._empty_read_us = latency.of("cursor.empty_read")
+        self._deliver_us = latency.of("consumer.deliver")
+        self._mode = mode
+        self._polling = polling
+        self._ledger = ledger
+        self._cursor = cursor
+        self._tb = tb
+        self._pending = pending
+        self._deliver = deliver
+        self._batch = read_batch
+        self._gate = gate
+        self.stats = Counters()
+        self._busy = False  # a read or a poll is scheduled
+        self._closed = False
+        self._consecutive_empty = 0
+        self._blocked_since: int | None = None
+        self._replay: SortedSet = SortedSet()  # positions to redeliver before new reads
+        self._outstanding: SortedSet = SortedSet()  # dispatched, not yet acked
+        self._drained_listeners: list[Callable[[], None]] = []
+        self._drained_fired = False
+        cursor.redeliver_hook = self.redeliver
+        ledger.add_listener(self._on_new_entry)
+        if mode is DispatchMode.NOTIFY:
+            tb.add_max_read_listener(self.kick)
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Something may be dispatchable now: schedule a read unless one is already scheduled."""
+        if self._busy or self._closed:
+            return
+        self._busy = True
+        self._sched.call_later(0, self._try_read)
+
+    def _on_new_entry(self, _position: Position) -> None:
+        self.kick()
+
+    def redeliver(self, positions: list[Position]) -> None:
+        """Dispatch these positions again (unless acked or pending by then)."""
+        self._replay.update(positions)
+        self._outstanding.difference_update(positions)
+        self.kick()
+
+    def redeliver_unacked(self) -> None:
+        """Redeliver everything dispatched and not acked (consumer reconnect / explicit request)."""
+        self.redeliver(list(self._outstanding))
+
+    def on_acked(self, positions: list[Position]) -> None:
+        self._outstanding.difference_update(positions)
+
+    def on_drained(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` once this sealed ledger has been read to its end."""
+        self._drained_listeners.append(listener)
+        self._check_drained()
+
+    @property
+    def drained(self) -> bool:
+        return self._drained_fired
+
+    # -- the read loop -------------------------------------------------------------------------
+
+    def _try_read(self) -> None:
+        if self._closed:
+            return
+        if self._gate is not None and not self._gate():
+            self._busy = False  # the gate's owner kicks us when it opens
+            return
+        if self._replay:
+            batch = list(self._replay.islice(0, self._batch))
+            del self._replay[: len(batch)]
+            self.stats["reads"] += 1
+            self._sched.call_later(self._read_us, self._complete_replay, batch)
+            return
+        start = self._cursor.read_position
+        lac = self._ledger.last_confirmed()
+        if start > lac:  # caught up: wait for a new entry
+            self._busy = False
+            self._unblocked()
+            self._check_drained()
+            return
+        max_read = self._tb.max_read_position()
+        if start > max_read:  # blocked at maxReadPosition
+            if self._blocked_since is None:
+                self._blocked_since = self._sched.now_us()
+            if self._mode is DispatchMode.NOTIFY:
+                self._busy = False
+                self.stats["blocked_waits"] += 1
+                return
+            self.stats["reads"] += 1
+            self.stats["empty_reads"] += 1
+            delay = max(self._polling.delay_us(self._consecutive_empty), self._empty_read_us)
+            self._consecutive_empty += 1
+            self._sched.call_later(delay, self._try_read)
+            return
+        self._unblocked()
+        self.stats["reads"] += 1
+        self._sched.call_later(self._read_us, self._complete_read, start, min(lac, max_read))
+
+    def _complete_read(self, start: Position, upto: Position) -> None:
+        if self._closed:
+            return
+        if self._cursor.read_position != start:  # rewound or advanced meanwhile: re-evaluate
+            self._busy = False
+            self.kick()
+            return
+        entries = self._ledger.read(start, upto, self._batch)
+        if entries:
+            self._cursor.read_position = self._ledger.next_position(entries[-1].position)
+        else:
+            self._cursor.read_position = self._ledger.next_position(upto)
+        self._dispatch(entries, redelivery=False)
+        self._busy = False
+        self.kick()
+
+    def _complete_replay(self, positions: list[Position]) -> None:
+        if self._closed:
+            return
+        entries: list[Entry] = []
+        for pos in positions:
+            entries.extend(self._ledger.read(pos, pos, 1))
+        self._dispatch(entries, redelivery=True)
+        self._busy = False
+        self.kick()
+
+    def _dispatch(self, entries: list[Entry], *, redelivery: bool) -> None:
+        stats = self.stats
+        stats["entries_read"] += len(entries)
+        out: list[Delivery] = []
+        auto_ack: list[Position] = []
+        cursor = self._cursor
+        now = self._sched.now_us()
+        deliver_ts = now + self._deliver_us
+        for entry in entries:
+            data = entry.data
+            pos = entry.position
+            if data.marker is not None:
+                auto_ack.append(pos)
+                stats["markers_skipped"] += 1
+                continue
+            if data.txn is not None and self._tb.is_txn_aborted(data.txn, pos):
+                auto_ack.append(pos)
+                stats["aborted_skipped"] += 1
+                continue
+            if cursor.is_acked(pos) or self._pending.is_pending(pos):
+                continue
+            out.append(Delivery(MessageId(self._ledger.name, pos), data.msg, deliver_ts, data.publish_ts_us, redelivery))
+            self._outstanding.add(pos)
+        if auto_ack:
+            cursor.ack_individual(auto_ack)
+        if out:
+            stats["entries_dispatched"] += len(out)
+            if redelivery:
+                stats["redelivered"] += len(out)
+            self._consecutive_empty = 0
+            self._sched.call_later(self._deliver_us, self._deliver, out)
+        elif entries or not redelivery:
+            stats["empty_reads"] += 1
+
+    def _unblocked(self) -> None:
+        if self._blocked_since is not None:
+            self.stats["blocked_us"] += self._sched.now_us() - self._blocked_since
+            self._blocked_since = None
+
+    def _check_drained(self) -> None:
+        if self._drained_fired or not self._ledger.sealed or self._replay:
+            return
+        if self._cursor.read_position > self._ledger.last_confirmed():
+            self._drained_fired = True
+            for listener in self._drained_listeners:
+                listener()
+
+    def close(self) -> None:
+        self._unblocked()
+        self._closed = True

@@ -1,0 +1,190 @@
+"""The embedded ``memory://`` ledger backend: the durable layer of in-process runs and crash tests.
+
+:class:`MemoryLedgerFactory` holds the data (it plays BookKeeper and the metadata store that
+keeps cursor positions); the broker's :class:`MemoryManagedLedger` handles die with the broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_left, bisect_right
+from typing import Callable
+
+from engine.counters import Counters
+from engine.errors import ConfigError, LedgerSealed
+from engine.ledger import CursorState, LedgerFactory, ManagedLedger, entry_kind
+from engine.records import Entry, EntryData, Position
+
+# Pulsar's managedLedgerMaxEntriesPerLedger default: a ledger rolls over after this many entries.
+DEFAULT_MAX_ENTRIES_PER_LEDGER = 50_000
+
+
+class _LedgerData:
+    """Durable content of one managed ledger."""
+
+    __slots__ = ("ledger_ids", "entries", "trimmed_ids", "sealed", "cursors", "listeners")
+
+    def __init__(self, first_ledger_id: int) -> None:
+        self.ledger_ids: list[int] = [first_ledger_id]
+        self.entries: dict[int, list[EntryData]] = {first_ledger_id: []}
+        self.trimmed_ids: list[int] = []  # sorted: ids are allocated increasingly
+        self.sealed = False
+        self.cursors: dict[str, CursorState] = {}
+        # Volatile, keyed by handle: kept here so every handle sees every append.
+        self.listeners: dict[int, list[Callable[[Position], None]]] = {}
+
+
+class MemoryLedgerFactory(LedgerFactory):
+    def __init__(self, max_entries_per_ledger: int = DEFAULT_MAX_ENTRIES_PER_LEDGER) -> None:
+        if max_entries_per_ledger < 1:
+            raise ConfigError(f"max_entries_per_ledger must be >= 1, got {max_entries_per_ledger}")
+        self.url = "memory://"
+        self.max_entries_per_ledger = max_entries_per_ledger
+        self._ledgers: dict[str, _LedgerData] = {}
+        self._next_ledger_id = itertools.count(1)
+        self._handles = itertools.count(1)
+
+    def open(self, name: str) -> MemoryManagedLedger:
+        data = self._ledgers.get(name)
+        if data is None:
+            data = self._ledgers[name] = _LedgerData(next(self._next_ledger_id))
+        return MemoryManagedLedger(name, data, self, next(self._handles))
+
+    def exists(self, name: str) -> bool:
+        return name in self._ledgers
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in self._ledgers if n.startswith(prefix))
+
+    def delete(self, name: str) -> None:
+        self._ledgers.pop(name, None)
+
+    def _new_ledger_id(self) -> int:
+        return next(self._next_ledger_id)
+
+
+class MemoryManagedLedger(ManagedLedger):
+    def __init__(self, name: str, data: _LedgerData, factory: MemoryLedgerFactory, handle: int) -> None:
+        self.name = name
+        self.stats = Counters()
+        self._d = data
+        self._factory = factory
+        self._handle = handle
+        self._max = factory.max_entries_per_ledger
+
+    def append(self, data: EntryData) -> Position:
+        d = self._d
+        if d.sealed:
+            raise LedgerSealed(f"ledger {self.name} is sealed; append refused")
+        lid = d.ledger_ids[-1]
+        current = d.entries[lid]
+        if len(current) >= self._max:  # roll over, as a managed ledger does when a ledger is full
+            lid = self._factory._new_ledger_id()
+            d.ledger_ids.append(lid)
+            current = d.entries[lid] = []
+        current.append(data)
+        pos = Position(lid, len(current) - 1)
+        self.stats["appends"] += 1
+        self.stats["appends." + entry_kind(data)] += 1
+        for listeners in list(d.listeners.values()):
+            for listener in listeners:
+                listener(pos)
+        return pos
+
+    def read(self, start: Position, end: Position, max_entries: int) -> list[Entry]:
+        d = self._d
+        out: list[Entry] = []
+        ids = d.ledger_ids
+        i = bisect_left(ids, start.ledger_id)
+        while i < len(ids) and len(out) < max_entries:
+            lid = ids[i]
+            if lid > end.ledger_id:
+                break
+            entries = d.entries[lid]
+            first = start.entry_id if lid == start.ledger_id else 0
+            first = max(first, 0)
+            last = len(entries) - 1 if lid < end.ledger_id else min(end.entry_id, len(entries) - 1)
+            stop = min(last + 1, first + (max_entries - len(out)))
+            for eid in range(first, stop):
+                out.append(Entry(Position(lid, eid), entries[eid]))
+            i += 1
+        self.stats["reads"] += 1
+        self.stats["entries_read"] += len(out)
+        return out
+
+    def last_confirmed(self) -> Position:
+        d = self._d
+        for lid in reversed(d.ledger_ids):
+            n = len(d.entries[lid])
+            if n:
+                return Position(lid, n - 1)
+        return Position(d.ledger_ids[-1], -1)
+
+    def first_position(self) -> Position:
+        d = self._d
+        for lid in d.ledger_ids:
+            if d.entries[lid]:
+                return Position(lid, 0)
+        return Position(d.ledger_ids[-1], 0)
+
+    def next_position(self, position: Position) -> Position:
+        d = self._d
+        ids = d.ledger_ids
+        i = bisect_left(ids, position.ledger_id)
+        if i < len(ids) and ids[i] == position.ledger_id:
+            if position.entry_id + 1 < len(d.entries[ids[i]]) or i == len(ids) - 1:
+                return Position(position.ledger_id, position.entry_id + 1)
+            return Position(ids[i + 1], 0)
+        # A trimmed or never-existing ledger id: the next stored position after it.
+        if i < len(ids):
+            return Position(ids[i], 0)
+        return Position(ids[-1], len(d.entries[ids[-1]]))
+
+    def seal(self) -> None:
+        self._d.sealed = True
+
+    @property
+    def sealed(self) -> bool:
+        return self._d.sealed
+
+    def trim(self, before: Position) -> int:
+        d = self._d
+        removed = 0
+        while len(d.ledger_ids) > 1:
+            lid = d.ledger_ids[0]
+            entries = d.entries[lid]
+            if Position(lid, len(entries) - 1) >= before:
+                break
+            removed += len(entries)
+            del d.entries[lid]
+            d.ledger_ids.pop(0)
+            d.trimmed_ids.append(lid)
+        self.stats["trimmed_entries"] += removed
+        return removed
+
+    def is_trimmed(self, position: Position) -> bool:
+        ids = self._d.trimmed_ids
+        i = bisect_right(ids, position.ledger_id)
+        return i > 0 and ids[i - 1] == position.ledger_id
+
+    def entry_count(self) -> int:
+        return sum(len(self._d.entries[lid]) for lid in self._d.ledger_ids)
+
+    def add_listener(self, listener: Callable[[Position], None]) -> None:
+        self._d.listeners.setdefault(self._handle, []).append(listener)
+
+    def save_cursor(self, name: str, state: CursorState) -> None:
+        self._d.cursors[name] = state
+        self.stats["cursor_writes"] += 1
+
+    def load_cursor(self, name: str) -> CursorState | None:
+        return self._d.cursors.get(name)
+
+    def delete_cursor(self, name: str) -> None:
+        self._d.cursors.pop(name, None)
+
+    def cursor_names(self) -> list[str]:
+        return sorted(self._d.cursors)
+
+    def close(self) -> None:
+        self._d.listeners.pop(self._handle, None)
