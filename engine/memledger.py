@@ -44,6 +44,12 @@ class MemoryLedgerFactory(LedgerFactory):
         self._next_ledger_id = itertools.count(1)
         self._handles = itertools.count(1)
 
+    @classmethod
+    def from_url(cls, url: str) -> MemoryLedgerFactory:
+        from engine.backends import query_int
+
+        return cls(query_int(url, "max_entries_per_ledger", DEFAULT_MAX_ENTRIES_PER_LEDGER))
+
     def open(self, name: str) -> MemoryManagedLedger:
         data = self._ledgers.get(name)
         if data is None:

@@ -1,0 +1,199 @@
+"""The ``txnbench`` command line: one small function per verb over the library API.
+
+User mistakes (bad options, malformed traces, unreachable services) end with one line on stderr
+and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from engine.dispatcher import DispatchMode
+from engine.errors import TxnbenchError
+
+EXIT_USAGE = 2
+
+
+def _progress(enabled: bool):  # type: ignore[no-untyped-def]
+    """A (label, done, total) callback drawing tqdm bars on a terminal, silent otherwise."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def update(label: str, done: int, total: int) -> None:
+        bar = bars.get(label)
+        if bar is None:
+            bar = bars[label] = tqdm(total=total, desc=f"replay {label}", unit="ev", unit_scale=True, leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update
+
+
+# -- argument builders shared by verbs ----------------------------------------------------------
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metadata", default="memory://", help="v5 metadata store URL: memory:// or redis://HOST:PORT")
+    p.add_argument("--ledger", default="memory://", help="ledger URL: memory:// or kafka://HOST:PORT")
+    p.add_argument("--dispatch", default="polling", choices=[m.value for m in DispatchMode])
+    p.add_argument("--polling", default="pulsar", choices=["pulsar", "shared-backoff", "spin"],
+                   help="re-read delay when blocked at maxReadPosition (polling mode)")
+    p.add_argument("--v5-variant", default="watch", choices=["watch", "events"])
+    p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
+    p.add_argument("--time", default=None, choices=["virtual", "wall"],
+                   help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
+    p.add_argument("--drain-ms", type=int, default=70_000, help="virtual time to run after the last event")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
+    from bench.config import RunConfig
+
+    real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
+    time_mode = args.time or ("wall" if real else "virtual")
+    return [
+        RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
+                  polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
+                  drain_ms=args.drain_ms)
+        for e in engines
+    ]
+
+
+# -- verbs --------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from bench.workloads import generate, load_profile
+
+    rows = generate(load_profile(args.profile), args.events, args.seed, args.out)
+    print(f"wrote {rows} events to {args.out}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
+    configs = _configs(args, engines)
+    if args.spark:
+        from bench.spark import spark_replay
+
+        manifest = spark_replay(args.trace, configs, args.out, master=args.spark)
+    else:
+        from bench.runner import replay_trace
+
+        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
+    for label, run in manifest["runs"].items():
+        print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s)")
+    print(f"results in {args.out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bench.report import build_report
+
+    path = build_report(args.results, args.out)
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.report import build_report
+    from bench.runner import replay_trace
+    from bench.workloads import generate, load_profile
+
+    out = Path(args.out)
+    started = time.perf_counter()
+    trace = out / "trace.parquet"
+    rows = generate(load_profile(args.profile), args.events, args.seed, trace)
+    print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
+    configs = _configs(args, ["v4", "v5"])
+    manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
+    for label, run in manifest["runs"].items():
+        print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+    report = build_report([out / "results"], out / "report", title=f"txnbench compare: {args.profile}")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    print(f"report: {report}")
+    print(f"        {report.with_suffix('.md')}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from bench.demo import run_demo
+
+    run_demo(sys.stdout, messages=args.messages, mode=DispatchMode(args.dispatch))
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from bench.workloads import list_profiles, load_profile
+
+    for name in list_profiles():
+        print(f"{name:<40} {load_profile(name).description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    p = sub.add_parser("generate", help="write a trace (Parquet) from a workload profile")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_generate)
+
+    p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
+    p.add_argument("--trace", required=True)
+    p.add_argument("--engine", default="both", choices=["v4", "v5", "both", "none"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--spark", default=None, metavar="MASTER", help="replay on Spark (e.g. local[2], spark://host:7077)")
+    _add_run_options(p)
+    p.set_defaults(fn=cmd_replay)
+
+    p = sub.add_parser("report", help="comparison report from one or more result directories")
+    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("compare", help="the main job: generate, replay both engines, report (no services needed)")
+    p.add_argument("--profile", default="small")
+    p.add_argument("--events", type=int, default=50_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="txnbench-out/compare")
+    _add_run_options(p)
+    p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
+    p.add_argument("--messages", type=int, default=12)
+    p.add_argument("--dispatch", default="polling", choices=[m.value for m in DispatchMode])
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("profiles", help="list the workload profiles")
+    p.set_defaults(fn=cmd_profiles)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    try:
+        return fn(args)
+    except TxnbenchError as exc:
+        print(f"txnbench {args.verb}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"txnbench {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Latency histograms (HdrHistogram) and their JSON summary; mergeable across shards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 24 * 3600 * 1_000_000  # a day: anything longer is clamped (and counted)
+SIGNIFICANT_DIGITS = 3
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+
+# What each histogram measures, for reports.
+METRICS = {
+    "dispatch_nontxn_us": "publish -> first delivery, non-transactional messages (head-of-line blocking shows here)",
+    "dispatch_txn_us": "publish -> first delivery, messages of committed transactions",
+    "commit_to_visible_us": "commit request -> every message of the txn delivered at least once",
+    "end_txn_us": "commit/abort request -> coordinator's answer to the client",
+    "time_to_first_dispatch_after_crash_us": "broker crash -> first delivery by the recovered broker",
+}
+
+
+class Histograms:
+    def __init__(self) -> None:
+        self._h: dict[str, HdrHistogram] = {}
+        self.clamped = 0
+
+    def record(self, name: str, value_us: int) -> None:
+        h = self._h.get(name)
+        if h is None:
+            h = self._h[name] = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+        if value_us > HIGHEST_US:
+            self.clamped += 1
+            value_us = HIGHEST_US
+        h.record_value(max(LOWEST_US, value_us))
+
+    def names(self) -> list[str]:
+        return sorted(self._h)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in sorted(self._h):
+            h = self._h[name]
+            out[name] = {
+                "count": h.get_total_count(),
+                "mean_us": round(h.get_mean_value(), 1),
+                "min_us": h.get_min_value(),
+                "max_us": h.get_max_value(),
+                **{f"p{p:g}_us": h.get_value_at_percentile(p) for p in PERCENTILES},
+                "hdr": h.encode().decode(),  # mergeable: HdrHistogram.decode + add
+            }
+        return out
+
+    def cdf(self, name: str, points: int = 200) -> list[tuple[float, int]]:
+        h = self._h.get(name)
+        if h is None or h.get_total_count() == 0:
+            return []
+        return [(q, h.get_value_at_percentile(q)) for q in (100.0 * i / points for i in range(1, points + 1))]
+
+    @staticmethod
+    def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Merge latency summaries of several shards through their encoded histograms."""
+        merged = Histograms()
+        for part in parts:
+            for name, s in part.items():
+                h = HdrHistogram.decode(s["hdr"])
+                if name in merged._h:
+                    merged._h[name].add(h)
+                else:
+                    merged._h[name] = h
+        return merged.summary()
+
+
+def histogram_from_summary(s: dict[str, Any]) -> HdrHistogram:
+    return HdrHistogram.decode(s["hdr"])

@@ -1,0 +1,324 @@
+"""Replays a trace through one engine in virtual (or wall) time and collects the results.
+
+Each row is applied when the clock reaches its ``ts_us``. The replayer plays the clients: it
+maps trace labels to txn ids and message ids, keeps consumers subscribed (re-subscribing after a
+broker crash) and records deliveries, txn outcomes, latencies and exact counts.
+
+Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
+txn the coordinator already timed out) are counted under ``client_errors.<Error>`` and the run
+goes on; a malformed trace is refused before anything runs (see :mod:`bench.trace`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from engine.broker import Broker, BrokerConfig
+from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
+from engine.counters import Counters
+from engine.dispatcher import Delivery
+from engine.errors import TopicError, TxnbenchError, TxnError, UnsupportedOperation, LedgerSealed
+from engine.ids import TxnID
+from engine.ports import AckKind, TxnAction, TxnStatus
+from engine.records import MessageId
+from bench.config import RunConfig
+from bench.engines import Setup, build
+from bench.measure import Histograms
+from bench.trace import Event
+
+CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation)
+
+
+@dataclass
+class _Txn:
+    label: str
+    id: TxnID | None
+    started_us: int
+    end_requested_us: int | None = None
+    action: str | None = None
+    outcome: str | None = None
+    end_us: int | None = None
+    visible_us: int | None = None
+    msgs: set[str] = field(default_factory=set)  # published, not yet delivered anywhere
+    published: int = 0
+
+
+@dataclass
+class RunResult:
+    label: str
+    deliveries: dict[str, list[Any]]
+    txns: dict[str, list[Any]]
+    counts: dict[str, int]
+    latency: dict[str, Any]
+    recovery: list[dict[str, Any]]
+    wall_seconds: float
+    events: int
+    virtual_end_us: int
+
+
+DeliverySink = Callable[[dict[str, list[Any]]], None]
+
+
+class Replayer:
+    def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000) -> None:
+        self.cfg = cfg
+        self.label = cfg.label
+        wall = cfg.time_mode == "wall"
+        self.sched: Scheduler = WallScheduler() if wall else VirtualScheduler()
+        latency = LatencyModel.zero() if wall else cfg.latency
+        self.broker_config = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=latency)
+        self.setup: Setup = build(cfg)
+        self.broker = self._new_broker()
+        self.counts = Counters()
+        self.hist = Histograms()
+        self.txns: dict[str, _Txn] = {}
+        self.by_id: dict[TxnID, _Txn] = {}
+        self.msg_ids: dict[str, MessageId] = {}
+        self.msg_txn: dict[str, _Txn] = {}
+        self.msg_keys: dict[str, str] = {}
+        self.undelivered: set[str] = set()  # first delivery not yet seen
+        self.subs: list[tuple[str, str]] = []
+        self.recovery: list[dict[str, Any]] = []
+        self._crash_at: int | None = None
+        self._retired = Counters()
+        self._sink = delivery_sink
+        self._sink_rows = sink_rows
+        self._deliveries: dict[str, list[Any]] = _empty_deliveries()
+
+    def _new_broker(self) -> Broker:
+        return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def _consumer(self, topic: str, sub: str) -> Callable[[list[Delivery]], None]:
+        label = self.label
+
+        def deliver(batch: list[Delivery]) -> None:
+            rows = self._deliveries
+            for d in batch:
+                msg = d.msg
+                ts = d.delivered_ts_us
+                rows["engine"].append(label)
+                rows["topic"].append(topic)
+                rows["subscription"].append(sub)
+                rows["msg"].append(msg)
+                rows["delivered_ts_us"].append(ts)
+                rows["redelivery"].append(d.redelivery)
+                if msg in self.undelivered:
+                    self.undelivered.discard(msg)
+                    self._first_delivery(msg, ts, ts - d.publish_ts_us)
+            self.counts["deliveries"] += len(batch)
+            if self._crash_at is not None:
+                self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
+                self._crash_at = None
+            if len(rows["msg"]) >= self._sink_rows:
+                self._flush_deliveries()
+
+        return deliver
+
+    def _first_delivery(self, msg: str, ts: int, latency_us: int) -> None:
+        txn = self.msg_txn.pop(msg, None)
+        if txn is None:
+            self.hist.record("dispatch_nontxn_us", latency_us)
+            return
+        self.hist.record("dispatch_txn_us", latency_us)
+        txn.msgs.discard(msg)
+        if not txn.msgs and txn.visible_us is None and txn.end_requested_us is not None:
+            txn.visible_us = ts
+            self.hist.record("commit_to_visible_us", ts - txn.end_requested_us)
+
+    def _flush_deliveries(self) -> None:
+        if self._sink is not None and self._deliveries["msg"]:
+            self._sink(self._deliveries)
+            self._deliveries = _empty_deliveries()
+
+    # -- applying events ------------------------------------------------------------------------
+
+    def apply(self, e: Event) -> None:
+        self.sched.run_until(e.ts_us)
+        self.counts["events." + e.op] += 1
+        try:
+            getattr(self, "_op_" + e.op)(e)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
+
+    def _op_subscribe(self, e: Event) -> None:
+        assert e.topic and e.subscription
+        if (e.topic, e.subscription) not in self.subs:
+            self.subs.append((e.topic, e.subscription))
+        self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription))
+
+    def _op_new_txn(self, e: Event) -> None:
+        assert e.txn
+        txn = self.txns[e.txn] = _Txn(e.txn, None, e.ts_us)
+        txn.id = self.broker.new_txn(e.timeout_ms or 60_000)
+        self.by_id[txn.id] = txn
+        self.counts["txns.started"] += 1
+
+    def _txn(self, label: str | None) -> TxnID | None:
+        if label is None:
+            return None
+        txn = self.txns[label]
+        if txn.id is None:
+            raise TxnbenchError(f"txn {label} was never opened")
+        return txn.id
+
+    def _op_publish(self, e: Event) -> None:
+        assert e.topic and e.msg
+        txn_id = self._txn(e.txn)
+        mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+        self.msg_ids[e.msg] = mid
+        if e.key is not None:
+            self.msg_keys[e.msg] = e.key
+        if self.subs:
+            self.undelivered.add(e.msg)
+        if e.txn is not None:
+            txn = self.txns[e.txn]
+            txn.msgs.add(e.msg)
+            txn.published += 1
+            self.msg_txn[e.msg] = txn
+
+    def _op_ack(self, e: Event) -> None:
+        assert e.msg and e.subscription
+        kind = AckKind(e.ack_kind or "individual")
+        self.broker.ack(e.subscription, [self.msg_ids[e.msg]], kind, txn=self._txn(e.txn))
+
+    def _end(self, e: Event, action: TxnAction) -> None:
+        assert e.txn
+        txn = self.txns[e.txn]
+        txn.end_requested_us = e.ts_us
+        txn.action = action.value
+        assert txn.id is not None
+        self.broker.end_txn(txn.id, action, self._on_end)
+
+    def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
+        txn = self.by_id[txn_id]
+        txn.outcome = status.value
+        txn.end_us = self.sched.now_us()
+        if txn.end_requested_us is not None:
+            self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
+        if status is TxnStatus.ABORTED:
+            for msg in txn.msgs:
+                self.msg_txn.pop(msg, None)
+                self.undelivered.discard(msg)
+            txn.msgs.clear()
+
+    def _op_commit(self, e: Event) -> None:
+        self._end(e, TxnAction.COMMIT)
+
+    def _op_abort(self, e: Event) -> None:
+        self._end(e, TxnAction.ABORT)
+
+    def _op_split(self, e: Event) -> None:
+        assert e.topic
+        key = self.msg_keys.get(e.msg, e.msg) if e.msg else None
+        try:
+            self.broker.split(e.topic, target=e.target, key=key)
+        except TopicError as exc:
+            raise _trace_error(e, str(exc)) from None
+
+    def _op_merge(self, e: Event) -> None:
+        assert e.topic
+        targets = e.target.split(",") if e.target else None
+        try:
+            key = self.msg_keys.get(e.msg, e.msg) if e.msg else None
+            self.broker.merge(e.topic, targets, key=key)
+        except TopicError as exc:
+            if "only one active segment" in str(exc):
+                self.counts["merges_skipped"] += 1
+                return
+            raise _trace_error(e, str(exc)) from None
+
+    def _op_crash_broker(self, e: Event) -> None:
+        self._collect_recovery()
+        self._retired.update(self.broker.stats())
+        self.broker.crash()
+        self.counts["crashes.broker"] += 1
+        self._crash_at = e.ts_us
+        self.broker = self._new_broker()
+        for topic, sub in self.subs:
+            self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+
+    def _op_crash_tc(self, e: Event) -> None:
+        self.broker.restart_coordinator()
+        self.counts["crashes.tc"] += 1
+
+    def _collect_recovery(self) -> None:
+        for s in self.broker.recovery_stats():
+            if s.entries_replayed or s.records_read or s.queries:
+                self.recovery.append({"engine": self.label, **s.__dict__})
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self, events: Iterable[Event], progress: Callable[[int], None] | None = None) -> RunResult:
+        start = time.perf_counter()
+        n = 0
+        last_ts = 0
+        try:
+            for e in events:
+                self.apply(e)
+                last_ts = e.ts_us
+                n += 1
+                if progress is not None and n % 16_384 == 0:
+                    progress(n)
+            self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
+            wall = time.perf_counter() - start
+            return self._result(n, wall)
+        finally:
+            self.broker.close()
+            self.setup.close()
+
+    def _result(self, n: int, wall: float) -> RunResult:
+        self._collect_recovery()
+        counts = Counters(self._retired)
+        counts.update(self.broker.stats())
+        counts.update(self.counts)
+        txns = _empty_txns()
+        for t in self.txns.values():
+            outcome = t.outcome or ("open" if t.end_requested_us is None else "unfinished")
+            if t.outcome is None and t.id is not None:
+                try:  # e.g. aborted by the coordinator's timeout without a client request
+                    status = self.broker.coordinator().status(t.id)
+                    outcome = status.value if status.final else outcome
+                except TxnbenchError:
+                    pass
+            counts["txns." + outcome] += 1
+            if outcome == "committed" and t.published and t.visible_us is None and t.msgs:
+                counts["txns.committed_not_visible"] += 1
+            txns["engine"].append(self.label)
+            txns["txn"].append(t.label)
+            txns["outcome"].append(outcome)
+            txns["end_ts_us"].append(t.end_us)
+            txns["visible_ts_us"].append(t.visible_us)
+            txns["commit_requested_ts_us"].append(t.end_requested_us)
+            txns["messages"].append(t.published)
+        counts["hist_clamped"] = self.hist.clamped
+        counts["undelivered_at_end"] = len(self.undelivered)
+        self._flush_deliveries()
+        return RunResult(
+            label=self.label,
+            deliveries=self._deliveries,
+            txns=txns,
+            counts=dict(sorted(counts.items())),
+            latency=self.hist.summary(),
+            recovery=self.recovery,
+            wall_seconds=wall,
+            events=n,
+            virtual_end_us=self.sched.now_us(),
+        )
+
+
+def _empty_deliveries() -> dict[str, list[Any]]:
+    return {k: [] for k in ("engine", "topic", "subscription", "msg", "delivered_ts_us", "redelivery")}
+
+
+def _empty_txns() -> dict[str, list[Any]]:
+    return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages")}
+
+
+def _trace_error(e: Event, reason: str) -> TxnbenchError:
+    from engine.errors import TraceError
+
+    return TraceError(reason, row=e.row)

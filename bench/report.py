@@ -1,0 +1,329 @@
+"""Comparison reports: load result sets, classify rows, render Markdown and HTML from the same
+rows, draw PNG plots and write ``summary.json``.
+
+Within one result set, engines are compared side by side (the ratio is other/first engine).
+Across result sets (e.g. two commits), each engine is compared with the baseline set and only
+changes beyond noise are flagged: counts and virtual-time latencies are deterministic, so the
+threshold there only ignores rounding (1 %); wall-clock figures need a wide one (25 %). Result
+sets replayed from different traces or options are marked not comparable.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.measure import METRICS, histogram_from_summary
+from bench.results import load
+
+DETERMINISTIC_NOISE = 0.01
+WALL_NOISE = 0.25
+
+# (section, label, key in counts or a derived name, unit, lower is better)
+COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
+    ("Writes", "ledger appends, data", "ledger.appends.data", "entries", True),
+    ("Writes", "ledger appends, markers", "ledger.appends.marker", "entries", True),
+    ("Writes", "ledger appends, system records (txn log, snapshots, pending acks, layout)", "ledger.appends.system", "entries", True),
+    ("Writes", "cursor state writes", "ledger.cursor_writes", "writes", True),
+    ("Writes", "metadata writes", "meta.writes", "writes", True),
+    ("Writes", "metadata header CAS", "meta.cas", "CAS", True),
+    ("Writes", "write amplification (non-data writes per data entry)", "derived.write_amplification", "ratio", True),
+    ("End txn", "END_TXN RPCs sent", "tc.end_txn_rpcs_sent", "RPCs", True),
+    ("End txn", "END_TXN RPCs failed", "tc.end_txn_rpcs_failed", "RPCs", True),
+    ("End txn", "end-txn retries", "tc.end_txn_retries", "retries", True),
+    ("Polling", "dispatcher reads", "dispatch.reads", "reads", True),
+    ("Polling", "empty dispatcher reads", "dispatch.empty_reads", "reads", True),
+    ("Polling", "time blocked at maxReadPosition", "dispatch.blocked_us", "µs", True),
+    ("Polling", "empty reads per blocked second", "derived.empty_reads_per_blocked_s", "reads/s", True),
+    ("Notifications", "watch events delivered", "meta.watch_events", "events", True),
+    ("Recovery", "entries replayed at recovery", "derived.recovery_entries", "entries", True),
+    ("Recovery", "metadata records read at recovery", "derived.recovery_records", "records", True),
+    ("Recovery", "modelled recovery time (max component)", "derived.recovery_us", "µs", True),
+    ("Outcomes", "deliveries", "deliveries", "messages", False),
+    ("Outcomes", "redeliveries", "dispatch.redelivered", "messages", True),
+    ("Outcomes", "txns committed", "txns.committed", "txns", False),
+    ("Outcomes", "txns aborted", "txns.aborted", "txns", False),
+    ("Outcomes", "committed txns never visible", "txns.committed_not_visible", "txns", True),
+    ("Outcomes", "txns unfinished at end", "txns.unfinished", "txns", True),
+    ("Outcomes", "client errors", "derived.client_errors", "errors", True),
+    ("Speed", "replay speed (wall clock)", "derived.events_per_second", "events/s", False),
+]
+LATENCY_PCTS = ("p50_us", "p99_us", "p99.9_us", "max_us")
+
+
+@dataclass
+class Row:
+    section: str
+    metric: str
+    unit: str
+    values: dict[str, float | None]
+    ratio: float | None  # last engine / first engine (within a set) or new / baseline
+    verdict: str  # "better", "worse", "same", "n/a", "not comparable"
+    deterministic: bool = True
+
+
+def _derived(counts: dict[str, int], recovery: list[dict[str, Any]], label: str, run: dict[str, Any]) -> dict[str, float]:
+    c = counts
+    data = c.get("ledger.appends.data", 0)
+    non_data = (c.get("ledger.appends", 0) - data) + c.get("ledger.cursor_writes", 0) + c.get("meta.writes", 0) + c.get("meta.cas", 0)
+    blocked_s = c.get("dispatch.blocked_us", 0) / 1e6
+    mine = [r for r in recovery if r.get("engine") == label]
+    return {
+        "derived.write_amplification": round(non_data / data, 3) if data else 0.0,
+        "derived.empty_reads_per_blocked_s": round(c.get("dispatch.empty_reads", 0) / blocked_s, 1) if blocked_s else 0.0,
+        "derived.recovery_entries": sum(r.get("entries_replayed", 0) for r in mine),
+        "derived.recovery_records": sum(r.get("records_read", 0) for r in mine),
+        "derived.recovery_us": max((r.get("modelled_us", 0) for r in mine), default=0),
+        "derived.client_errors": sum(v for k, v in c.items() if k.startswith("client_errors.")),
+        "derived.events_per_second": run.get("events_per_second") or 0,
+    }
+
+
+def _verdict(a: float | None, b: float | None, lower_better: bool, noise: float) -> tuple[float | None, str]:
+    if a is None or b is None:
+        return None, "n/a"
+    if a == 0 and b == 0:
+        return 1.0, "same"
+    if a == 0:
+        return math.inf, ("worse" if lower_better else "better")
+    ratio = b / a
+    if abs(ratio - 1) <= noise:
+        return ratio, "same"
+    return ratio, ("better" if (ratio < 1) == lower_better else "worse")
+
+
+def engine_rows(rs: dict[str, Any]) -> list[Row]:
+    """Rows comparing the engines of one result set; verdicts are for the last vs the first."""
+    labels = list(rs["manifest"].get("runs", {}))
+    values: dict[str, dict[str, float]] = {}
+    for label in labels:
+        counts = dict(rs["counts"].get(label, {}))
+        counts.update(_derived(counts, rs["recovery"], label, rs["manifest"]["runs"][label]))
+        for name, s in rs["latency"].get(label, {}).items():
+            for pct in LATENCY_PCTS:
+                counts[f"latency.{name}.{pct}"] = s[pct]
+        values[label] = counts
+    rows: list[Row] = []
+    names = sorted({n for s in rs["latency"].values() for n in s})
+    for name in names:
+        for pct in LATENCY_PCTS:
+            key = f"latency.{name}.{pct}"
+            vals = {lab: values[lab].get(key) for lab in labels}
+            ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], True, DETERMINISTIC_NOISE) if len(labels) > 1 else (None, "n/a")
+            rows.append(Row("Latency", f"{name} {pct[:-3]}", "µs", vals, ratio, verdict))
+    for section, metric, key, unit, lower in COUNT_ROWS:
+        vals = {lab: values[lab].get(key, 0) for lab in labels}
+        if all(v == 0 for v in vals.values()) and key.startswith(("meta.", "tc.", "txns.committed_not")):
+            continue  # counts an engine has no notion of
+        wall = key == "derived.events_per_second"
+        ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], lower, WALL_NOISE if wall else DETERMINISTIC_NOISE) if len(labels) > 1 else (None, "n/a")
+        rows.append(Row(section, metric, unit, vals, ratio, verdict, deterministic=not wall))
+    return rows
+
+
+def comparable(base: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """None if the two sets replayed the same trace with the same options, else why not."""
+    tb, to = base["manifest"].get("trace", {}), other["manifest"].get("trace", {})
+    for k in ("rows", "profile", "seed", "events"):
+        if tb.get(k) != to.get(k):
+            return f"different trace ({k}: {tb.get(k)} vs {to.get(k)})"
+    for label, run in base["manifest"].get("runs", {}).items():
+        orun = other["manifest"].get("runs", {}).get(label)
+        if orun is None:
+            continue
+        a, b = dict(run["config"]), dict(orun["config"])
+        if a != b:
+            diff = sorted(k for k in a if a.get(k) != b.get(k))
+            return f"different options for {label} ({', '.join(diff)})"
+    return None
+
+
+def ab_rows(base: dict[str, Any], other: dict[str, Any]) -> list[Row]:
+    """Each engine in ``other`` against the same engine in ``base``."""
+    why = comparable(base, other)
+    rows: list[Row] = []
+    b_rows = {(r.section, r.metric): r for r in engine_rows(base)}
+    for r in engine_rows(other):
+        br = b_rows.get((r.section, r.metric))
+        if br is None:
+            continue
+        for label, v in r.values.items():
+            if label not in br.values:
+                continue
+            lower = next((lb for (_, m, _, _, lb) in COUNT_ROWS if m == r.metric), True)
+            ratio, verdict = _verdict(br.values[label], v, lower, DETERMINISTIC_NOISE if r.deterministic else WALL_NOISE)
+            if why:
+                verdict = "not comparable"
+            rows.append(Row(r.section, f"{label}: {r.metric}", r.unit, {"baseline": br.values[label], "new": v}, ratio, verdict, r.deterministic))
+    return rows
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return f"{int(v):,}"
+
+
+def _ratio(r: float | None) -> str:
+    return "–" if r is None else ("∞" if r == math.inf else f"{r:.2f}×")
+
+
+def render_markdown(title: str, sections: list[tuple[str, list[str], list[Row], str]], plots: list[str]) -> str:
+    out = [f"# {title}", ""]
+    for heading, labels, rows, note in sections:
+        out += [f"## {heading}", ""]
+        if note:
+            out += [note, ""]
+        out.append("| section | metric | unit | " + " | ".join(labels) + " | ratio | verdict |")
+        out.append("|" + "---|" * (len(labels) + 5))
+        for r in rows:
+            vals = " | ".join(_fmt(r.values.get(lab)) for lab in labels)
+            out.append(f"| {r.section} | {r.metric} | {r.unit} | {vals} | {_ratio(r.ratio)} | {r.verdict} |")
+        out.append("")
+    if plots:
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    out += ["## What the latencies measure", ""] + [f"- `{k}`: {v}" for k, v in METRICS.items()] + [""]
+    return "\n".join(out)
+
+
+def render_html(title: str, sections: list[tuple[str, list[str], list[Row], str]], plots: list[str]) -> str:
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{e(title)}</title><style>body{{font-family:sans-serif;margin:2em}}"
+        "table{border-collapse:collapse;margin-bottom:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
+        "td.num{text-align:right}.better{background:#e6f6e6}.worse{background:#fbe3e3}"
+        ".notcomparable{background:#eee;color:#777}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+    ]
+    for heading, labels, rows, note in sections:
+        parts.append(f"<h2>{e(heading)}</h2>")
+        if note:
+            parts.append(f"<p>{e(note)}</p>")
+        parts.append("<table><tr><th>section</th><th>metric</th><th>unit</th>" + "".join(f"<th>{e(lab)}</th>" for lab in labels) + "<th>ratio</th><th>verdict</th></tr>")
+        for r in rows:
+            cls = r.verdict.replace(" ", "")
+            parts.append(
+                f"<tr class='{cls}'><td>{e(r.section)}</td><td>{e(r.metric)}</td><td>{e(r.unit)}</td>"
+                + "".join(f"<td class='num'>{e(_fmt(r.values.get(lab)))}</td>" for lab in labels)
+                + f"<td class='num'>{e(_ratio(r.ratio))}</td><td>{e(r.verdict)}</td></tr>"
+            )
+        parts.append("</table>")
+    for p in plots:
+        parts.append(f"<h3>{e(p)}</h3><img src='{e(p)}' alt='{e(p)}'>")
+    parts.append("<h2>What the latencies measure</h2><ul>" + "".join(f"<li><code>{e(k)}</code>: {e(v)}</li>" for k, v in METRICS.items()) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _plots(sets: list[dict[str, Any]], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files: list[str] = []
+    rs = sets[-1]
+    labels = list(rs["manifest"].get("runs", {}))
+    for name in ("dispatch_nontxn_us", "dispatch_txn_us", "commit_to_visible_us", "end_txn_us"):
+        have = [(lab, rs["latency"].get(lab, {}).get(name)) for lab in labels]
+        have = [(lab, s) for lab, s in have if s and s["count"]]
+        if not have:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for lab, s in have:
+            h = histogram_from_summary(s)
+            qs = [i / 2 for i in range(1, 200)] + [99.9, 99.99, 100.0]
+            ax.plot([h.get_value_at_percentile(q) / 1000 for q in qs], [q / 100 for q in qs], label=lab)
+        ax.set_xscale("log")
+        ax.set_xlabel("ms (log)")
+        ax.set_ylabel("fraction ≤ x")
+        ax.set_title(f"CDF of {name[:-3]}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fname = f"cdf_{name[:-3]}.png"
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=90)
+        plt.close(fig)
+        files.append(fname)
+    bars = [
+        ("polling.png", "Dispatcher reads while blocked", [("empty reads", "dispatch.empty_reads"), ("blocked s", "dispatch.blocked_us")]),
+        ("writes.png", "Writes by kind", [("data", "ledger.appends.data"), ("markers", "ledger.appends.marker"),
+                                          ("system", "ledger.appends.system"), ("meta writes", "meta.writes"), ("meta CAS", "meta.cas")]),
+    ]
+    for fname, title, series in bars:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / max(1, len(labels))
+        for i, lab in enumerate(labels):
+            c = rs["counts"].get(lab, {})
+            vals = [c.get(k, 0) / (1e6 if k.endswith("_us") else 1) for _, k in series]
+            ax.bar([j + i * width for j in range(len(series))], vals, width, label=lab)
+        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(series))], [s for s, _ in series])
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=90)
+        plt.close(fig)
+        files.append(fname)
+    if rs["recovery"]:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        comps = sorted({r["component"] for r in rs["recovery"]})
+        width = 0.8 / max(1, len(labels))
+        for i, lab in enumerate(labels):
+            vals = [sum(r["entries_replayed"] + r["records_read"] for r in rs["recovery"] if r["engine"] == lab and r["component"] == c) for c in comps]
+            ax.bar([j + i * width for j in range(len(comps))], vals, width, label=lab)
+        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(comps))], comps, rotation=20)
+        ax.set_title("Recovery: entries + records read, by component")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "recovery.png", dpi=90)
+        plt.close(fig)
+        files.append("recovery.png")
+    return files
+
+
+def build_report(results: list[str | Path], out: str | Path, title: str = "txnbench comparison") -> Path:
+    sets = [load(p) for p in results]
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    sections: list[tuple[str, list[str], list[Row], str]] = []
+    summary: dict[str, Any] = {"title": title, "result_sets": [], "comparisons": []}
+    for rs in sets:
+        labels = list(rs["manifest"].get("runs", {}))
+        rows = engine_rows(rs)
+        trace = rs["manifest"].get("trace", {})
+        note = (f"Result set `{rs['path']}`: trace {trace.get('path')} ({trace.get('rows')} rows, profile "
+                f"{trace.get('profile', '?')}, seed {trace.get('seed', '?')}). Ratio and verdict: {labels[-1]} vs {labels[0]}; "
+                f"counts and virtual-time latencies are exact, so 'same' means within {DETERMINISTIC_NOISE:.0%}.")
+        sections.append((f"Engines side by side — {Path(rs['path']).name}", labels, rows, note))
+        summary["result_sets"].append({"path": rs["path"], "trace": trace, "runs": rs["manifest"].get("runs", {}),
+                                       "rows": [asdict(r) for r in rows]})
+    for other in sets[1:]:
+        rows = ab_rows(sets[0], other)
+        why = comparable(sets[0], other)
+        note = why and f"Not comparable: {why}." or (
+            f"Changes beyond noise only: {DETERMINISTIC_NOISE:.0%} for counts and virtual-time latencies, "
+            f"{WALL_NOISE:.0%} for wall-clock figures.")
+        flagged = [r for r in rows if r.verdict in ("better", "worse", "not comparable")]
+        sections.append((f"{Path(other['path']).name} vs baseline {Path(sets[0]['path']).name}", ["baseline", "new"],
+                         flagged or rows[:0], note + ("" if flagged else " No change beyond noise.")))
+        summary["comparisons"].append({"baseline": sets[0]["path"], "new": other["path"], "comparable": why is None,
+                                       "why_not": why, "changes": [asdict(r) for r in flagged]})
+    plots = _plots(sets, outdir)
+    (outdir / "report.md").write_text(render_markdown(title, sections, plots))
+    (outdir / "report.html").write_text(render_html(title, sections, plots))
+    summary["plots"] = plots
+    (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return outdir / "report.html"
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return str(v)

@@ -1,0 +1,48 @@
+"""Ledger backends by URL: the one place that maps ``memory://`` and ``kafka://host:port`` to a
+:class:`~engine.ledger.LedgerFactory` class. Settings are parsed once here and passed in."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+from urllib.parse import parse_qs, urlparse
+
+from engine.errors import ConfigError
+from engine.ledger import LedgerFactory
+
+# scheme -> "module:callable(url) -> LedgerFactory"; imported lazily so that an embedded run
+# does not import a Kafka driver.
+LEDGER_BACKENDS: dict[str, str] = {
+    "memory": "engine.memledger:MemoryLedgerFactory.from_url",
+    "kafka": "engine.kafkaledger:KafkaLedgerFactory.from_url",
+}
+
+
+def _resolve(target: str) -> Callable[[str], LedgerFactory]:
+    module, _, attr = target.partition(":")
+    obj: object = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def open_ledgers(url: str) -> LedgerFactory:
+    """A ledger factory for ``url`` (``memory://[?max_entries_per_ledger=N]``, ``kafka://host:port``)."""
+    scheme = urlparse(url).scheme
+    if scheme not in LEDGER_BACKENDS or "://" not in url:
+        raise ConfigError(f"unknown ledger URL {url!r}; expected one of {', '.join(s + '://' for s in LEDGER_BACKENDS)}")
+    try:
+        factory = _resolve(LEDGER_BACKENDS[scheme])
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"ledger backend {scheme}:// is not available in this build ({exc})") from None
+    return factory(url)
+
+
+def query_int(url: str, name: str, default: int) -> int:
+    values = parse_qs(urlparse(url).query).get(name)
+    if not values:
+        return default
+    try:
+        return int(values[0])
+    except ValueError:
+        raise ConfigError(f"{url}: {name} must be an integer, got {values[0]!r}") from None
