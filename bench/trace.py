@@ -15,7 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.errors import TraceError
+from engine.errors import TraceError, TxnbenchError
 from engine.topics import TopicName
 
 SCHEMA = pa.schema(
@@ -69,7 +69,7 @@ class _Validator:
         self.open_txns: set[str] = set()
         self.ended_txns: set[str] = set()
         self.msgs: set[str] = set()
-        self.topics_checked: set[str] = set()
+        self.topics: dict[str, bool] = {}  # name -> scalable
 
     def fail(self, row: int, reason: str) -> TraceError:
         return TraceError(reason, row=row, source=self.source)
@@ -87,14 +87,14 @@ class _Validator:
         if op not in ("crash_broker", "crash_tc", "new_txn", "commit", "abort"):
             if not e.topic:
                 raise self.fail(row, f"{op} needs a topic")
-            if e.topic not in self.topics_checked:
+            scalable = self.topics.get(e.topic)
+            if scalable is None:
                 try:
-                    name = TopicName.parse(e.topic)
-                except Exception as exc:
+                    scalable = self.topics[e.topic] = TopicName.parse(e.topic).scalable
+                except TxnbenchError as exc:
                     raise self.fail(row, str(exc)) from None
-                if op in ("split", "merge") and not name.scalable:
-                    raise self.fail(row, f"{op} needs a scalable topic (topic://...), got {e.topic}")
-                self.topics_checked.add(e.topic)
+            if op in ("split", "merge") and not scalable:
+                raise self.fail(row, f"{op} needs a scalable topic (topic://...), got {e.topic}")
         if op == "new_txn":
             if not e.txn:
                 raise self.fail(row, "new_txn needs a txn label")
