@@ -150,9 +150,16 @@ class Scope(Scheduler):
         return self.parent.now_us()
 
     def call_at(self, when_us: int, fn: Callable[..., Any], *args: Any) -> Timer:
-        timer = self.parent.call_at(when_us, fn, *args)
+        parent = self.parent
+        now = parent.now_us()
+        timer = Timer(when_us if when_us > now else now, fn, args)
         timer.scope = self
+        parent._seq += 1
+        heapq.heappush(parent._queue, (timer.when_us, parent._seq, timer))
         return timer
+
+    def call_later(self, delay_us: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        return self.call_at(self.parent.now_us() + delay_us, fn, *args)
 
     def pending(self) -> int:
         return self.parent.pending()

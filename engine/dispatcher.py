@@ -250,7 +250,7 @@ class Dispatcher:
             if redelivery:
                 stats["redelivered"] += len(out)
             self._consecutive_empty = 0
-            self._sched.call_later(self._deliver_us, self._deliver, out)
+            self._deliver(out)  # stamped with now + consumer.deliver latency above
         elif entries or not redelivery:
             stats["empty_reads"] += 1
 
