@@ -38,6 +38,7 @@ OUT_SCHEMA = (
     "delivered_ts_us long, redelivery boolean, txn string, outcome string, end_ts_us long, "
     "visible_ts_us long, commit_requested_ts_us long, messages long, payload string"
 )
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 _OUT_NAMES = [c.split()[0] for c in OUT_SCHEMA.split(", ")]
 
 
@@ -57,6 +58,8 @@ def _session(master: str):  # type: ignore[no-untyped-def]
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
             .config("spark.sql.shuffle.partitions", "8")
             .config("spark.driver.memory", "2g")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
+            .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
             .getOrCreate()
         )
     except Exception as exc:  # py4j/JVM start-up failures come in many types
