@@ -151,6 +151,7 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
         next_split = profile.split_every_ms * 1000 or None
         next_merge = profile.merge_every_ms * 1000 or None
         written = lambda: w.rows_written + w._n  # noqa: E731
+        last_msg: dict[str, str] = {}
 
         def flush_until(t: int) -> None:
             while later and later[0][0] <= t:
@@ -173,13 +174,15 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
 
         while written() < events:
             ts += max(1, int(rng.expovariate(1.0) * mean_gap_us))
+            # Splits and merges act on the segment of a recent message's key, so they spread
+            # over the hash space instead of always halving the first segment.
             if next_split is not None and ts >= next_split:
                 for topic in topics:
-                    schedule(next_split, "split", topic=topic)
+                    schedule(next_split, "split", topic=topic, msg=last_msg.get(topic))
                 next_split += profile.split_every_ms * 1000
             if next_merge is not None and ts >= next_merge:
                 for topic in topics:
-                    schedule(next_merge, "merge", topic=topic)
+                    schedule(next_merge, "merge", topic=topic, msg=last_msg.get(topic))
                 next_merge += profile.merge_every_ms * 1000
             flush_until(ts)
             msg = f"m{nmsg}"
@@ -204,6 +207,7 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
                 txn = open_txns[rng.randrange(len(open_txns))]
                 topic = txn.partitions[txn.remaining % len(txn.partitions)]
                 w.add(ts, "publish", txn=txn.label, topic=topic, msg=msg, size=profile.message_size, key=key)
+                last_msg[topic] = msg
                 txn.msgs.append((msg, topic))  # type: ignore[arg-type]
                 txn.remaining -= 1
                 if txn.remaining == 0:
@@ -212,6 +216,7 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
             else:
                 topic = topics[rng.randrange(len(topics))]
                 w.add(ts, "publish", topic=topic, msg=msg, size=profile.message_size, key=key)
+                last_msg[topic] = msg
                 ack_at = ts + int(profile.ack_delay_ms * 1000)
                 for s in subs:
                     if profile.txn_ack_fraction and rng.random() < profile.txn_ack_fraction:

@@ -274,7 +274,7 @@ class Broker:
         for mid in message_ids:
             by_ledger.setdefault(mid.ledger, []).append(mid.position)
         for ledger_name, positions in by_ledger.items():
-            if not self._ledgers.exists(ledger_name):
+            if ledger_name not in self._partitions and not self._ledgers.exists(ledger_name):
                 raise TopicError(f"ack on {subscription}: no ledger {ledger_name!r}")
             sub = self._sub(ledger_name, subscription)
             if txn is not None:

@@ -113,7 +113,7 @@ class Dispatcher:
         self._consecutive_empty = 0
         self._blocked_since: int | None = None
         self._replay: SortedSet = SortedSet()  # positions to redeliver before new reads
-        self._outstanding: SortedSet = SortedSet()  # dispatched, not yet acked
+        self._outstanding: set[Position] = set()  # dispatched, not yet acked
         self._drained_listeners: list[Callable[[], None]] = []
         self._drained_fired = False
         cursor.redeliver_hook = self.redeliver
@@ -141,7 +141,7 @@ class Dispatcher:
 
     def redeliver_unacked(self) -> None:
         """Redeliver everything dispatched and not acked (consumer reconnect / explicit request)."""
-        self.redeliver(list(self._outstanding))
+        self.redeliver(sorted(self._outstanding))
 
     def on_acked(self, positions: list[Position]) -> None:
         self._outstanding.difference_update(positions)

@@ -15,7 +15,9 @@ per scalable topic whose records are replayed when a broker opens the topic.
 from __future__ import annotations
 
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from engine.errors import TopicError
 
@@ -35,6 +37,10 @@ class TopicName:
 
     @classmethod
     def parse(cls, text: str) -> TopicName:
+        return _parse(cls, text)
+
+    @classmethod
+    def _parse_uncached(cls, text: str) -> TopicName:
         scheme, sep, rest = text.partition("://")
         parts = rest.split("/")
         if not sep or scheme not in ("persistent", "topic") or len(parts) != 3 or not all(parts):
@@ -87,22 +93,29 @@ class SegmentLayout:
     def __init__(self, name: TopicName) -> None:
         self.name = name
         self.segments: dict[int, Segment] = {}
+        self._active: list[Segment] | None = None  # sorted by start; rebuilt after a change
+        self._starts: list[int] = []
 
     def _add(self, seg: Segment) -> Segment:
         seg.ledger = self.name.segment_ledger(seg)
         self.segments[seg.id] = seg
+        self._active = None
         return seg
 
     def initial(self) -> Segment:
         return self._add(Segment(0, 0, HASH_SPACE - 1))
 
     def active(self) -> list[Segment]:
-        return sorted((s for s in self.segments.values() if not s.sealed), key=lambda s: s.start)
+        if self._active is None:
+            self._active = sorted((s for s in self.segments.values() if not s.sealed), key=lambda s: s.start)
+            self._starts = [s.start for s in self._active]
+        return self._active
 
     def route(self, h: int) -> Segment:
-        for seg in self.active():
-            if seg.covers(h):
-                return seg
+        active = self.active()
+        i = bisect_right(self._starts, h) - 1
+        if i >= 0 and active[i].covers(h):
+            return active[i]
         raise TopicError(f"{self.name}: no active segment covers hash {h:#06x}")  # layout invariant broken
 
     def find(self, descriptor: str) -> Segment:
@@ -118,6 +131,7 @@ class SegmentLayout:
             raise TopicError(f"{self.name}: segment {seg.descriptor} covers one hash; cannot split it")
         mid = (seg.start + seg.end) // 2
         seg.sealed = True
+        self._active = None
         base = max(self.segments) + 1
         return [
             self._add(Segment(base, seg.start, mid, (seg.id,))),
@@ -131,11 +145,18 @@ class SegmentLayout:
         if a.end + 1 != b.start:
             raise TopicError(f"{self.name}: segments {a.descriptor} and {b.descriptor} are not adjacent")
         a.sealed = b.sealed = True
+        self._active = None
         return self._add(Segment(max(self.segments) + 1, a.start, b.end, (a.id, b.id)))
 
     def apply(self, record: dict[str, object]) -> None:
         """Replay one durable layout record."""
         for sid in record.get("sealed", []):  # type: ignore[union-attr]
             self.segments[int(sid)].sealed = True
+        self._active = None
         for s in record.get("created", []):  # type: ignore[union-attr]
             self._add(Segment(int(s["id"]), int(s["start"]), int(s["end"]), tuple(s["parents"])))
+
+
+@lru_cache(maxsize=65_536)
+def _parse(cls: type[TopicName], text: str) -> TopicName:
+    return cls._parse_uncached(text)
