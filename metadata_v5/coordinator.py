@@ -1,0 +1,176 @@
+"""Transaction Coordinator V5 (PIP-473): every operation reads or CAS's a header in the
+metadata store; no log, no participant RPCs. End-txn is one CAS (plus, in the ``events``
+variant, listing the txn's ops and writing one event record per participant)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.clock import Timer
+from engine.counters import Counters
+from engine.errors import InvalidTxnState, TxnNotFound
+from engine.ids import Design, TxnID
+from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
+from metadata_v5.options import V5Options
+from metadata_v5.txnrecords import Header, TxnRecords
+
+FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
+
+
+class CoordinatorV5(TransactionCoordinator):
+    design = Design.V5
+
+    def __init__(self, ctx: EngineContext, records: TxnRecords, opts: V5Options,
+                 observe_query: Callable[[float], None] | None = None) -> None:
+        self._ctx = ctx
+        self._sched = ctx.scheduler
+        self._lat = ctx.latency
+        self._records = records
+        self._opts = opts
+        self._observe = observe_query or (lambda _s: None)
+        self.stats = Counters()
+        self._timers: dict[str, Timer] = {}
+        self._recovery: RecoveryStats | None = None
+        self._closed = False
+
+    # -- client operations ------------------------------------------------------------------------
+
+    def new_txn(self, timeout_ms: int) -> TxnID:
+        self._live()
+        txn = TxnID(Design.V5, self._opts.tc_id, self._records.next_txn_seq(self._opts.tc_id))
+        now = self._sched.now_us()
+        self._records.create_header(txn, now + timeout_ms * 1000, now)
+        self.stats["header_creates"] += 1
+        return txn
+
+    def _open_header(self, txn: TxnID) -> Header:
+        txn.require(Design.V5)
+        header = self._records.get_header(txn)
+        self.stats["header_reads"] += 1
+        if header is None:
+            raise TxnNotFound(f"v5 coordinator {self._opts.tc_id}: no txn {txn}")
+        return header
+
+    def add_produced_partition(self, txn: TxnID, ledger: str) -> None:
+        # A no-op at the v5 coordinator (the participant writes its own op record); the id is
+        # still checked so that a v4 id is refused here as it would be at the wire.
+        txn.require(Design.V5)
+        self.stats["add_partition_noops"] += 1
+
+    def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
+        txn.require(Design.V5)
+        self.stats["add_subscription_noops"] += 1
+
+    def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
+        self._live()
+        header = self._open_header(txn)
+        final = self._finalize(header, FINAL[action])
+        if final is None:
+            raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
+        delay = self._lat.of("meta.read") + self._lat.of("meta.cas")
+        if self._opts.variant == "events":
+            delay += self._write_events(txn, final.state)
+        if on_done is not None:
+            self._sched.call_later(delay + self._lat.of("rpc"), on_done, txn, final.state)
+
+    def _finalize(self, header: Header, state: TxnStatus) -> Header | None:
+        """The commit point: CAS OPEN -> final. Counts ok / conflict / reject."""
+        if header.state is not TxnStatus.OPEN:
+            self.stats["header_cas.reject"] += 1
+            return None
+        new = self._records.finalize(header, state, self._sched.now_us())
+        if new is None:
+            self.stats["header_cas.conflict"] += 1
+            latest = self._records.get_header(header.txn)
+            self.stats["header_reads"] += 1
+            if latest is not None and latest.state is TxnStatus.OPEN:
+                return self._finalize(latest, state)
+            return None
+        self.stats["header_cas.ok"] += 1
+        self.stats["ended." + state.value] += 1
+        return new
+
+    def _write_events(self, txn: TxnID, state: TxnStatus) -> int:
+        """Events variant: list the txn's ops, write one event per participant. Returns the
+        modelled time it adds to end-txn."""
+        ops = self._records.ops_of_txn(txn)
+        self.stats["op_lists"] += 1
+        participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
+                              key=lambda p: (p[0], p[1] or ""))
+        if participants:
+            self._records.put_events(txn, state, participants)
+            self.stats["event_writes"] += len(participants)
+        return self._lat.of("meta.list") + (self._lat.of("meta.write") if participants else 0)
+
+    def status(self, txn: TxnID) -> TxnStatus:
+        return self._open_header(txn).state
+
+    # -- sweeps -------------------------------------------------------------------------------------
+
+    def _timeout_sweep(self) -> None:
+        if self._closed:
+            return
+        now = self._sched.now_us()
+        expired = self._query(lambda: self._records.expired(now, self._opts.sweep_limit))
+        for txn in expired:
+            header = self._records.get_header(txn)
+            self.stats["header_reads"] += 1
+            if header is not None and self._finalize(header, TxnStatus.ABORTED) is not None:
+                self.stats["timeouts"] += 1
+                if self._opts.variant == "events":
+                    self._write_events(txn, TxnStatus.ABORTED)
+        self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
+
+    def _gc_sweep(self) -> None:
+        if self._closed:
+            return
+        horizon = self._sched.now_us() - self._opts.retention_ms * 1000
+        done = self._query(lambda: self._records.finalized_before(horizon, self._opts.sweep_limit))
+        for txn in done:
+            leftovers = self._records.ops_of_txn(txn)
+            self.stats["op_lists"] += 1
+            if leftovers:
+                if self._opts.gc == "safe":
+                    # A participant has not materialised yet (slow, or down): keep its records.
+                    self.stats["gc.waiting_for_participants"] += 1
+                    continue
+                self._records.delete_ops(leftovers)  # the PIP: force-delete leftovers
+                self.stats["gc.forced_op_deletes"] += len(leftovers)
+            self._records.delete_header(txn)
+            self.stats["gc.headers_deleted"] += 1
+        self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)
+
+    def _query(self, fn: Callable[[], list[TxnID]]) -> list[TxnID]:
+        import time
+
+        start = time.perf_counter()
+        out = fn()
+        self._observe(time.perf_counter() - start)
+        self.stats["index_queries"] += 1
+        return out
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """No log to replay: state is in the store. Cold start is one deadline-index scan (the
+        first timeout sweep, run now) and arming the sweeps."""
+        self._timeout_sweep()
+        self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)
+        self._recovery = RecoveryStats("tc-v5", queries=1, modelled_us=self._lat.of("meta.list"))
+
+    def recovery_stats(self) -> RecoveryStats | None:
+        return self._recovery
+
+    def close(self) -> None:
+        self._closed = True
+        for t in self._timers.values():
+            t.cancel()
+
+    def _live(self) -> None:
+        if self._closed:
+            from engine.errors import TxnbenchError
+
+            raise TxnbenchError("the v5 coordinator is closed")
+
+    def check(self) -> None:
+        pass

@@ -1,0 +1,248 @@
+""":class:`TxnRecords` on a :class:`~metadata_v5.store.MetadataStore`: PIP-473's keys, fields
+and the four indexes (plus the events and aborted-range indexes of the variants).
+
+Key layout (``{...}`` is the partition key: a txn's records live together):
+
+=====================================  =======================================================
+``/txn/{<tc>-<seq>}``                  header: state, timeout_us, created_us[, finalized_us]
+``/txn-op/{<tc>-<seq>}/<seq20>``       op record: kind, segment, position[, subscription, ack_kind]
+``/txn-event/{<tc>-<seq>}/<n>``        events variant: segment, subscription ('' for the buffer), state
+``/txn-aborted/{<segment>}/<tc>-<seq>``  safe GC: segment, first, last
+``/txn-ids/<tc>``                      the coordinator's id block reservation (CAS)
+=====================================  =======================================================
+
+The final-state index is numeric on ``finalized_us`` over both final states (the PIP keys it by
+``(state, finalized_ms)``; one numeric range gives the GC sweep both states in one query).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.errors import BadVersion, NoSuchKey
+from engine.ids import Design, TxnID
+from engine.ports import AckKind, TxnStatus
+from engine.records import Position
+from metadata_v5.store import (
+    ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, Record, Watch,
+    WatchEvent, sequential_key,
+)
+from metadata_v5.txnrecords import (
+    AbortedRange, EventListener, Header, HeaderListener, Op, OpRecord, TxnRecords,
+)
+
+ID_BLOCK = 1_000  # ids reserved per CAS on the coordinator's counter (lost on a crash: gaps only)
+
+INDEXES = (
+    IndexSpec("txn-by-deadline", "/txn/", ("timeout_us",), numeric=True, where={"state": "open"}),
+    IndexSpec("txn-by-final-state", "/txn/", ("finalized_us",), numeric=True, where={"state": ("committed", "aborted")}),
+    IndexSpec("writes-by-segment", "/txn-op/", ("segment",), where={"kind": "write"}),
+    IndexSpec("acks-by-segment-subscription", "/txn-op/", ("segment", "subscription"), where={"kind": "ack"}),
+    IndexSpec("events-by-participant", "/txn-event/", ("segment", "subscription")),
+    IndexSpec("aborted-by-segment", "/txn-aborted/", ("segment",)),
+)
+
+
+def _tag(txn: TxnID) -> str:
+    return f"{txn.most_bits}-{txn.least_bits}"
+
+
+def _txn_of(tag: str) -> TxnID:
+    most, _, least = tag.partition("-")
+    return TxnID(Design.V5, int(most), int(least))
+
+
+def _tag_in(key: str) -> str:
+    return key[key.index("{") + 1:key.index("}")]
+
+
+def header_key(txn: TxnID) -> str:
+    return f"/txn/{{{_tag(txn)}}}"
+
+
+def op_prefix(txn: TxnID) -> str:
+    return f"/txn-op/{{{_tag(txn)}}}/"
+
+
+def _header(txn: TxnID, rec: Record) -> Header:
+    f = rec.fields
+    fin = f.get("finalized_us")
+    return Header(txn, TxnStatus(f["state"]), int(f["timeout_us"]), int(f["created_us"]),
+                  int(fin) if fin is not None else None, rec.version)
+
+
+def _op_record(rec: Record) -> OpRecord:
+    f = rec.fields
+    prefix_end = rec.key.rindex("/") + 1
+    kind = f["kind"]
+    op = Op(kind, f["segment"], Position.parse(f["position"]), f.get("subscription"),
+            AckKind(f["ack_kind"]) if "ack_kind" in f else None)
+    return OpRecord(_txn_of(_tag_in(rec.key)), int(rec.key[prefix_end:]), op)
+
+
+class StoreTxnRecords(TxnRecords):
+    def __init__(self, store: MetadataStore, notify: Callable[[Callable[[], None]], None]) -> None:
+        self.store = store
+        self._notify = notify
+        for spec in INDEXES:
+            store.define_index(spec)
+        self._watches: dict[tuple[object, object], Watch] = {}
+        self._ids: dict[int, tuple[int, int]] = {}  # tc -> (next, end of reserved block)
+
+    # -- headers ----------------------------------------------------------------------------------
+
+    def next_txn_seq(self, tc_id: int) -> int:
+        nxt, end = self._ids.get(tc_id, (0, 0))
+        if nxt >= end:
+            key = f"/txn-ids/{tc_id}"
+            while True:
+                rec = self.store.get(key)
+                start = int(rec.fields["next"]) if rec else 0
+                try:
+                    self.store.put(key, {"next": str(start + ID_BLOCK)}, rec.version if rec else ABSENT)
+                    break
+                except BadVersion:  # another coordinator instance reserved a block first
+                    continue
+            nxt, end = start, start + ID_BLOCK
+        self._ids[tc_id] = (nxt + 1, end)
+        return nxt
+
+    def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
+        fields = {"state": TxnStatus.OPEN.value, "timeout_us": str(timeout_us), "created_us": str(created_us)}
+        rec = self.store.create(header_key(txn), fields)
+        return Header(txn, TxnStatus.OPEN, timeout_us, created_us, None, rec.version)
+
+    def get_header(self, txn: TxnID) -> Header | None:
+        rec = self.store.get(header_key(txn))
+        return _header(txn, rec) if rec is not None else None
+
+    def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
+        fields = {"state": state.value, "timeout_us": str(header.timeout_us), "created_us": str(header.created_us),
+                  "finalized_us": str(finalized_us)}
+        try:
+            rec = self.store.put(header_key(header.txn), fields, header.version)
+        except (BadVersion, NoSuchKey):
+            return None
+        return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, rec.version)
+
+    def delete_header(self, txn: TxnID) -> None:
+        self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
+
+    def expired(self, now_us: int, limit: int) -> list[TxnID]:
+        return [_txn_of(_tag_in(e.key)) for e in self.store.query("txn-by-deadline", maximum=now_us, limit=limit)]
+
+    def finalized_before(self, before_us: int, limit: int) -> list[TxnID]:
+        return [_txn_of(_tag_in(e.key)) for e in self.store.query("txn-by-final-state", maximum=before_us, limit=limit)]
+
+    def count_headers(self) -> int:
+        return len(self.store.list_keys("/txn/"))
+
+    # -- op records -------------------------------------------------------------------------------
+
+    def add_op(self, txn: TxnID, op: Op) -> OpRecord:
+        fields = {"kind": op.kind, "segment": op.segment, "position": str(op.position)}
+        if op.subscription is not None:
+            fields["subscription"] = op.subscription
+        if op.ack_kind is not None:
+            fields["ack_kind"] = op.ack_kind.value
+        rec = self.store.put_sequential(op_prefix(txn), fields)
+        return OpRecord(txn, int(rec.key[rec.key.rindex("/") + 1:]), op)
+
+    def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
+        return [_op_record(r) for r in self.store.list(op_prefix(txn))]
+
+    def writes_on(self, segment: str) -> list[OpRecord]:
+        return [_op_record(r) for r in self.store.query_records("writes-by-segment", prefix=(segment,))]
+
+    def acks_on(self, segment: str, subscription: str) -> list[OpRecord]:
+        return [_op_record(r) for r in
+                self.store.query_records("acks-by-segment-subscription", prefix=(segment, subscription))]
+
+    def delete_ops(self, records: list[OpRecord]) -> None:
+        if records:
+            self.store.batch([Delete(sequential_key(op_prefix(r.txn), r.seq)) for r in records])
+
+    def count_ops(self) -> int:
+        return len(self.store.list_keys("/txn-op/"))
+
+    # -- watches ------------------------------------------------------------------------------------
+
+    def watch_header(self, txn: TxnID, owner: object, listener: HeaderListener) -> None:
+        self.unwatch_header(txn, owner)
+
+        def changed(event: WatchEvent) -> None:
+            if event.kind is ChangeKind.DELETE or event.fields is None:
+                listener(None)
+            else:
+                listener(_header(txn, Record(event.key, event.fields, event.version or 0)))
+
+        watch = self.store.watch(header_key(txn), changed)
+        self._watches[(txn, owner)] = watch
+        initial = watch.initial
+        if initial is None or initial.fields.get("state") != TxnStatus.OPEN.value:
+            # Changed between the caller's read and the registration: deliver the snapshot.
+            snapshot = _header(txn, initial) if initial is not None else None
+            self._notify(lambda: watch.active and listener(snapshot))
+
+    def unwatch_header(self, txn: TxnID, owner: object) -> None:
+        watch = self._watches.pop((txn, owner), None)
+        if watch is not None:
+            watch.cancel()
+
+    # -- events variant -----------------------------------------------------------------------------
+
+    def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
+        ops = []
+        for i, (segment, sub) in enumerate(participants):
+            ops.append(Put(f"/txn-event/{{{_tag(txn)}}}/{i:06d}",
+                           {"segment": segment, "subscription": sub or "", "state": state.value, "txn": _tag(txn)}))
+        self.store.batch(ops)
+
+    def watch_events(self, segment: str, subscription: str | None, owner: object, listener: EventListener) -> None:
+        def changed(event: WatchEvent) -> None:
+            if event.kind is ChangeKind.PUT and event.fields is not None:
+                listener(_txn_of(event.fields["txn"]), TxnStatus(event.fields["state"]))
+
+        key = (("events", segment, subscription), owner)
+        old = self._watches.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._watches[key] = self.store.watch_range("events-by-participant", changed, prefix=(segment, subscription or ""))
+
+    def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
+        recs = self.store.query_records("events-by-participant", prefix=(segment, subscription or ""))
+        return [(_txn_of(r.fields["txn"]), TxnStatus(r.fields["state"])) for r in recs]
+
+    def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None:
+        keys = [e.key for e in self.store.query("events-by-participant", prefix=(segment, subscription or ""))
+                if _tag_in(e.key) == _tag(txn)]
+        if keys:
+            self.store.batch([Delete(k) for k in keys])
+
+    # -- aborted ranges -----------------------------------------------------------------------------
+
+    def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None:
+        self.store.batch([
+            Put(f"/txn-aborted/{{{segment}}}/{_tag(r.txn)}",
+                {"segment": segment, "txn": _tag(r.txn), "first": str(r.first), "last": str(r.last)})
+            for r in ranges
+        ])
+
+    def aborted_on(self, segment: str) -> list[AbortedRange]:
+        return [AbortedRange(_txn_of(r.fields["txn"]), Position.parse(r.fields["first"]), Position.parse(r.fields["last"]))
+                for r in self.store.query_records("aborted-by-segment", prefix=(segment,))]
+
+    def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
+        if txns:
+            self.store.batch([Delete(f"/txn-aborted/{{{segment}}}/{_tag(t)}") for t in txns])
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for watch in self._watches.values():
+            watch.cancel()
+        self._watches.clear()
+        self.store.close()
+
+    def stats(self) -> dict[str, int]:
+        return self.store.stats()

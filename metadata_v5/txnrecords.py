@@ -1,0 +1,181 @@
+"""PIP-473's record layout on a metadata store, as the v5 engine uses it.
+
+Records (all of one txn share the partition key ``txnId``):
+
+* ``/txn/<txnId>`` — the header ``{state, timeout_us, created_us, finalized_us}``; its CAS is
+  the commit point. Indexes: ``txn-by-deadline`` (OPEN headers by ``timeout_us``) and
+  ``txn-by-final-state`` (final headers by ``(state, finalized_us)``).
+* ``/txn-op/<txnId>/<seq>`` — one per transactional write or ack ``{kind, segment,
+  subscription, position, ack_kind}``; ``seq`` is server-assigned. Indexes:
+  ``writes-by-segment`` (key ``segment``) and ``acks-by-segment-subscription`` (key
+  ``(segment, subscription)``).
+* ``/txn-event/<segment>[/<subscription>]/<txnId>`` — only in the ``events`` variant (Pulsar
+  master): the coordinator writes one per participant after the CAS; participants watch their
+  own prefix instead of the headers.
+* ``/txn-aborted/<segment>/<txnId>`` — only with the safe GC: the positions of an aborted txn's
+  entries on a segment, kept until that segment's data is trimmed past them, so a reader of old
+  data still skips them after the header is collected.
+
+:class:`TxnRecords` is the port the engine codes against; :mod:`metadata_v5.storerecords` binds
+it to a :class:`~metadata_v5.store.MetadataStore`. Every method is one store operation (one
+round trip on a remote store) unless its docstring says otherwise.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.ids import TxnID
+from engine.ports import AckKind, TxnStatus
+from engine.records import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    txn: TxnID
+    state: TxnStatus  # OPEN, COMMITTED or ABORTED (v5 has no COMMITTING/ABORTING)
+    timeout_us: int
+    created_us: int
+    finalized_us: int | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    kind: str  # "write" | "ack"
+    segment: str
+    position: Position
+    subscription: str | None = None
+    ack_kind: AckKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    txn: TxnID
+    seq: int
+    op: Op
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedRange:
+    txn: TxnID
+    first: Position
+    last: Position
+
+
+HeaderListener = Callable[[Header | None], None]  # None: the header was deleted
+EventListener = Callable[[TxnID, TxnStatus], None]
+
+
+class TxnRecords(ABC):
+    """The v5 schema over a metadata store. Watch callbacks are delivered through the
+    notifier given at construction (so the engine decides when, in virtual or wall time)."""
+
+    # -- headers ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def next_txn_seq(self, tc_id: int) -> int:
+        """A new sequence number for coordinator ``tc_id`` (strictly increasing, durable)."""
+
+    @abstractmethod
+    def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
+        """Create ``/txn/<txn>`` OPEN and index it by deadline, atomically."""
+
+    @abstractmethod
+    def get_header(self, txn: TxnID) -> Header | None: ...
+
+    @abstractmethod
+    def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
+        """CAS the header from OPEN (at ``header.version``) to ``state``, set ``finalized_us``,
+        move it from the deadline index to the final-state index — one atomic step. Returns
+        the new header, or None if the version no longer matches (a concurrent end)."""
+
+    @abstractmethod
+    def delete_header(self, txn: TxnID) -> None:
+        """Delete the header and its index entries (idempotent)."""
+
+    @abstractmethod
+    def expired(self, now_us: int, limit: int) -> list[TxnID]:
+        """OPEN txns whose deadline is ``<= now_us``, earliest first (index range query)."""
+
+    @abstractmethod
+    def finalized_before(self, before_us: int, limit: int) -> list[TxnID]:
+        """Final txns finalized at or before ``before_us`` (index range query, both states)."""
+
+    @abstractmethod
+    def count_headers(self) -> int: ...
+
+    # -- op records ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def add_op(self, txn: TxnID, op: Op) -> OpRecord:
+        """Append a sequential op record with its index entry, atomically."""
+
+    @abstractmethod
+    def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
+        """Every op record of ``txn`` in seq order (one partition: a prefix list)."""
+
+    @abstractmethod
+    def writes_on(self, segment: str) -> list[OpRecord]:
+        """Write op records on ``segment`` (index ``writes-by-segment``), by (txn, seq)."""
+
+    @abstractmethod
+    def acks_on(self, segment: str, subscription: str) -> list[OpRecord]:
+        """Ack op records on ``(segment, subscription)`` (index ``acks-by-segment-subscription``)."""
+
+    @abstractmethod
+    def delete_ops(self, records: list[OpRecord]) -> None:
+        """Delete these op records and their index entries, atomically (one batch)."""
+
+    @abstractmethod
+    def count_ops(self) -> int:
+        """Outstanding op records (the PIP's GC-backlog gauge)."""
+
+    # -- watches ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def watch_header(self, txn: TxnID, owner: object, listener: HeaderListener) -> None:
+        """Point watch on ``/txn/<txn>``: ``listener(header or None)`` after each change.
+        One watch per (txn, owner); watching again replaces the listener."""
+
+    @abstractmethod
+    def unwatch_header(self, txn: TxnID, owner: object) -> None: ...
+
+    # -- events variant -----------------------------------------------------------------------
+
+    @abstractmethod
+    def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
+        """Write one event record per (segment, subscription-or-None), as one batch."""
+
+    @abstractmethod
+    def watch_events(self, segment: str, subscription: str | None, owner: object, listener: EventListener) -> None:
+        """Range watch on the events of one participant."""
+
+    @abstractmethod
+    def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
+        """Current events of one participant (recovery)."""
+
+    @abstractmethod
+    def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None: ...
+
+    # -- aborted ranges (safe GC) ---------------------------------------------------------------
+
+    @abstractmethod
+    def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None: ...
+
+    @abstractmethod
+    def aborted_on(self, segment: str) -> list[AbortedRange]: ...
+
+    @abstractmethod
+    def delete_aborted(self, segment: str, txns: list[TxnID]) -> None: ...
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """Drop this client's watches (a crash calls it too)."""
+
+    def stats(self) -> dict[str, int]:
+        return {}
