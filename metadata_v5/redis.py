@@ -1,0 +1,629 @@
+"""``redis://host:port[/db][?prefix=P&stream_maxlen=N]``: the MetadataStore on a real redis-server
+(>= 7.0) with redis-py.
+
+Layout under the key prefix ``P`` (default ``txnbench:``):
+
+* ``P r:<key>`` — a record: a hash of its fields plus ``$v`` (version) and ``$ix`` (its index
+  entries as JSON, so an update or delete removes them without knowing the old fields). Keys
+  carrying a ``{txnId}`` hash tag keep a txn's records in one cluster slot.
+* ``P keys`` — every record key in one sorted set (score 0) for ordered prefix listing (ZRANGEBYLEX).
+* ``P i:<index>`` — a sorted set per index: numeric indexes use the score (ZRANGEBYSCORE),
+  lexicographic ones encoded members at score 0 (ZRANGEBYLEX).
+* ``P s:<prefix>`` — sequence counters; ``P rev`` — the store revision; ``P specs`` and
+  ``P schema`` — declared indexes and their version.
+* ``P log`` — the change stream: one XADD per applied batch (``MAXLEN ~ stream_maxlen``) written
+  by the same Lua script as the records, so no change is ever missing from it.
+
+Every write is ONE Lua script that evaluates all its conditions and reads before its first write
+(a Lua error after a write would not roll back). The global ``rev``, ``keys``, index and stream
+keys make it a single-node (or single-shard) design: Redis Cluster would reject the cross-slot
+script; the hash tags still document the co-location PIP-473 relies on.
+
+Watches read the stream with XREAD from the last entry seen, so a dropped connection loses
+nothing: the next :meth:`poll_watches` resumes where it stopped. Revisions in the stream are
+consecutive, so a reader that fell behind the MAXLEN cap notices the gap and raises.
+
+Driver exceptions are translated in one place (:meth:`RedisMetadataStore._rt`), which also counts
+round trips. Writes are never retried (a lost reply could mean "applied"); reads are retried once
+on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
+
+import redis as redislib
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from engine.errors import BackendUnavailable, ConfigError, MetadataError
+from metadata_v5.store import (
+    ABSENT, Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
+    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub,
+    condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
+    validate_user_key, _Bound, Callback, RESERVED_PREFIX,
+)
+
+DEFAULT_PREFIX = "txnbench:"
+DEFAULT_STREAM_MAXLEN = 100_000
+_XREAD_COUNT = 1000
+
+# ARGV: prefix, schema version, request JSON, stream maxlen
+_BATCH = r"""
+local P = ARGV[1]
+if (redis.call('GET', P .. 'schema') or '0') ~= ARGV[2] then return {'schema'} end
+local req = cjson.decode(ARGV[3])
+-- 1. conditions (no writes yet)
+for _, c in ipairs(req.c) do
+  local v = redis.call('HGET', P .. 'r:' .. c[1], '$v')
+  if c[2] == '0' then
+    if v then return {'conflict', c[1], c[2], v} end
+  elseif v ~= c[2] then
+    return {'conflict', c[1], c[2], v or ''}
+  end
+end
+-- 2. reads: sequence numbers, old versions and index entries (still no writes)
+local seqs, seqtouched, olds = {}, {}, {}
+for i, op in ipairs(req.o) do
+  if op.t == 'q' or op.t == 'ds' then
+    if seqs[op.p] == nil then seqs[op.p] = tonumber(redis.call('GET', P .. 's:' .. op.p) or '0') end
+    seqtouched[op.p] = true
+    if op.t == 'q' then
+      seqs[op.p] = seqs[op.p] + 1
+      op.k = op.p .. string.format('%020d', seqs[op.p])
+    else
+      seqs[op.p] = 0
+    end
+  end
+  if op.t == 'p' or op.t == 'q' or op.t == 'd' then
+    local h = redis.call('HMGET', P .. 'r:' .. op.k, '$v', '$ix')
+    local old = {v = h[1], ix = {}}
+    if h[2] then old.ix = cjson.decode(h[2]) end
+    olds[i] = old
+  end
+end
+local changed = false
+for i, op in ipairs(req.o) do
+  if op.t == 'p' or op.t == 'q' or (op.t == 'd' and olds[i].v) then changed = true end
+end
+-- 3. writes
+local rev = ''
+if changed then rev = tostring(redis.call('INCR', P .. 'rev')) end
+local out = {'ok', rev, 0, 0}
+local log = {}
+local nchanges, nindex = 0, 0
+for i, op in ipairs(req.o) do
+  if op.t == 'c' then
+    table.insert(out, op.k)
+    table.insert(out, redis.call('HGET', P .. 'r:' .. op.k, '$v') or '')
+  elseif op.t == 'ds' then
+    table.insert(out, op.p)
+    table.insert(out, '')
+  elseif op.t == 'd' and not olds[i].v then
+    table.insert(out, op.k)
+    table.insert(out, '')
+  else
+    local rk = P .. 'r:' .. op.k
+    local old = olds[i]
+    local oldby, newby, names, newix = {}, {}, {}, {}
+    for _, e in ipairs(old.ix) do oldby[e[1]] = e; table.insert(names, e[1]) end
+    if op.t ~= 'd' then
+      for _, x in ipairs(op.x) do
+        local e = {x[1], x[2] .. op.k, x[3]}
+        newby[x[1]] = e
+        table.insert(newix, e)
+        if not oldby[x[1]] then table.insert(names, x[1]) end
+      end
+    end
+    local ixlog = {}
+    for _, name in ipairs(names) do
+      local o, n = oldby[name], newby[name]
+      local same = o and n and o[2] == n[2] and o[3] == n[3]
+      if o and not same then redis.call('ZREM', P .. 'i:' .. name, o[2]); nindex = nindex + 1 end
+      if n and not same then redis.call('ZADD', P .. 'i:' .. name, n[3], n[2]); nindex = nindex + 1 end
+      table.insert(ixlog, {name, o and o[2] or false, o and o[3] or false, n and n[2] or false, n and n[3] or false})
+    end
+    redis.call('DEL', rk)
+    nchanges = nchanges + 1
+    if op.t == 'd' then
+      redis.call('ZREM', P .. 'keys', op.k)
+      table.insert(out, op.k)
+      table.insert(out, old.v)
+      table.insert(log, {op.k, 'd', false, ixlog})
+    else
+      redis.call('HSET', rk, '$v', rev, '$ix', cjson.encode(newix), unpack(op.f))
+      redis.call('ZADD', P .. 'keys', 0, op.k)
+      table.insert(out, op.k)
+      table.insert(out, rev)
+      table.insert(log, {op.k, 'p', op.f, ixlog})
+    end
+  end
+end
+for p, _ in pairs(seqtouched) do
+  if seqs[p] == 0 then redis.call('DEL', P .. 's:' .. p) else redis.call('SET', P .. 's:' .. p, seqs[p]) end
+end
+if changed then
+  redis.call('XADD', P .. 'log', 'MAXLEN', '~', ARGV[4], '*', 'r', rev, 'c', cjson.encode(log))
+end
+out[3] = nchanges
+out[4] = nindex
+return out
+"""
+
+# ARGV: prefix, key -> {rev, last stream id, flat hash}
+_GET_WATCH = r"""
+local P = ARGV[1]
+local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
+local id = '0-0'
+if #last > 0 then id = last[1][1] end
+return {redis.call('GET', P .. 'rev') or '0', id, redis.call('HGETALL', P .. 'r:' .. ARGV[2])}
+"""
+
+# ARGV: prefix, index, numeric(0/1), reverse(0/1), lo, hi, limit(-1 = all), with records(0/1)
+# -> {rev, last stream id, {member, score, ...}, {flat hash per entry} or {}}
+_RANGE = r"""
+local P = ARGV[1]
+local ik = P .. 'i:' .. ARGV[2]
+local items
+if ARGV[3] == '1' then
+  if ARGV[4] == '1' then
+    items = redis.call('ZREVRANGEBYSCORE', ik, ARGV[6], ARGV[5], 'WITHSCORES', 'LIMIT', 0, ARGV[7])
+  else
+    items = redis.call('ZRANGEBYSCORE', ik, ARGV[5], ARGV[6], 'WITHSCORES', 'LIMIT', 0, ARGV[7])
+  end
+else
+  local raw
+  if ARGV[4] == '1' then
+    raw = redis.call('ZREVRANGEBYLEX', ik, ARGV[6], ARGV[5], 'LIMIT', 0, ARGV[7])
+  else
+    raw = redis.call('ZRANGEBYLEX', ik, ARGV[5], ARGV[6], 'LIMIT', 0, ARGV[7])
+  end
+  items = {}
+  for _, m in ipairs(raw) do table.insert(items, m); table.insert(items, '0') end
+end
+local recs = {}
+if ARGV[8] == '1' then
+  for i = 1, #items, 2 do
+    local m = items[i]
+    local key = m
+    if ARGV[3] ~= '1' then key = string.sub(m, string.find(m, '\0', 1, true) + 1) end
+    table.insert(recs, redis.call('HGETALL', P .. 'r:' .. key))
+  end
+end
+local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
+local id = '0-0'
+if #last > 0 then id = last[1][1] end
+return {redis.call('GET', P .. 'rev') or '0', id, items, recs}
+"""
+
+# ARGV: prefix, key prefix, limit(-1 = all) -> {key, flat hash, key, flat hash, ...}
+_LIST = r"""
+local P = ARGV[1]
+local keys = redis.call('ZRANGEBYLEX', P .. 'keys', '[' .. ARGV[2], '(' .. ARGV[2] .. '\255', 'LIMIT', 0, ARGV[3])
+local out = {}
+for _, k in ipairs(keys) do
+  table.insert(out, k)
+  table.insert(out, redis.call('HGETALL', P .. 'r:' .. k))
+end
+return out
+"""
+
+# ARGV: prefix, name, spec JSON, index prefix
+_DEFINE = r"""
+local P = ARGV[1]
+local cur = redis.call('HGET', P .. 'specs', ARGV[2])
+if cur then
+  if cur == ARGV[3] then return {'same'} end
+  return {'different', cur}
+end
+local first = redis.call('ZRANGEBYLEX', P .. 'keys', '[' .. ARGV[4], '(' .. ARGV[4] .. '\255', 'LIMIT', 0, 1)
+if #first > 0 then return {'nonempty', first[1]} end
+redis.call('HSET', P .. 'specs', ARGV[2], ARGV[3])
+return {'ok', tostring(redis.call('INCR', P .. 'schema'))}
+"""
+
+_UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY", "CLUSTERDOWN")
+
+
+def _arr(value: Any) -> list[Any]:
+    """cjson encodes an empty Lua table as ``{}``: read it as an empty list."""
+    return [] if value == {} or value is None else value
+
+
+def _record(key: str, flat: Sequence[str]) -> Record | None:
+    if not flat:
+        return None
+    it = iter(flat)
+    fields = dict(zip(it, it))
+    version = int(fields.pop("$v"))
+    fields.pop("$ix", None)
+    return Record(key, fields, version)
+
+
+def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec]) -> str:
+    out: list[dict[str, Any]] = []
+    for op in ops:
+        if isinstance(op, Check):
+            out.append({"t": "c", "k": op.key})
+        elif isinstance(op, Delete):
+            out.append({"t": "d", "k": op.key})
+        elif isinstance(op, DeleteSequence):
+            out.append({"t": "ds", "p": op.prefix})
+        else:
+            fields = validate_fields(op.fields)
+            if isinstance(op, Put):
+                key, item = op.key, {"t": "p", "k": op.key}
+            else:
+                key, item = None, {"t": "q", "p": op.prefix}
+            entries = []
+            for spec in specs.values():
+                # the key of a sequential put is not known yet: its prefix decides coverage and the
+                # script appends the key to the member (members are "<sort part><key>")
+                if not (spec.covers(key) if key is not None else op.prefix.startswith(spec.prefix)):
+                    continue
+                sk = spec.sort_key(fields)
+                if sk is None:
+                    continue
+                if isinstance(sk, int):
+                    entries.append([spec.name, "", str(sk)])
+                else:
+                    entries.append([spec.name, spec.encode(sk) + "\x00", "0"])
+            item["f"] = [x for kv in fields.items() for x in kv]
+            item["x"] = entries
+            out.append(item)
+    conds = [[k, str(v)] for k, v in conditions(ops)]
+    return json.dumps({"c": conds, "o": out}, ensure_ascii=False, separators=(",", ":"))
+
+
+class RedisMetadataStore(MetadataStore):
+    """A client handle (its own connection pool) on the store under ``prefix`` at ``url``."""
+
+    capabilities = Capabilities(native_indexes=True, native_sequences=True, range_watch_events=True,
+                                in_process=False)
+
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+                 stream_maxlen: int = DEFAULT_STREAM_MAXLEN) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ConfigError(f"redis key prefix {prefix!r} must not contain braces (hash tags)")
+        self.url = url
+        self.prefix = prefix
+        self.stream_maxlen = stream_maxlen
+        self._counters = new_counters()
+        self._hub = WatchHub(self._counters)
+        self._closed = False
+        self._specs: dict[str, IndexSpec] = {}
+        self._schema = "0"
+        try:
+            self.client = redislib.Redis.from_url(
+                url, decode_responses=True, protocol=2, socket_connect_timeout=2, socket_timeout=10,
+                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        except ValueError as e:
+            raise ConfigError(f"bad redis URL {url!r}: {e}") from None
+        self._scripts = {name: self.client.register_script(src) for name, src in
+                         (("batch", _BATCH), ("get_watch", _GET_WATCH), ("range", _RANGE), ("list", _LIST),
+                          ("define", _DEFINE))}
+        self._cursor = "0-0"  # last change-stream id seen
+        self._last_rev = 0     # revision of that entry
+        self._load_schema(with_cursor=True)
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisMetadataStore:
+        """``redis://host:port[/db][?prefix=P&stream_maxlen=N]``; other query options go to redis-py."""
+        parsed = urlparse(url)
+        query = parse_qs(parsed.query)
+        prefix = query.pop("prefix", [DEFAULT_PREFIX])[0]
+        try:
+            maxlen = int(query.pop("stream_maxlen", [str(DEFAULT_STREAM_MAXLEN)])[0])
+        except ValueError:
+            raise ConfigError(f"{url}: stream_maxlen must be an integer") from None
+        query.pop("degraded", None)
+        clean = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
+        if not parsed.hostname:
+            raise ConfigError(f"redis URL {url!r} needs a host: redis://host:port[/db]")
+        return cls(clean, prefix=prefix, stream_maxlen=maxlen)
+
+    # -- the one boundary with the driver --
+
+    def _rt(self, fn: Callable[..., Any], *args: Any, idempotent: bool = True, **kw: Any) -> Any:
+        """One network call: counted, driver errors translated; idempotent calls retried once on a
+        fresh connection after a connection error."""
+        if self._closed:
+            raise MetadataError("metadata store handle is closed")
+        for attempt in (1, 2):
+            self._counters["round_trips"] += 1
+            try:
+                return fn(*args, **kw)
+            except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError) as e:
+                if idempotent and attempt == 1:
+                    self.client.connection_pool.disconnect()
+                    continue
+                raise BackendUnavailable(f"redis at {self.url}: {e}") from e
+            except redislib.exceptions.ResponseError as e:
+                if str(e).startswith(_UNAVAILABLE_REPLIES):
+                    raise BackendUnavailable(f"redis at {self.url}: {e}") from e
+                raise MetadataError(f"redis at {self.url}: {e}") from e
+            except redislib.exceptions.RedisError as e:
+                raise BackendUnavailable(f"redis at {self.url}: {e}") from e
+        raise AssertionError("unreachable")
+
+    def _load_schema(self, with_cursor: bool = False) -> None:
+        P = self.prefix
+
+        def load() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(P + "specs")
+            pipe.get(P + "schema")
+            if with_cursor:
+                pipe.xrevrange(P + "log", "+", "-", count=1)
+                pipe.get(P + "rev")
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        res = self._rt(load)
+        self._specs = {name: IndexSpec.from_json(text) for name, text in res[0].items()}
+        self._schema = res[1] or "0"
+        if with_cursor:
+            self._jump_cursor(res[2][0][0] if res[2] else "0-0", int(res[3] or 0))
+
+    def _jump_cursor(self, stream_id: str, revision: int) -> None:
+        self._cursor = stream_id
+        self._last_rev = revision
+
+    def _drop_connections(self) -> None:
+        """Test hook: close every pooled connection (the next call reconnects)."""
+        self.client.connection_pool.disconnect()
+
+    def purge(self) -> int:
+        """Delete every key under this store's prefix (tests, cleanup). Returns how many."""
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        keys = self._rt(lambda: list(self.client.scan_iter(match=pattern, count=1000)))
+        if keys:
+            self._rt(self.client.unlink, *keys)
+        return len(keys)
+
+    # -- records --
+
+    def get(self, key: str) -> Record | None:
+        flat = self._rt(self.client.execute_command, "HGETALL", self.prefix + "r:" + key)
+        self._counters["reads"] += 1
+        return _record(key, flat if isinstance(flat, list) else [x for kv in flat.items() for x in kv])
+
+    def get_many(self, keys: Sequence[str]) -> list[Record | None]:
+        if not keys:
+            return []
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            for key in keys:
+                pipe.execute_command("HGETALL", self.prefix + "r:" + key)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        res = self._rt(run)
+        self._counters["reads"] += len(keys)
+        return [_record(k, r if isinstance(r, list) else [x for kv in r.items() for x in kv])
+                for k, r in zip(keys, res)]
+
+    def list(self, prefix: str, *, limit: int | None = None) -> list[Record]:
+        flat = self._rt(self._scripts["list"], args=[self.prefix, prefix, -1 if limit is None else limit])
+        self._counters["lists"] += 1
+        out = []
+        for i in range(0, len(flat), 2):
+            rec = _record(flat[i], flat[i + 1])
+            if rec is not None:
+                out.append(rec)
+        self._counters["listed"] += len(out)
+        return out
+
+    def batch(self, ops: Sequence[Op]) -> list[OpResult]:
+        validate_ops(ops)
+        return self._raw_batch(ops)
+
+    def _raw_batch(self, ops: Sequence[Op]) -> list[OpResult]:
+        validate_ops(ops, user=False)
+        for attempt in (1, 2):
+            payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
+            res = self._rt(self._scripts["batch"], args=[self.prefix, self._schema, payload, self.stream_maxlen],
+                           idempotent=False)
+            if res[0] == "schema" and attempt == 1:
+                self._load_schema()
+                continue
+            break
+        if res[0] == "schema":
+            raise MetadataError(f"redis at {self.url}: index schema keeps changing under this client")
+        if res[0] == "conflict":
+            self._counters["cas_conflict"] += 1
+            raise condition_error(res[1], int(res[2]), int(res[3]) if res[3] != "" else None)
+        c = self._counters
+        nchanges, nindex = int(res[2]), int(res[3])
+        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(4, len(res), 2)]
+        c["batches"] += 1
+        c["writes"] += nchanges
+        c["index_writes"] += nindex
+        c["seq_allocs"] += sum(1 for op in ops if isinstance(op, PutSequential))
+        if conditions(ops):
+            c["cas_ok"] += 1
+        written = [r.key for op, r in zip(ops, results)
+                   if not isinstance(op, (Check, DeleteSequence)) and not r.key.startswith(RESERVED_PREFIX)]
+        if count_partitions(written) > 1:
+            c["multi_partition_batches"] += 1
+        return results
+
+    # -- indexes --
+
+    def define_index(self, spec: IndexSpec) -> None:
+        res = self._rt(self._scripts["define"], args=[self.prefix, spec.name, spec.to_json(), spec.prefix],
+                       idempotent=False)
+        if res[0] == "different":
+            raise ConfigError(f"index {spec.name} is already defined differently ({res[1]} vs {spec.to_json()})")
+        if res[0] == "nonempty":
+            raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
+        self._load_schema()
+
+    def indexes(self) -> dict[str, IndexSpec]:
+        return dict(self._specs)
+
+    def _spec(self, index: str) -> IndexSpec:
+        spec = self._specs.get(index)
+        if spec is None:
+            self._load_schema()
+            spec = self._specs.get(index)
+        if spec is None:
+            raise MetadataError(f"no index named {index!r}")
+        return spec
+
+    def _range(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool,
+               records: bool) -> tuple[int, str, list[IndexEntry], list[Record]]:
+        if bounds.numeric:
+            lo = "-inf" if bounds.lo is None else str(bounds.lo)
+            hi = "+inf" if bounds.hi is None else str(bounds.hi)
+        else:
+            lo = "-" if bounds.lo is None else "[" + str(bounds.lo)
+            hi = "+" if bounds.hi is None else "(" + str(bounds.hi)
+        if bounds.empty():
+            lo, hi = ("+inf", "-inf") if bounds.numeric else ("+", "-")
+        res = self._rt(self._scripts["range"], args=[
+            self.prefix, spec.name, "1" if spec.numeric else "0", "1" if reverse else "0", lo, hi,
+            -1 if limit is None else limit, "1" if records else "0"])
+        items = res[2]
+        entries = [spec.decode(items[i], int(float(items[i + 1]))) for i in range(0, len(items), 2)]
+        recs = []
+        if records:
+            for entry, flat in zip(entries, res[3]):
+                rec = _record(entry.key, flat)
+                assert rec is not None, entry
+                recs.append(rec)
+        return int(res[0]), res[1], entries, recs
+
+    def query(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
+              inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
+              limit: int | None = None, reverse: bool = False) -> list[IndexEntry]:
+        spec = self._spec(index)
+        bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
+        entries = self._range(spec, bounds, limit, reverse, False)[2]
+        self._counters["index_queries"] += 1
+        return entries
+
+    def query_records(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
+                      inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
+                      limit: int | None = None, reverse: bool = False) -> list[Record]:
+        spec = self._spec(index)
+        bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
+        recs = self._range(spec, bounds, limit, reverse, True)[3]
+        self._counters["index_queries"] += 1
+        self._counters["reads"] += len(recs)
+        return recs
+
+    # -- watches --
+
+    def _registering(self, stream_id: str, revision: int) -> None:
+        # with no live watch the cursor may lag far behind: events up to the snapshot are of no
+        # interest, so start reading right after it
+        if not self._hub.has_watches():
+            self._jump_cursor(stream_id, revision)
+
+    def watch(self, key: str, callback: Callback) -> Watch:
+        validate_user_key(key)
+        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        rev = int(res[0])
+        self._registering(res[1], rev)
+        return self._hub.add(Watch(callback, _record(key, res[2]), rev, key=key))
+
+    def watch_range(self, index: str, callback: Callback, minimum: _Bound = None, maximum: _Bound = None, *,
+                    inclusive: tuple[bool, bool] = (True, True),
+                    prefix: Sequence[str | int] | None = None) -> Watch:
+        spec = self._spec(index)
+        bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
+        rev, stream_id, entries, _ = self._range(spec, bounds, None, False, False)
+        self._registering(stream_id, rev)
+        return self._hub.add(Watch(callback, entries, rev, spec=spec, bounds=bounds))
+
+    def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
+        self._hub.set_notifier(notifier)
+
+    def poll_watches(self, timeout_s: float = 0.0) -> int:
+        if self._closed:
+            raise MetadataError("metadata store handle is closed")
+        if self._hub.has_watches():
+            block = int(timeout_s * 1000) if timeout_s > 0 else None
+            while True:
+                resp = self._rt(self.client.xread, {self.prefix + "log": self._cursor}, count=_XREAD_COUNT,
+                                block=block)
+                entries = resp[0][1] if resp else []
+                self._take(entries)
+                if len(entries) < _XREAD_COUNT:
+                    break
+                block = None
+        return self._hub.drain()
+
+    def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        changes: list[Change] = []
+        for stream_id, data in entries:
+            rev = int(data["r"])
+            if rev > self._last_rev + 1:
+                raise MetadataError(
+                    f"redis at {self.url}: change stream lost events (revisions {self._last_rev + 1}..{rev - 1} "
+                    f"were trimmed before this client read them; raise stream_maxlen)")
+            for key, kind, flat, ixlog in json.loads(data["c"]):
+                fields = None
+                if kind == "p":
+                    it = iter(_arr(flat))
+                    fields = dict(zip(it, it))
+                index = [(name, None if om is False else (om, int(float(os))),
+                          None if nm is False else (nm, int(float(ns))))
+                         for name, om, os, nm, ns in _arr(ixlog)]
+                changes.append(Change(key, ChangeKind.PUT if kind == "p" else ChangeKind.DELETE, rev, fields, index))
+            self._cursor = stream_id
+            self._last_rev = rev
+        if changes:
+            self._hub.on_changes(changes)
+
+    # -- lifecycle --
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._counters)
+
+    def reopen(self) -> RedisMetadataStore:
+        return RedisMetadataStore(self.url, prefix=self.prefix, stream_maxlen=self.stream_maxlen)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._hub.close()
+        try:
+            self.client.close()
+        except redislib.exceptions.RedisError:
+            pass
+
+    def _check(self) -> None:
+        """Load everything under the prefix and check records, ``$ix``, indexes and ``keys`` agree."""
+        P = self.prefix
+        self._load_schema()
+        keys = self._rt(self.client.zrange, P + "keys", 0, -1)
+        recs: dict[str, dict[str, str]] = {}
+        for key in keys:
+            h = self._rt(self.client.hgetall, P + "r:" + key)
+            assert h, f"{key} listed in keys but has no record"
+            recs[key] = h
+        rev = int(self._rt(self.client.get, P + "rev") or 0)
+        expected: dict[str, set[tuple[str, int]]] = {name: set() for name in self._specs}
+        for key, h in recs.items():
+            assert 0 < int(h["$v"]) <= rev, (key, h["$v"], rev)
+            fields = {k: v for k, v in h.items() if not k.startswith("$")}
+            mine = set()
+            for name, spec in self._specs.items():
+                entry = spec.entry(key, fields)
+                if entry is not None:
+                    expected[name].add(entry)
+                    mine.add((name, entry[0], entry[1]))
+            stored = {(n, m, int(float(s))) for n, m, s in _arr(json.loads(h["$ix"]))}
+            assert stored == mine, (key, stored, mine)
+        for name in self._specs:
+            actual = {(m, int(s)) for m, s in self._rt(self.client.zrange, P + "i:" + name, 0, -1, withscores=True)}
+            assert actual == expected[name], (name, actual ^ expected[name])
+        nrecords = len(list(self._rt(lambda: list(self.client.scan_iter(match=P + "r:*", count=1000)))))
+        assert nrecords == len(recs), (nrecords, len(recs))
+
+
+__all__ = ["RedisMetadataStore", "DEFAULT_PREFIX", "ABSENT"]
