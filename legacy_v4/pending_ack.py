@@ -1,0 +1,237 @@
+"""Pulsar's ``PendingAckHandleImpl`` over an ``MLPendingAckStore``: transactional acks of one
+subscription, logged to a sibling ledger ``<topic>-<sub>__transaction_pending_ack``.
+
+The log holds ACK, COMMIT and ABORT records. It is created on first use (a transactional ack
+or an END_TXN_ON_SUBSCRIPTION; ``initPendingAckStore``) and replayed on recovery from its
+cursor. Log trimming follows ``MLPendingAckStore.clearUselessLogData``: every
+``pending_ack_log_index_min_lag`` records the store remembers (largest acked position so far ->
+log position); once the subscription's mark-delete passes that position, the log's cursor
+mark-deletes up to the log position and whole ledgers before it are trimmed.
+
+The conflict rules and the in-memory state are :class:`engine.pending_acks.PendingAcks`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from engine.counters import Counters
+from engine.cursor import Cursor
+from engine.errors import LedgerError
+from engine.ids import Design, TxnID
+from engine.ledger import LedgerFactory, ManagedLedger
+from engine.pending_acks import PendingAcks
+from engine.ports import AckKind, CursorPort, EngineContext, PendingAckStore, RecoveryStats, TxnAction
+from engine.records import EARLIEST, EntryData, Position
+from legacy_v4.buffer import LivenessCheck, ParticipantClosed
+from legacy_v4.codec import pos_in, pos_out, txn_in, txn_out
+from legacy_v4.options import V4Options
+
+PENDING_ACK_SUFFIX = "__transaction_pending_ack"
+LOG_CURSOR = "__pending_ack_log"
+
+
+def pending_ack_ledger_name(ledger_name: str, subscription: str) -> str:
+    """``MLPendingAckStore.getTransactionPendingAckStoreSuffix``: ``<topic>-<sub>__transaction_pending_ack``."""
+    return f"{ledger_name}-{subscription}{PENDING_ACK_SUFFIX}"
+
+
+class MLPendingAckStore(PendingAckStore):
+    """Counters: ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts``, ``lwm_aborts``,
+    ``log_trimmed_entries``, ``recovery_entries_replayed``."""
+
+    def __init__(
+        self,
+        ledger: ManagedLedger,
+        subscription: str,
+        cursor: CursorPort,
+        ctx: EngineContext,
+        options: V4Options,
+        is_live: LivenessCheck | None = None,
+    ) -> None:
+        self._where = f"{ledger.name} [{subscription}]"
+        self._ledgers: LedgerFactory = ctx.ledgers
+        self._sched = ctx.scheduler
+        self._read_us = ctx.latency.of("ledger.read")
+        self._log_name = pending_ack_ledger_name(ledger.name, subscription)
+        self._cursor = cursor
+        self._opts = options
+        self._is_live = is_live
+        self._acks = PendingAcks(cursor, self._where)
+        self._log: ManagedLedger | None = None
+        self._log_cursor: Cursor | None = None
+        self._index: list[tuple[Position, Position]] = []  # (max acked position, log position)
+        self._max_ack = EARLIEST
+        self._lag = 0
+        self._lwm: dict[int, int] = {}
+        self._closed = False
+        self._recovery: RecoveryStats | None = None
+        self.stats = Counters()
+
+    @property
+    def log_name(self) -> str:
+        return self._log_name
+
+    def _open(self, create: bool) -> ManagedLedger | None:
+        if self._log is None:
+            if not create and not self._ledgers.exists(self._log_name):
+                return None
+            self._log = self._ledgers.open(self._log_name)
+            self._log_cursor = Cursor(self._log, LOG_CURSOR)
+        return self._log
+
+    def _append(self, op: str, txn: TxnID, **fields: object) -> Position:
+        if self._closed:
+            raise ParticipantClosed(f"pending-ack store of {self._where} is closed")
+        log = self._open(create=True)
+        assert log is not None
+        record: dict[str, object] = {"op": op, "txn": txn_out(txn), **fields}
+        pos = log.append(EntryData(size=32, publish_ts_us=self._sched.now_us(), payload=record))
+        self.stats["appends"] += 1
+        self.stats[f"appends.{op}"] += 1
+        return pos
+
+    # -- acks ----------------------------------------------------------------------------------
+
+    def ack(self, txn: TxnID, positions: list[Position], kind: AckKind) -> None:
+        txn.require(Design.V4)
+        try:
+            self._acks.check(txn, positions, kind)
+        except Exception:
+            self.stats["conflicts"] += 1
+            raise
+        log_pos = self._append("ack", txn, kind=kind.value, positions=[pos_out(p) for p in positions])
+        self._acks.apply(txn, positions, kind)
+        self._index_record(log_pos, positions)
+        self._clear_useless_log_data()
+
+    def is_pending(self, position: Position) -> bool:
+        return self._acks.is_pending(position)
+
+    def on_non_txn_ack(self, positions: Iterable[Position]) -> None:
+        self._acks.on_non_txn_ack(positions)
+
+    def pending_txns(self) -> list[TxnID]:
+        return self._acks.txns()
+
+    # -- END_TXN_ON_SUBSCRIPTION -----------------------------------------------------------------
+
+    def end_txn(self, txn: TxnID, action: TxnAction, low_water_mark: int) -> None:
+        txn.require(Design.V4)
+        if action is TxnAction.COMMIT:
+            had_individual = bool(self._acks.by_txn.get(txn))
+            self._append("commit", txn)
+            self._acks.commit(txn)
+            if had_individual:  # internalCommitTxn -> handleLowWaterMark (individual acks only)
+                self._handle_low_water_mark(txn, low_water_mark)
+        else:
+            self._append("abort", txn)
+            self._acks.abort(txn)
+        self._clear_useless_log_data()
+
+    def _handle_low_water_mark(self, txn: TxnID, lwm: int) -> None:
+        old = self._lwm.get(txn.most_bits)
+        if old is None or old < lwm:
+            self._lwm[txn.most_bits] = lwm
+        firsts = [t for t, ps in self._acks.by_txn.items() if ps]
+        if not firsts:
+            return
+        first = firsts[0]
+        mark = self._lwm.get(first.most_bits)
+        if mark is not None and first.least_bits <= mark:  # one abort, no chain (PendingAckHandleImpl)
+            self.stats["lwm_aborts"] += 1
+            try:
+                self._append("abort", first)
+            except LedgerError:
+                return
+            self._acks.abort(first)
+
+    # -- log trimming ----------------------------------------------------------------------------
+
+    def _index_record(self, log_pos: Position, positions: list[Position]) -> None:
+        self._lag += 1
+        if positions:
+            top = max(positions)
+            if top > self._max_ack:
+                self._max_ack = top
+        if self._lag >= self._opts.pending_ack_log_index_min_lag and self._max_ack != EARLIEST:
+            if self._index and self._index[-1][0] == self._max_ack:
+                self._index[-1] = (self._max_ack, log_pos)
+            else:
+                self._index.append((self._max_ack, log_pos))
+            self._lag = 0
+
+    def _clear_useless_log_data(self) -> None:
+        mark_delete = self._cursor.mark_delete
+        delete: Position | None = None
+        while self._index and self._index[0][0] <= mark_delete:
+            delete = self._index.pop(0)[1]
+        if delete is None or self._log is None or self._log_cursor is None:
+            return
+        self._log_cursor.ack_cumulative(delete)
+        self.stats["log_trimmed_entries"] += self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        log = self._open(create=False)
+        if log is None:
+            self._recovery = RecoveryStats("pending-ack", 0)
+            return
+        assert self._log_cursor is not None
+        log_cursor = self._log_cursor
+        lac = log.last_confirmed()
+        start = log.next_position(log_cursor.mark_delete)
+        batch = self._opts.recovery_read_batch
+        replayed = 0
+        while start <= lac:
+            entries = log.read(start, lac, batch)
+            if not entries:
+                break
+            for entry in entries:
+                if log_cursor.is_acked(entry.position):
+                    continue
+                replayed += 1
+                payload = entry.data.payload
+                assert payload is not None
+                self._replay(entry.position, dict(payload))
+            start = log.next_position(entries[-1].position)
+        self.stats["recovery_entries_replayed"] += replayed
+        modelled = math.ceil(replayed / batch) * self._read_us if replayed else 0
+        self._recovery = RecoveryStats("pending-ack", entries_replayed=replayed, modelled_us=modelled)
+        self._clear_useless_log_data()
+
+    def _replay(self, log_pos: Position, record: dict[str, object]) -> None:
+        txn = txn_in(record["txn"])  # type: ignore[arg-type]
+        op = record["op"]
+        if op == "ack":
+            raw = record["positions"]
+            assert isinstance(raw, list)
+            positions = [pos_in(p) for p in raw]
+            kind = AckKind(record["kind"])
+            if kind is AckKind.CUMULATIVE:
+                if positions[0] > self._cursor.mark_delete:
+                    self._acks.apply(txn, positions, kind)
+            else:
+                live = [p for p in positions if not self._cursor.is_acked(p) and not self._acks.is_pending(p)]
+                self._acks.apply(txn, live, kind)
+            self._index_record(log_pos, positions)
+        elif op == "commit":
+            self._acks.commit(txn)
+        elif op == "abort":
+            self._acks.abort(txn)
+
+    def recovery_stats(self) -> RecoveryStats | None:
+        return self._recovery
+
+    def close(self) -> None:
+        self._closed = True
+        if self._log is not None:
+            self._log.close()
+
+    def check(self) -> None:
+        self._acks.check_invariants()
+        if self._is_live is not None:
+            for txn in self._acks.txns():
+                assert self._is_live(txn), f"{self._where}: finished txn {txn} still holds pending acks"
