@@ -8,6 +8,8 @@ deterministic. No network: ``round_trips`` stays 0.
 
 from __future__ import annotations
 
+import builtins
+
 import itertools
 import threading
 from typing import Any, Callable, Mapping, Sequence
@@ -35,7 +37,7 @@ class MemoryData:
         self.index: dict[str, SortedList] = {}
         self.seqs: dict[str, int] = {}
         self.revision = 0
-        self.hubs: list[WatchHub] = []
+        self.hubs: builtins.list[WatchHub] = []
 
     # -- index plumbing --
 
@@ -61,7 +63,7 @@ class MemoryData:
         else:
             self.index[name].remove(entry[0])
 
-    def scan(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool) -> list[IndexEntry]:
+    def scan(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool) -> builtins.list[IndexEntry]:
         if bounds.empty():
             return []
         sl = self.index[spec.name]
@@ -75,7 +77,7 @@ class MemoryData:
 
     # -- writes --
 
-    def apply(self, ops: Sequence[Op], counters: dict[str, int]) -> list[OpResult]:
+    def apply(self, ops: Sequence[Op], counters: dict[str, int]) -> builtins.list[OpResult]:
         validate_ops(ops, user=False)
         with self.lock:
             conds = conditions(ops)
@@ -87,7 +89,7 @@ class MemoryData:
                     raise condition_error(key, expected, actual)
             # pass 1: resolve keys and new index entries (ValueError here writes nothing)
             seqs = dict(self.seqs)
-            plan: list[tuple[Op, str, dict[str, str] | None, dict[str, tuple[str, int]]]] = []
+            plan: builtins.list[tuple[Op, str, dict[str, str] | None, dict[str, tuple[str, int]]]] = []
             for op in ops:
                 if isinstance(op, PutSequential):
                     n = seqs.get(op.prefix, 0) + 1
@@ -104,8 +106,8 @@ class MemoryData:
                 plan.append((op, key, fields, self._entries(key, fields)))
             # pass 2: apply
             revision = self.revision + 1
-            results: list[OpResult] = []
-            changes: list[Change] = []
+            results: builtins.list[OpResult] = []
+            changes: builtins.list[Change] = []
             for op, key, fields, new_entries in plan:
                 if isinstance(op, Check):
                     rec = self.records.get(key)
@@ -121,16 +123,16 @@ class MemoryData:
                 old_entries = self._entries(key, old.fields) if old is not None else {}
                 index_changes = []
                 for name in self.specs:
-                    o, n = old_entries.get(name), new_entries.get(name)
-                    if o is None and n is None:
+                    o, nw = old_entries.get(name), new_entries.get(name)
+                    if o is None and nw is None:
                         continue
-                    if o is not None and o != n:
+                    if o is not None and o != nw:
                         self._remove(name, o)
                         counters["index_writes"] += 1
-                    if n is not None and o != n:
-                        self._add(name, n)
+                    if nw is not None and o != nw:
+                        self._add(name, nw)
                         counters["index_writes"] += 1
-                    index_changes.append((name, o, n))
+                    index_changes.append((name, o, nw))
                 if isinstance(op, Delete):
                     assert old is not None
                     del self.records[key]
@@ -174,7 +176,7 @@ class MemoryData:
         """Every index entry is produced by an existing record, and every record's entries are
         in the index; versions are at most the revision."""
         with self.lock:
-            expected: dict[str, list[Any]] = {name: [] for name in self.specs}
+            expected: dict[str, builtins.list[Any]] = {name: [] for name in self.specs}
             for key, rec in self.records.items():
                 assert rec.key == key, (rec, key)
                 assert 0 < rec.version <= self.revision, (rec, self.revision)
@@ -229,17 +231,17 @@ class MemoryMetadataStore(MetadataStore):
         self._counters["reads"] += 1
         return data.records.get(key)
 
-    def get_many(self, keys: Sequence[str]) -> list[Record | None]:
+    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         data = self._live()
         with data.lock:
             self._counters["reads"] += len(keys)
             return [data.records.get(k) for k in keys]
 
-    def list(self, prefix: str, *, limit: int | None = None) -> list[Record]:
+    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
         data = self._live()
         with data.lock:
             self._counters["lists"] += 1
-            out = []
+            out: builtins.list[Record] = []
             for key in data.records.irange(minimum=prefix):
                 if not key.startswith(prefix) or (limit is not None and len(out) >= limit):
                     break
@@ -247,11 +249,11 @@ class MemoryMetadataStore(MetadataStore):
             self._counters["listed"] += len(out)
             return out
 
-    def batch(self, ops: Sequence[Op]) -> list[OpResult]:
+    def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
         return self._raw_batch(ops)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> list[OpResult]:
+    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         """:meth:`batch` without the reserved-prefix check (for the degraded wrapper)."""
         return self._live().apply(ops, self._counters)
 
@@ -265,7 +267,7 @@ class MemoryMetadataStore(MetadataStore):
 
     def query(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
               inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-              limit: int | None = None, reverse: bool = False) -> list[IndexEntry]:
+              limit: int | None = None, reverse: bool = False) -> builtins.list[IndexEntry]:
         data = self._live()
         spec = self._spec(index)
         bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
@@ -275,7 +277,7 @@ class MemoryMetadataStore(MetadataStore):
 
     def query_records(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
                       inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-                      limit: int | None = None, reverse: bool = False) -> list[Record]:
+                      limit: int | None = None, reverse: bool = False) -> builtins.list[Record]:
         data = self._live()
         with data.lock:
             entries = self.query(index, minimum, maximum, inclusive=inclusive, prefix=prefix, limit=limit,

@@ -30,6 +30,8 @@ on a fresh connection.
 
 from __future__ import annotations
 
+import builtins
+
 import json
 from typing import Any, Callable, Sequence
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -227,7 +229,7 @@ return {'ok', tostring(redis.call('INCR', P .. 'schema'))}
 _UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY", "CLUSTERDOWN")
 
 
-def _arr(value: Any) -> list[Any]:
+def _arr(value: Any) -> builtins.list[Any]:
     """cjson encodes an empty Lua table as ``{}``: read it as an empty list."""
     return [] if value == {} or value is None else value
 
@@ -243,7 +245,7 @@ def _record(key: str, flat: Sequence[str]) -> Record | None:
 
 
 def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec]) -> str:
-    out: list[dict[str, Any]] = []
+    out: builtins.list[dict[str, Any]] = []
     for op in ops:
         if isinstance(op, Check):
             out.append({"t": "c", "k": op.key})
@@ -253,15 +255,16 @@ def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec]) -> str:
             out.append({"t": "ds", "p": op.prefix})
         else:
             fields = validate_fields(op.fields)
+            item: dict[str, Any]
             if isinstance(op, Put):
-                key, item = op.key, {"t": "p", "k": op.key}
-            else:
-                key, item = None, {"t": "q", "p": op.prefix}
-            entries = []
-            for spec in specs.values():
                 # the key of a sequential put is not known yet: its prefix decides coverage and the
                 # script appends the key to the member (members are "<sort part><key>")
-                if not (spec.covers(key) if key is not None else op.prefix.startswith(spec.prefix)):
+                covered, item = op.key, {"t": "p", "k": op.key}
+            else:
+                covered, item = op.prefix, {"t": "q", "p": op.prefix}
+            entries = []
+            for spec in specs.values():
+                if not spec.covers(covered):
                     continue
                 sk = spec.sort_key(fields)
                 if sk is None:
@@ -351,7 +354,7 @@ class RedisMetadataStore(MetadataStore):
     def _load_schema(self, with_cursor: bool = False) -> None:
         P = self.prefix
 
-        def load() -> list[Any]:
+        def load() -> builtins.list[Any]:
             pipe = self.client.pipeline(transaction=True)
             pipe.hgetall(P + "specs")
             pipe.get(P + "schema")
@@ -389,11 +392,11 @@ class RedisMetadataStore(MetadataStore):
         self._counters["reads"] += 1
         return _record(key, flat if isinstance(flat, list) else [x for kv in flat.items() for x in kv])
 
-    def get_many(self, keys: Sequence[str]) -> list[Record | None]:
+    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         if not keys:
             return []
 
-        def run() -> list[Any]:
+        def run() -> builtins.list[Any]:
             pipe = self.client.pipeline(transaction=True)
             for key in keys:
                 pipe.execute_command("HGETALL", self.prefix + "r:" + key)
@@ -404,7 +407,7 @@ class RedisMetadataStore(MetadataStore):
         return [_record(k, r if isinstance(r, list) else [x for kv in r.items() for x in kv])
                 for k, r in zip(keys, res)]
 
-    def list(self, prefix: str, *, limit: int | None = None) -> list[Record]:
+    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
         flat = self._rt(self._scripts["list"], args=[self.prefix, prefix, -1 if limit is None else limit])
         self._counters["lists"] += 1
         out = []
@@ -415,11 +418,11 @@ class RedisMetadataStore(MetadataStore):
         self._counters["listed"] += len(out)
         return out
 
-    def batch(self, ops: Sequence[Op]) -> list[OpResult]:
+    def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
         return self._raw_batch(ops)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> list[OpResult]:
+    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops, user=False)
         for attempt in (1, 2):
             payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
@@ -473,7 +476,7 @@ class RedisMetadataStore(MetadataStore):
         return spec
 
     def _range(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool,
-               records: bool) -> tuple[int, str, list[IndexEntry], list[Record]]:
+               records: bool) -> tuple[int, str, builtins.list[IndexEntry], builtins.list[Record]]:
         if bounds.numeric:
             lo = "-inf" if bounds.lo is None else str(bounds.lo)
             hi = "+inf" if bounds.hi is None else str(bounds.hi)
@@ -497,7 +500,7 @@ class RedisMetadataStore(MetadataStore):
 
     def query(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
               inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-              limit: int | None = None, reverse: bool = False) -> list[IndexEntry]:
+              limit: int | None = None, reverse: bool = False) -> builtins.list[IndexEntry]:
         spec = self._spec(index)
         bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
         entries = self._range(spec, bounds, limit, reverse, False)[2]
@@ -506,7 +509,7 @@ class RedisMetadataStore(MetadataStore):
 
     def query_records(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
                       inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-                      limit: int | None = None, reverse: bool = False) -> list[Record]:
+                      limit: int | None = None, reverse: bool = False) -> builtins.list[Record]:
         spec = self._spec(index)
         bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
         recs = self._range(spec, bounds, limit, reverse, True)[3]
@@ -556,8 +559,8 @@ class RedisMetadataStore(MetadataStore):
                 block = None
         return self._hub.drain()
 
-    def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
-        changes: list[Change] = []
+    def _take(self, entries: builtins.list[tuple[str, dict[str, str]]]) -> None:
+        changes: builtins.list[Change] = []
         for stream_id, data in entries:
             rev = int(data["r"])
             if rev > self._last_rev + 1:

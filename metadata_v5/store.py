@@ -62,6 +62,8 @@ into no-ops. See :class:`Capabilities` for how a degraded store differs.
 
 from __future__ import annotations
 
+import builtins
+
 import enum
 import json
 import threading
@@ -201,7 +203,7 @@ class IndexSpec:
             values.append(value)
         if self.numeric:
             return _parse_int(self, self.fields[0], values[0], MAX_SCORE)
-        out: list[str | int] = []
+        out: builtins.list[str | int] = []
         for name, value in zip(self.fields, values):
             if name in self.int_fields:
                 out.append(_parse_int(self, name, value, _INT_OFFSET - 1))
@@ -244,7 +246,7 @@ class IndexSpec:
         if self.numeric:
             return IndexEntry(self.name, score, member)
         encoded, _, key = member.partition("\x00")
-        parts: list[str | int] = []
+        parts: builtins.list[str | int] = []
         for name, text in zip(self.fields, encoded.split("\x01")):
             parts.append(int(text) - _INT_OFFSET if name in self.int_fields else text)
         return IndexEntry(self.name, tuple(parts), key)
@@ -482,21 +484,21 @@ class MetadataStore(ABC):
         """The record at ``key`` or ``None``. O(1); one round trip."""
 
     @abstractmethod
-    def get_many(self, keys: Sequence[str]) -> list[Record | None]:
+    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         """Records for ``keys``, in the same order (``None`` where absent); one round trip, one
         consistent snapshot."""
 
     @abstractmethod
-    def list(self, prefix: str, *, limit: int | None = None) -> list[Record]:
+    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
         """Records whose key starts with ``prefix``, ascending by key (so sequential keys come in
         sequence order), at most ``limit``. One round trip, one consistent snapshot."""
 
-    def list_keys(self, prefix: str, *, limit: int | None = None) -> list[str]:
+    def list_keys(self, prefix: str, *, limit: int | None = None) -> builtins.list[str]:
         """Keys of :meth:`list`."""
         return [r.key for r in self.list(prefix, limit=limit)]
 
     @abstractmethod
-    def batch(self, ops: Sequence[Op]) -> list[OpResult]:
+    def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         """Apply ``ops`` all-or-nothing, in order; one result per op. Every condition
         (:class:`Check`, ``expected_version``) is evaluated against the state before the batch;
         the first failing one raises (:class:`NoSuchKey` if the key is absent but a version was
@@ -539,7 +541,7 @@ class MetadataStore(ABC):
     @abstractmethod
     def query(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
               inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-              limit: int | None = None, reverse: bool = False) -> list[IndexEntry]:
+              limit: int | None = None, reverse: bool = False) -> builtins.list[IndexEntry]:
         """Entries of ``index`` in a range, like ``SortedList.irange``: sort keys from ``minimum``
         to ``maximum`` (``None``: unbounded), bounds inclusive per ``inclusive``; for a
         lexicographic index bounds are (partial) tuples ordered as Python tuples, and
@@ -550,7 +552,7 @@ class MetadataStore(ABC):
     @abstractmethod
     def query_records(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
                       inclusive: tuple[bool, bool] = (True, True), prefix: Sequence[str | int] | None = None,
-                      limit: int | None = None, reverse: bool = False) -> list[Record]:
+                      limit: int | None = None, reverse: bool = False) -> builtins.list[Record]:
         """The records of :meth:`query`'s entries, in the same order, from one snapshot."""
 
     # -- watches --
@@ -673,7 +675,7 @@ def condition_error(key: str, expected: int, actual: int | None) -> MetadataErro
     return BadVersion(f"{key}: version {actual}, expected {expected}")
 
 
-def conditions(ops: Sequence[Op]) -> list[tuple[str, int]]:
+def conditions(ops: Sequence[Op]) -> builtins.list[tuple[str, int]]:
     out = []
     for op in ops:
         if isinstance(op, Check):
@@ -692,7 +694,7 @@ class Change:
     kind: ChangeKind
     version: int
     fields: dict[str, str] | None
-    index: list[tuple[str, tuple[str, int] | None, tuple[str, int] | None]] = field(default_factory=list)
+    index: builtins.list[tuple[str, tuple[str, int] | None, tuple[str, int] | None]] = field(default_factory=list)
 
 
 class WatchHub:
@@ -701,8 +703,8 @@ class WatchHub:
 
     def __init__(self, counters: dict[str, int]) -> None:
         self._counters = counters
-        self._points: dict[str, list[Watch]] = {}
-        self._ranges: dict[str, list[Watch]] = {}
+        self._points: dict[str, builtins.list[Watch]] = {}
+        self._ranges: dict[str, builtins.list[Watch]] = {}
         self._pending: deque[Callable[[], None]] = deque()
         self._notifier: Callable[[Callable[[], None]], None] | None = None
         self._lock = threading.RLock()
@@ -718,7 +720,7 @@ class WatchHub:
             self._counters["watches"] += 1
         return watch
 
-    def range_watches(self) -> list[Watch]:
+    def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
             self._prune()
             return [w for ws in self._ranges.values() for w in ws]

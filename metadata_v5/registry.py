@@ -1,0 +1,76 @@
+"""Metadata stores by URL: the one place that maps a URL to a :class:`MetadataStore` class.
+
+* ``memory://`` — embedded, on sortedcontainers (:mod:`metadata_v5.memory`); each call opens a
+  new, empty store (use :meth:`MetadataStore.reopen` for another handle on the same data).
+* ``redis://host:port[/db][?prefix=P&stream_maxlen=N]`` — a real redis-server (:mod:`metadata_v5.redis`).
+* any of them with ``degraded=1`` in the query (``memory://?degraded=1``) — the same data seen
+  through :class:`~metadata_v5.degraded.DegradedMetadataStore` (no native indexes, sequences or
+  range watches, as on ZooKeeper).
+
+Settings are parsed once here; adapters never read the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+from urllib.parse import parse_qs, urlparse
+
+from engine.errors import ConfigError
+from metadata_v5.store import MetadataStore
+
+# scheme -> "module:callable(url) -> MetadataStore"; imported lazily so that an embedded run
+# does not import the Redis driver.
+METADATA_BACKENDS: dict[str, str] = {
+    "memory": "metadata_v5.memory:MemoryMetadataStore.from_url",
+    "redis": "metadata_v5.redis:RedisMetadataStore.from_url",
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _resolve(target: str) -> Callable[[str], MetadataStore]:
+    module, _, attr = target.partition(":")
+    obj: object = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def backend_for(url: str) -> Callable[[str], MetadataStore]:
+    """The constructor ``open_metadata`` would use for ``url`` (``ConfigError`` if unknown)."""
+    scheme = urlparse(url).scheme
+    if scheme not in METADATA_BACKENDS or "://" not in url:
+        raise ConfigError(f"unknown metadata store URL {url!r}; expected one of "
+                          f"{', '.join(s + '://' for s in METADATA_BACKENDS)}")
+    try:
+        return _resolve(METADATA_BACKENDS[scheme])
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"metadata backend {scheme}:// is not available in this build ({exc})") from None
+
+
+def is_degraded(url: str) -> bool:
+    values = parse_qs(urlparse(url).query, keep_blank_values=True).get("degraded")
+    if not values:
+        return False
+    value = values[-1].lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{url}: degraded must be 0 or 1, got {values[-1]!r}")
+
+
+def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
+    """A handle on the metadata store at ``url`` (see the module docstring); ``degraded``
+    overrides the URL's ``degraded=`` option. Raises ``ConfigError`` for a bad URL and
+    ``BackendUnavailable`` when a real backend cannot be reached."""
+    factory = backend_for(url)
+    wrap = is_degraded(url) if degraded is None else degraded
+    store = factory(url)
+    if wrap:
+        from metadata_v5.degraded import DegradedMetadataStore
+
+        return DegradedMetadataStore(store)
+    return store
