@@ -1,0 +1,112 @@
+"""v4 MLPendingAckStore: the sibling ledger, its records, replay, trimming and low-water marks."""
+
+from __future__ import annotations
+
+from engine.dispatcher import DispatchMode
+from engine.ids import Design, TxnID
+from engine.ports import AckKind, TxnAction
+from legacy_v4 import v4_engine
+from legacy_v4.pending_ack import MLPendingAckStore, pending_ack_ledger_name
+from tests.harness import Combo, System, memory_durable
+
+T = "persistent://public/default/t"
+LOG = "persistent://public/default/t-sub__transaction_pending_ack"
+
+
+def v4(**options: object) -> System:
+    s = System(Combo("v4", True, memory_durable, lambda d: v4_engine(**options)), DispatchMode.NOTIFY)
+    s.subscribe(T, "sub")
+    for i in range(6):
+        s.publish(T, f"m{i}")
+    s.run()
+    return s
+
+
+def store(s: System) -> MLPendingAckStore:
+    st = s.broker.pending_ack_store(T, "sub")
+    assert isinstance(st, MLPendingAckStore)
+    return st
+
+
+def records(s: System) -> list[tuple[str, str | None]]:
+    log = s.durable.ledgers.open(LOG)
+    out = []
+    for e in log.read(log.first_position(), log.last_confirmed(), 100):
+        assert e.data.payload is not None
+        out.append((str(e.data.payload["op"]), e.data.payload.get("kind")))
+    return out
+
+
+def test_the_store_is_a_sibling_ledger_created_on_first_use() -> None:
+    assert pending_ack_ledger_name(T, "sub") == LOG
+    s = v4()
+    assert not s.durable.ledgers.exists(LOG)
+    t = s.new_txn()
+    s.ack("sub", "m0", "m1", txn=t)
+    s.commit(t)
+    s.run()
+    t2 = s.new_txn()
+    s.ack("sub", "m3", kind=AckKind.CUMULATIVE, txn=t2)
+    s.abort(t2)
+    s.run()
+    assert records(s) == [("ack", "individual"), ("commit", None), ("ack", "cumulative"), ("abort", None)]
+    st = s.stats()
+    assert st["pending_ack.appends"] == 4 and st["pending_ack.appends.ack"] == 2
+    assert st["tc.end_txn.rpcs_sent.subscription"] == 2
+
+
+def test_conflicts_write_nothing() -> None:
+    s = v4()
+    t1, t2 = s.new_txn(), s.new_txn()
+    s.ack("sub", "m0", txn=t1)
+    try:
+        s.ack("sub", "m0", txn=t2)
+    except Exception:
+        pass
+    assert records(s) == [("ack", "individual")] and s.stats()["pending_ack.conflicts"] == 1
+
+
+def test_recovery_replays_the_store_and_skips_what_the_cursor_acked() -> None:
+    s = v4()
+    t1, t2 = s.new_txn(), s.new_txn()
+    s.ack("sub", "m0", "m1", txn=t1)
+    s.ack("sub", "m2", txn=t2)
+    s.ack("sub", "m1")  # a plain ack clears m1 from t1 (in memory only)
+    s.commit(t2)
+    s.run()
+    s.crash()
+    st = store(s)
+    stats = st.recovery_stats()
+    assert stats is not None and stats.entries_replayed == 3
+    assert st.is_pending(s.ids["m0"].position)
+    assert not st.is_pending(s.ids["m1"].position) and not st.is_pending(s.ids["m2"].position)
+    assert st.pending_txns() == [t1]
+    s.broker.check()
+
+
+def test_the_log_is_trimmed_once_the_subscription_passes_its_index_points() -> None:
+    s = v4(pending_ack_log_index_min_lag=1)
+    for i in range(6):
+        t = s.new_txn()
+        s.ack("sub", f"m{i}", txn=t)
+        s.commit(t)
+        s.run()
+    assert s.broker.cursor(T, "sub").mark_delete == s.ids["m5"].position
+    log = s.durable.ledgers.open(LOG)
+    state = log.load_cursor("__pending_ack_log")
+    assert state is not None and state.mark_delete >= log.first_position()
+    s.crash()
+    stats = store(s).recovery_stats()
+    assert stats is not None and stats.entries_replayed <= 1  # only the last commit record is left
+
+
+def test_low_water_mark_aborts_a_stale_first_txn_after_an_individual_commit() -> None:
+    s = v4()
+    pa = store(s)
+    stale, live = TxnID(Design.V4, 0, 100), TxnID(Design.V4, 0, 200)
+    pa.ack(stale, [s.ids["m0"].position], AckKind.INDIVIDUAL)
+    pa.ack(live, [s.ids["m1"].position], AckKind.INDIVIDUAL)
+    pa.end_txn(live, TxnAction.COMMIT, low_water_mark=150)
+    assert pa.pending_txns() == [] and pa.stats["lwm_aborts"] == 1
+    s.run()
+    assert s.msgs(T, "sub")[6:] == ["m0"]  # the stale txn's ack was aborted: m0 is redelivered
