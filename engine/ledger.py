@@ -33,10 +33,18 @@ class ManagedLedger(ABC):
 
     Counters (``stats``): ``appends``, ``appends.<kind>`` (data/marker/system), ``reads``,
     ``entries_read``, ``cursor_writes``, ``trimmed_entries``.
+
+    Capabilities, where backends legitimately differ (callers and tests ask these, never the type):
+    ``rolls_over`` -- positions may move to a new ledger id as the log grows (``memory://``, like
+    BookKeeper-backed Pulsar); ``False`` means one ledger id for life (``kafka://``).
+    ``trims_whole_ledgers`` -- :meth:`trim` deletes whole ledgers and never the current one;
+    ``False`` means it deletes every entry before the position (``kafka://`` delete-records).
     """
 
     name: str
     stats: Counters
+    rolls_over: bool = True
+    trims_whole_ledgers: bool = True
 
     @abstractmethod
     def append(self, data: EntryData) -> Position:
@@ -75,11 +83,13 @@ class ManagedLedger(ABC):
     @abstractmethod
     def trim(self, before: Position) -> int:
         """Delete whole ledgers all of whose entries are before ``before`` (Pulsar trims by
-        ledger). The current ledger is never deleted. Returns the number of entries deleted."""
+        ledger). The current ledger is never deleted. Returns the number of entries deleted.
+        Without ``trims_whole_ledgers``, deletes every entry before ``before`` instead."""
 
     @abstractmethod
     def is_trimmed(self, position: Position) -> bool:
-        """True if the ledger holding ``position`` has been deleted by :meth:`trim`."""
+        """True if the entry at ``position`` has been deleted by :meth:`trim` (with
+        ``trims_whole_ledgers``: if the ledger holding it has)."""
 
     @abstractmethod
     def entry_count(self) -> int:
