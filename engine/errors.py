@@ -70,6 +70,12 @@ class TxnConflict(TxnError):
     a write to a txn that is no longer OPEN, an append below the low-water mark)."""
 
 
+class TxnNotOpen(TxnConflict, InvalidTxnState):
+    """A write or ack names a txn that is no longer OPEN. On the v5 path Pulsar replies
+    TxnConflict (PIP-473 "Late-write race"); v4's coordinator replies InvalidTxnStatus. It is
+    both, so callers of either design can catch what they know."""
+
+
 class TxnTimeout(InvalidTxnState):
     """The transaction was aborted by its coordinator's timeout."""
 

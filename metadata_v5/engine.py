@@ -24,7 +24,6 @@ from metadata_v5.pending_ack import MetadataPendingAckStore
 from metadata_v5.store import MetadataStore
 from metadata_v5.storerecords import StoreTxnRecords
 
-POLL_US = 1_000  # how often a remote store's change stream is read in wall time
 RELIST_US = 1_000_000  # degraded stores: range watches become a re-list this often
 
 
@@ -56,15 +55,24 @@ class V5Engine(Engine):
         self._acks: list[MetadataPendingAckStore] = []
         self._retired = Counters()
         self._closed = False
+        self._poll_armed = False
         if not store.capabilities.in_process:
-            ctx.scheduler.call_later(POLL_US, self._poll)
+            # A remote store's changes arrive on a stream this handle reads; every change of
+            # this model is written through this engine, so read it once after each burst of
+            # writes (coalesced), rather than on a timer.
+            self.records.on_write = self._arm_poll
         if not store.capabilities.range_watch_events and opts.variant == "events":
             ctx.scheduler.call_later(RELIST_US, self._relist)
 
+    def _arm_poll(self) -> None:
+        if not self._poll_armed and not self._closed:
+            self._poll_armed = True
+            self._ctx.scheduler.call_later(0, self._poll)
+
     def _poll(self) -> None:
+        self._poll_armed = False
         if not self._closed:
             self.store.poll_watches(0.0)
-            self._ctx.scheduler.call_later(POLL_US, self._poll)
 
     def _relist(self) -> None:
         if not self._closed:
@@ -132,9 +140,9 @@ class V5Engine(Engine):
 
 def open_store(url: str) -> MetadataStore:
     """The run's metadata store by URL (``memory://``, ``redis://host:port``, degraded forms)."""
-    from metadata_v5 import registry
+    from metadata_v5.registry import open_metadata
 
-    return registry.open_store(url)
+    return open_metadata(url)
 
 
 def open_v5(metadata_url: str = "memory://", **options: Any) -> tuple[EngineFactory, Callable[[], None]]:

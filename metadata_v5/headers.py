@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from engine.counters import Counters
-from engine.errors import TxnConflict, TxnNotFound
+from engine.errors import TxnNotFound, TxnNotOpen
 from engine.ids import Design, TxnID
 from engine.ports import TxnStatus
 from metadata_v5.txnrecords import Header, TxnRecords
@@ -41,7 +41,7 @@ class HeaderCache:
             self._stats["header_cache_hits"] += 1
         if state is not TxnStatus.OPEN:
             self._stats["rejected_not_open"] += 1
-            raise TxnConflict(f"{self._where}: {txn} is {state.value}, not open; write refused")
+            raise TxnNotOpen(f"{self._where}: {txn} is {state.value}, not open; write refused")
 
     def track(self, txn: TxnID) -> None:
         """Cache ``txn`` as OPEN and watch its header (watch variant)."""

@@ -87,6 +87,7 @@ class StoreTxnRecords(TxnRecords):
         for spec in INDEXES:
             store.define_index(spec)
         self._watches: dict[tuple[object, object], Watch] = {}
+        self.on_write: Callable[[], None] = lambda: None  # the engine polls a remote store's stream
         self._ids: dict[int, tuple[int, int]] = {}  # tc -> (next, end of reserved block)
 
     # -- headers ----------------------------------------------------------------------------------
@@ -100,6 +101,7 @@ class StoreTxnRecords(TxnRecords):
                 start = int(rec.fields["next"]) if rec else 0
                 try:
                     self.store.put(key, {"next": str(start + ID_BLOCK)}, rec.version if rec else ABSENT)
+                    self.on_write()
                     break
                 except BadVersion:  # another coordinator instance reserved a block first
                     continue
@@ -110,6 +112,7 @@ class StoreTxnRecords(TxnRecords):
     def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
         fields = {"state": TxnStatus.OPEN.value, "timeout_us": str(timeout_us), "created_us": str(created_us)}
         rec = self.store.create(header_key(txn), fields)
+        self.on_write()
         return Header(txn, TxnStatus.OPEN, timeout_us, created_us, None, rec.version)
 
     def get_header(self, txn: TxnID) -> Header | None:
@@ -123,10 +126,12 @@ class StoreTxnRecords(TxnRecords):
             rec = self.store.put(header_key(header.txn), fields, header.version)
         except (BadVersion, NoSuchKey):
             return None
+        self.on_write()
         return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, rec.version)
 
     def delete_header(self, txn: TxnID) -> None:
         self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
+        self.on_write()
 
     def expired(self, now_us: int, limit: int) -> list[TxnID]:
         return [_txn_of(_tag_in(e.key)) for e in self.store.query("txn-by-deadline", maximum=now_us, limit=limit)]
@@ -146,6 +151,7 @@ class StoreTxnRecords(TxnRecords):
         if op.ack_kind is not None:
             fields["ack_kind"] = op.ack_kind.value
         rec = self.store.put_sequential(op_prefix(txn), fields)
+        self.on_write()
         return OpRecord(txn, int(rec.key[rec.key.rindex("/") + 1:]), op)
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
@@ -161,6 +167,7 @@ class StoreTxnRecords(TxnRecords):
     def delete_ops(self, records: list[OpRecord]) -> None:
         if records:
             self.store.batch([Delete(sequential_key(op_prefix(r.txn), r.seq)) for r in records])
+            self.on_write()
 
     def count_ops(self) -> int:
         return len(self.store.list_keys("/txn-op/"))
@@ -197,6 +204,7 @@ class StoreTxnRecords(TxnRecords):
             ops.append(Put(f"/txn-event/{{{_tag(txn)}}}/{i:06d}",
                            {"segment": segment, "subscription": sub or "", "state": state.value, "txn": _tag(txn)}))
         self.store.batch(ops)
+        self.on_write()
 
     def watch_events(self, segment: str, subscription: str | None, owner: object, listener: EventListener) -> None:
         def changed(event: WatchEvent) -> None:
@@ -218,6 +226,7 @@ class StoreTxnRecords(TxnRecords):
                 if _tag_in(e.key) == _tag(txn)]
         if keys:
             self.store.batch([Delete(k) for k in keys])
+            self.on_write()
 
     # -- aborted ranges -----------------------------------------------------------------------------
 
@@ -227,6 +236,7 @@ class StoreTxnRecords(TxnRecords):
                 {"segment": segment, "txn": _tag(r.txn), "first": str(r.first), "last": str(r.last)})
             for r in ranges
         ])
+        self.on_write()
 
     def aborted_on(self, segment: str) -> list[AbortedRange]:
         return [AbortedRange(_txn_of(r.fields["txn"]), Position.parse(r.fields["first"]), Position.parse(r.fields["last"]))
@@ -235,6 +245,7 @@ class StoreTxnRecords(TxnRecords):
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
         if txns:
             self.store.batch([Delete(f"/txn-aborted/{{{segment}}}/{_tag(t)}") for t in txns])
+            self.on_write()
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -2,8 +2,35 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+
+from engine.memledger import MemoryLedgerFactory
 from legacy_v4 import v4_engine
-from tests.harness import NO_TXN, Combo, memory_durable
+from metadata_v5.engine import open_v5
+from tests.harness import NO_TXN, Combo, Durable, memory_durable
 
 COMBOS: list[Combo] = [NO_TXN]
 COMBOS.append(Combo("v4/memory", True, memory_durable, lambda d: v4_engine()))
+
+
+def _v5(variant: str, backend: str) -> Combo:
+    """v5 on a metadata store: ``memory``, ``memory-degraded`` or ``redis`` (a fresh key prefix
+    per test on the server the test command started)."""
+
+    def durable() -> Durable:
+        if backend == "redis":
+            url = f"{os.environ['TXNBENCH_REDIS_URL']}?prefix=t{uuid.uuid4().hex[:12]}:"
+        else:
+            url = "memory://?degraded=1" if backend == "memory-degraded" else "memory://"
+        factory, close = open_v5(url, variant=variant)
+        return Durable(MemoryLedgerFactory(max_entries_per_ledger=64), {"v5": factory, "close": close})
+
+    return Combo(f"v5-{variant}/{backend}", True, durable, lambda d: d.extra["v5"],
+                 needs=("redis",) if backend == "redis" else (), close_durable=lambda d: d.extra["close"]())
+
+
+for _variant in ("watch", "events"):
+    COMBOS.append(_v5(_variant, "memory"))
+    COMBOS.append(_v5(_variant, "redis"))
+COMBOS.append(_v5("watch", "memory-degraded"))

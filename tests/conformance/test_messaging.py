@@ -14,13 +14,15 @@ S = "topic://public/default/events"
 
 def test_messages_arrive_once_in_publish_order(system: System) -> None:
     system.subscribe(T, "sub")
+    system.run(100_000)  # the topic loads (a buffer may need a store round trip to recover)
+    loading = system.stats().get("dispatch.empty_reads", 0)
     for i in range(250):  # more than one read batch and several ledgers (64 entries each)
         system.publish(T, f"m{i}")
     system.run()
     assert system.msgs(T, "sub") == [f"m{i}" for i in range(250)]
     stats = system.stats()
     assert stats["dispatch.entries_dispatched"] == 250
-    assert stats.get("dispatch.empty_reads", 0) == 0
+    assert stats.get("dispatch.empty_reads", 0) == loading  # none once loaded: nothing is pinned
 
 
 def test_new_subscription_starts_at_earliest_and_subscriptions_are_independent(system: System) -> None:

@@ -165,7 +165,9 @@ def test_timeout_aborts_the_txn_and_unpins_the_topic(txn_system: System) -> None
     s.publish(T, "after")
     _checked(s, 300_000)
     assert s.msgs(T, "sub") == []
-    _checked(s, 2_000_000)
+    # Within the coordinator's sweep period: v4 ticks every 100 ms, v5 (Pulsar master) sweeps
+    # every 60 s; how long the txn pins the topic is measured by the reports, not asserted here.
+    _checked(s, 61_000_000)
     assert s.msgs(T, "sub") == ["after"]
     with pytest.raises(ENDED):
         s.commit(t)
