@@ -4,6 +4,10 @@ Each row is applied when the clock reaches its ``ts_us``. The replayer plays the
 maps trace labels to txn ids and message ids, keeps consumers subscribed (re-subscribing after a
 broker crash) and records deliveries, txn outcomes, latencies and exact counts.
 
+A consumer acks only what it has received: a plain ack whose message has not reached that
+subscription yet waits for the delivery and is applied then (``acks.deferred``); acks inside a
+txn are applied as written (``acks.txn_before_delivery`` counts those ahead of their message).
+
 Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
 txn the coordinator already timed out) are counted under ``client_errors.<Error>`` and the run
 goes on; a malformed trace is refused before anything runs (see :mod:`bench.trace`).
@@ -11,6 +15,7 @@ goes on; a malformed trace is refused before anything runs (see :mod:`bench.trac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -80,6 +85,8 @@ class Replayer:
         self.msg_keys: dict[str, str] = {}
         self.undelivered: set[str] = set()  # first delivery not yet seen
         self.subs: list[tuple[str, str]] = []
+        self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
+        self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
         self.recovery: list[dict[str, Any]] = []
         self._crash_at: int | None = None
         self._retired = Counters()
@@ -109,6 +116,12 @@ class Replayer:
                 if msg in self.undelivered:
                     self.undelivered.discard(msg)
                     self._first_delivery(msg, ts, ts - d.publish_ts_us)
+                key = (sub, msg)
+                kind = self.deferred.pop(key, None)
+                if kind is None:
+                    self.received.add(key)
+                else:
+                    self.sched.call_later(0, self._deferred_ack, sub, msg, kind)
             self.counts["deliveries"] += len(batch)
             if self._crash_at is not None:
                 self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
@@ -183,7 +196,22 @@ class Replayer:
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
         kind = AckKind(e.ack_kind or "individual")
+        key = (e.subscription, e.msg)
+        received = key in self.received
+        if e.txn is None and not received:
+            self.deferred[key] = kind
+            self.counts["acks.deferred"] += 1
+            return
+        if not received:
+            self.counts["acks.txn_before_delivery"] += 1
+        self.received.discard(key)
         self.broker.ack(e.subscription, [self.msg_ids[e.msg]], kind, txn=self._txn(e.txn))
+
+    def _deferred_ack(self, sub: str, msg: str, kind: AckKind) -> None:
+        try:
+            self.broker.ack(sub, [self.msg_ids[msg]], kind)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
 
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn
@@ -245,7 +273,7 @@ class Replayer:
     def _collect_recovery(self) -> None:
         for s in self.broker.recovery_stats():
             if s.entries_replayed or s.records_read or s.queries:
-                self.recovery.append({"engine": self.label, **s.__dict__})
+                self.recovery.append({"engine": self.label, **dataclasses.asdict(s)})
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -293,6 +321,7 @@ class Replayer:
             txns["messages"].append(t.published)
         counts["hist_clamped"] = self.hist.clamped
         counts["undelivered_at_end"] = len(self.undelivered)
+        counts["acks.never_applied"] = len(self.deferred)
         self._flush_deliveries()
         return RunResult(
             label=self.label,

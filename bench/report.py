@@ -26,20 +26,30 @@ WALL_NOISE = 0.25
 # (section, label, key in counts or a derived name, unit, lower is better)
 COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
     ("Writes", "ledger appends, data", "ledger.appends.data", "entries", True),
-    ("Writes", "ledger appends, markers", "ledger.appends.marker", "entries", True),
-    ("Writes", "ledger appends, system records (txn log, snapshots, pending acks, layout)", "ledger.appends.system", "entries", True),
+    ("Writes", "commit/abort markers (v4)", "ledger.appends.marker", "entries", True),
+    ("Writes", "coordinator log appends (v4)", "tc.log_appends", "entries", True),
+    ("Writes", "TB snapshot writes (v4)", "snapshot.writes", "entries", True),
+    ("Writes", "pending-ack log appends (v4)", "pending_ack.appends", "entries", True),
+    ("Writes", "op records written (v5)", "meta.op_writes", "records", True),
+    ("Writes", "header CAS, end-txn (v5)", "derived.header_cas", "CAS", True),
+    ("Writes", "metadata records put or deleted (v5)", "meta.writes", "records", True),
+    ("Writes", "metadata reads (v5)", "meta.reads", "records", True),
+    ("Writes", "metadata index queries (v5)", "meta.index_queries", "queries", True),
     ("Writes", "cursor state writes", "ledger.cursor_writes", "writes", True),
-    ("Writes", "metadata writes", "meta.writes", "writes", True),
-    ("Writes", "metadata header CAS", "meta.cas", "CAS", True),
-    ("Writes", "write amplification (non-data writes per data entry)", "derived.write_amplification", "ratio", True),
-    ("End txn", "END_TXN RPCs sent", "tc.end_txn_rpcs_sent", "RPCs", True),
-    ("End txn", "END_TXN RPCs failed", "tc.end_txn_rpcs_failed", "RPCs", True),
-    ("End txn", "end-txn retries", "tc.end_txn_retries", "retries", True),
+    ("Writes", "transactional writes per transactional entry", "derived.write_amplification", "ratio", True),
+    ("End txn", "END_TXN RPCs sent (v4)", "tc.end_txn.rpcs_sent", "RPCs", True),
+    ("End txn", "END_TXN RPCs failed (v4)", "tc.end_txn.rpcs_failed", "RPCs", True),
+    ("End txn", "END_TXN RPCs timed out (v4)", "tc.end_txn.rpcs_timed_out", "RPCs", True),
+    ("End txn", "end-txn retry rounds (v4)", "tc.end_txn.retries", "rounds", True),
+    ("End txn", "event records written (v5 events)", "tc.event_writes", "records", True),
     ("Polling", "dispatcher reads", "dispatch.reads", "reads", True),
     ("Polling", "empty dispatcher reads", "dispatch.empty_reads", "reads", True),
     ("Polling", "time blocked at maxReadPosition", "dispatch.blocked_us", "µs", True),
     ("Polling", "empty reads per blocked second", "derived.empty_reads_per_blocked_s", "reads/s", True),
-    ("Notifications", "watch events delivered", "meta.watch_events", "events", True),
+    ("Notifications", "watch events delivered (v5)", "meta.watch_events", "events", True),
+    ("GC", "headers collected (v5)", "tc.gc.headers_deleted", "txns", False),
+    ("GC", "op records force-deleted by GC (v5, PIP sweep)", "tc.gc.forced_op_deletes", "records", True),
+    ("GC", "txns kept for slow participants (v5, safe sweep)", "tc.gc.waiting_for_participants", "txns", True),
     ("Recovery", "entries replayed at recovery", "derived.recovery_entries", "entries", True),
     ("Recovery", "metadata records read at recovery", "derived.recovery_records", "records", True),
     ("Recovery", "modelled recovery time (max component)", "derived.recovery_us", "µs", True),
@@ -47,6 +57,7 @@ COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
     ("Outcomes", "redeliveries", "dispatch.redelivered", "messages", True),
     ("Outcomes", "txns committed", "txns.committed", "txns", False),
     ("Outcomes", "txns aborted", "txns.aborted", "txns", False),
+    ("Outcomes", "txns aborted by timeout", "derived.timeouts", "txns", False),
     ("Outcomes", "committed txns never visible", "txns.committed_not_visible", "txns", True),
     ("Outcomes", "txns unfinished at end", "txns.unfinished", "txns", True),
     ("Outcomes", "client errors", "derived.client_errors", "errors", True),
@@ -68,12 +79,17 @@ class Row:
 
 def _derived(counts: dict[str, int], recovery: list[dict[str, Any]], label: str, run: dict[str, Any]) -> dict[str, float]:
     c = counts
-    data = c.get("ledger.appends.data", 0)
-    non_data = (c.get("ledger.appends", 0) - data) + c.get("ledger.cursor_writes", 0) + c.get("meta.writes", 0) + c.get("meta.cas", 0)
+    # Writes a design spends on transactions (markers, logs, snapshots, pending-ack logs or
+    # metadata records), per transactional data entry.
+    txn_writes = (c.get("ledger.appends.marker", 0) + c.get("tc.log_appends", 0) + c.get("snapshot.writes", 0)
+                  + c.get("pending_ack.appends", 0) + c.get("meta.writes", 0))
+    txn_entries = c.get("tb.appends.data", 0) or c.get("tb.op_writes", 0)
     blocked_s = c.get("dispatch.blocked_us", 0) / 1e6
     mine = [r for r in recovery if r.get("engine") == label]
     return {
-        "derived.write_amplification": round(non_data / data, 3) if data else 0.0,
+        "derived.write_amplification": round(txn_writes / txn_entries, 3) if txn_entries else 0.0,
+        "derived.header_cas": sum(c.get(f"tc.header_cas.{r}", 0) for r in ("ok", "conflict", "reject")),
+        "derived.timeouts": c.get("tc.txns.timed_out", 0) + c.get("tc.timeouts", 0),
         "derived.empty_reads_per_blocked_s": round(c.get("dispatch.empty_reads", 0) / blocked_s, 1) if blocked_s else 0.0,
         "derived.recovery_entries": sum(r.get("entries_replayed", 0) for r in mine),
         "derived.recovery_records": sum(r.get("records_read", 0) for r in mine),
@@ -117,10 +133,12 @@ def engine_rows(rs: dict[str, Any]) -> list[Row]:
             rows.append(Row("Latency", f"{name} {pct[:-3]}", "µs", vals, ratio, verdict))
     for section, metric, key, unit, lower in COUNT_ROWS:
         vals = {lab: values[lab].get(key, 0) for lab in labels}
-        if all(v == 0 for v in vals.values()) and key.startswith(("meta.", "tc.", "txns.committed_not")):
-            continue  # counts an engine has no notion of
+        if all(v == 0 for v in vals.values()) and section != "Outcomes":
+            continue  # nothing happened of this kind in this run
         wall = key == "derived.events_per_second"
         ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], lower, WALL_NOISE if wall else DETERMINISTIC_NOISE) if len(labels) > 1 else (None, "n/a")
+        if metric.endswith(("(v4)", "(v5)", "(v5 events)")) and 0 in vals.values():
+            ratio, verdict = None, "design-specific"  # work one design does and the other has no notion of
         rows.append(Row(section, metric, unit, vals, ratio, verdict, deterministic=not wall))
     return rows
 

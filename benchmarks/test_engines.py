@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -83,6 +84,6 @@ def test_recovery(benchmark, engine: str, entries: int) -> None:  # type: ignore
             rig.run(60_000_000)
 
         benchmark.pedantic(recover, rounds=5, warmup_rounds=1)
-        benchmark.extra_info["recovery"] = [s.__dict__ for s in rig.broker.recovery_stats()]
+        benchmark.extra_info["recovery"] = [dataclasses.asdict(s) for s in rig.broker.recovery_stats()]
     finally:
         rig.close()
