@@ -273,7 +273,8 @@ def _plots(sets: list[dict[str, Any]], out: Path) -> list[str]:
     bars = [
         ("polling.png", "Dispatcher reads while blocked", [("empty reads", "dispatch.empty_reads"), ("blocked s", "dispatch.blocked_us")]),
         ("writes.png", "Writes by kind", [("data", "ledger.appends.data"), ("markers", "ledger.appends.marker"),
-                                          ("system", "ledger.appends.system"), ("meta writes", "meta.writes"), ("meta CAS", "meta.cas")]),
+                                          ("txn log", "tc.log_appends"), ("snapshots", "snapshot.writes"),
+                                          ("pending-ack log", "pending_ack.appends"), ("metadata", "meta.writes")]),
     ]
     for fname, title, series in bars:
         fig, ax = plt.subplots(figsize=(7, 4))
