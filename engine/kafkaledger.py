@@ -10,8 +10,8 @@ Layout on the broker
   names apart that sanitise alike; no ``.`` is used, so Kafka's ``.``/``_`` collision rule
   never bites).
 * **``__txnbench_ledgers``** (compacted, one partition): the registry. Key = ledger name;
-  value = ``{"topic", "ledger_id", "sealed"}``; a tombstone when the ledger is deleted. This is
-  what ``names``/``exists`` answer from and what makes a seal durable.
+  value = ``{"topic", "ledger_id", "sealed", "trimmed"}``; a tombstone when the ledger is
+  deleted. This is what ``names``/``exists`` answer from and what makes seal and trim durable.
 * **``__txnbench_cursors``** (compacted, one partition): key = ``[ledger name, cursor name]``
   (JSON); value = the cursor state; a tombstone when the cursor (or its ledger) is deleted. The
   latest value of a key is the cursor's state.
@@ -28,7 +28,9 @@ Trimming
 --------
 ``trim(before)`` deletes every entry before ``before`` with Kafka's delete-records (the log start
 offset moves): *entry* granularity (``trims_whole_ledgers = False``), where ``memory://`` (like
-BookKeeper) deletes whole ledgers only. ``is_trimmed`` is ``offset < log start offset``.
+BookKeeper) deletes whole ledgers only. ``is_trimmed`` is ``offset < log start offset``. The trim
+point is written to the registry first: a broker killed hard restores its log start offset from a
+checkpoint written once a minute, and the next ``open`` deletes the records again.
 
 Consistency
 -----------
@@ -183,6 +185,7 @@ class _LedgerState:
     topic: str
     ledger_id: int
     sealed: bool
+    trimmed: int  # durable trim point: every offset below it is deleted
     start: int | None = None  # log start offset; None until a handle is opened
     end: int | None = None  # log end offset (next offset)
     deleted: bool = False
@@ -275,19 +278,24 @@ class KafkaLedgerFactory(LedgerFactory):
     def open(self, name: str) -> KafkaManagedLedger:
         self._catch_up()
         st = self._states.get(name)
-        fresh = False
+        if st is not None and not self._load_offsets(st):
+            # Registered but its topic is gone: a delete was interrupted by a crash. Finish it;
+            # the name then gets a new ledger (and ledger id), as after a completed delete.
+            self._forget(name, st)
+            st = None
         if st is None:
             topic = topic_for(name)
-            # A topic that already exists is the leftover of a crash before its registry record.
+            # A topic that exists already is the (empty) leftover of a crash before its registry
+            # record; it is adopted, with the new ledger id.
             fresh = self._create_topic(topic, _LEDGER_TOPIC_CONFIG)
-            value = self._registry_value(topic, None, False)
+            value = self._registry_value(topic, None)
             meta = self._send(REGISTRY_TOPIC, name.encode(), value, f"create ledger {name}")
             st = self._apply_registry(name, value, meta.offset)
             assert st is not None
             if fresh:
                 st.start = st.end = 0
-        if st.start is None or not fresh:
-            self._refresh_offsets(st)
+            elif not self._load_offsets(st):
+                raise LedgerError(f"kafka at {self.url}: topic {topic} of ledger {name} vanished while opening it")
         return KafkaManagedLedger(name, st, self, next(self._handles))
 
     def exists(self, name: str) -> bool:
@@ -304,13 +312,17 @@ class KafkaLedgerFactory(LedgerFactory):
         if st is None:
             return
         # Topic first, registry tombstone last: a crash in between leaves a registered ledger
-        # without a topic, which ``open`` re-creates empty and ``delete`` finishes deleting.
+        # without a topic, and the next ``open`` finishes the delete.
         with self._driver(f"delete ledger {name}"):
             self._rt()
             try:
                 self._admin.delete_topics([st.topic])
             except kerrors.UnknownTopicOrPartitionError:
                 pass
+        self._forget(name, st)
+
+    def _forget(self, name: str, st: _LedgerState) -> None:
+        """Tombstone the cursors, then the registry record, of a ledger whose topic is gone."""
         pending = [self._send(CURSORS_TOPIC, _cursor_key(name, c), None, "delete cursor", wait=False) for c in st.cursors]
         with self._driver(f"delete cursors of {name}"):
             for future in pending:
@@ -319,7 +331,7 @@ class KafkaLedgerFactory(LedgerFactory):
         self._send(REGISTRY_TOPIC, name.encode(), None, f"delete ledger {name}")
         st.deleted = True
         st.listeners.clear()
-        del self._states[name]
+        self._states.pop(name, None)
 
     def close(self) -> None:
         for client in (self._consumer, self._producer, self._admin):
@@ -364,13 +376,14 @@ class KafkaLedgerFactory(LedgerFactory):
             self._rt(1, handle)
             return future.get(timeout=self._timeout_s + 5)
 
-    def _create_topic(self, topic: str, config: Mapping[str, str]) -> bool:
-        """Create ``topic`` with one partition; False if it already existed."""
+    def _create_topic(self, topic: str, config: Mapping[str, str], *, wait: bool = False) -> bool:
+        """Create ``topic`` with one partition (``wait``: until its leader is known); False if it
+        already existed."""
         spec = {topic: {"num_partitions": 1, "replication_factor": -1, "configs": dict(config)}}
         with self._driver(f"create topic {topic}"):
             self._rt()
             try:
-                self._admin.create_topics(spec)
+                self._admin.create_topics(spec, wait_for_metadata=wait)
             except kerrors.TopicAlreadyExistsError:
                 return False
         return True
@@ -380,23 +393,32 @@ class KafkaLedgerFactory(LedgerFactory):
         existing = set(self._admin.list_topics())
         for topic in (REGISTRY_TOPIC, CURSORS_TOPIC):
             if topic not in existing:
-                self._create_topic(topic, _SYSTEM_TOPIC_CONFIG)
+                self._create_topic(topic, _SYSTEM_TOPIC_CONFIG, wait=True)
 
-    def _refresh_offsets(self, st: _LedgerState) -> None:
-        try:
-            with self._driver(f"list offsets of {st.topic}"):
-                self._rt(2)
+    def _load_offsets(self, st: _LedgerState) -> bool:
+        """Read the ledger's start and end offsets from the broker; False if its topic is gone.
+        Re-applies a durable trim the broker lost (a hard-killed broker restores its log start
+        offset from a checkpoint written only every minute)."""
+        with self._driver(f"list offsets of {st.topic}"):
+            self._rt(2)
+            try:
                 # The admin client reports a missing topic at once; the consumer would retry.
                 start = self._admin.list_partition_offsets({st.tp: OffsetSpec.EARLIEST})[st.tp].offset
                 end = self._admin.list_partition_offsets({st.tp: OffsetSpec.LATEST})[st.tp].offset
-        except LedgerError as exc:
-            if not isinstance(exc.__cause__, kerrors.UnknownTopicOrPartitionError):
-                raise
-            # Registered but its topic is gone (a crash between topic delete and tombstone, or
-            # topic creation not yet visible): (re)create it empty.
-            self._create_topic(st.topic, _LEDGER_TOPIC_CONFIG)
-            start = end = 0
+            except kerrors.UnknownTopicOrPartitionError:
+                return False
         st.start, st.end = start, end
+        if start < min(st.trimmed, end):
+            st.start = self._delete_records(st, min(st.trimmed, end), None)
+        return True
+
+    def _delete_records(self, st: _LedgerState, before: int, handle: ManagedLedger | None) -> int:
+        """Kafka delete-records below offset ``before``; returns the new log start offset."""
+        with self._driver(f"delete records of {st.topic}"):
+            self._rt(1, handle)
+            result = self._admin.delete_records({st.tp: before})
+        low = result.get(st.tp, {}).get("low_watermark", before)
+        return int(low)
 
     def _fetch(self, tp: TopicPartition, first: int, last: int, handle: ManagedLedger | None = None) -> list[Any]:
         """Records of ``tp`` with ``first <= offset <= last`` (``last`` < end offset)."""
@@ -432,8 +454,13 @@ class KafkaLedgerFactory(LedgerFactory):
     # --- registry and cursors ---
 
     @staticmethod
-    def _registry_value(topic: str, ledger_id: int | None, sealed: bool) -> bytes:
-        return json.dumps({"topic": topic, "ledger_id": ledger_id, "sealed": sealed}, separators=(",", ":")).encode()
+    def _registry_value(topic: str, ledger_id: int | None, sealed: bool = False, trimmed: int = 0) -> bytes:
+        doc = {"topic": topic, "ledger_id": ledger_id, "sealed": sealed, "trimmed": trimmed}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def _write_registry(self, name: str, st: _LedgerState, action: str, handle: ManagedLedger | None) -> None:
+        value = self._registry_value(st.topic, st.ledger_id, st.sealed, st.trimmed)
+        self._send(REGISTRY_TOPIC, name.encode(), value, action, handle=handle)
 
     def _apply_registry(self, name: str, value: bytes | None, offset: int) -> _LedgerState | None:
         if value is None:
@@ -447,9 +474,9 @@ class KafkaLedgerFactory(LedgerFactory):
         if st is None or st.ledger_id != ledger_id:
             if st is not None:
                 st.deleted = True
-            st = self._states[name] = _LedgerState(doc["topic"], ledger_id, doc["sealed"])
+            st = self._states[name] = _LedgerState(doc["topic"], ledger_id, doc["sealed"], doc.get("trimmed", 0))
         else:
-            st.sealed = doc["sealed"]
+            st.sealed, st.trimmed = doc["sealed"], doc.get("trimmed", 0)
         return st
 
     def _apply_cursor(self, key: bytes, value: bytes | None) -> None:
@@ -467,7 +494,7 @@ class KafkaLedgerFactory(LedgerFactory):
         tps = list(self._next_read)
         with self._driver("read ledger registry"):
             self._rt()
-            ends = self._consumer.end_offsets(tps)
+            ends = {tp: o.offset for tp, o in self._admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.LATEST)).items()}
         for tp in tps:
             start, end = self._next_read[tp], ends[tp]
             if start >= end:
@@ -561,9 +588,12 @@ class KafkaManagedLedger(ManagedLedger):
         st = self._live()
         if st.sealed:
             return
-        value = self._f._registry_value(st.topic, st.ledger_id, True)
-        self._f._send(REGISTRY_TOPIC, self.name.encode(), value, f"seal {self.name}", handle=self)
         st.sealed = True
+        try:
+            self._f._write_registry(self.name, st, f"seal {self.name}", self)
+        except BaseException:
+            st.sealed = False
+            raise
 
     @property
     def sealed(self) -> bool:
@@ -576,10 +606,14 @@ class KafkaManagedLedger(ManagedLedger):
         target = min(max(self._offset_range(before), 0), st.end)
         if target <= st.start:
             return 0
-        with self._f._driver(f"trim {self.name}"):
-            self._f._rt(1, self)
-            result = self._f._admin.delete_records({st.tp: target})
-        low = result[st.tp].get("low_watermark", target) if isinstance(result.get(st.tp), dict) else target
+        if target > st.trimmed:  # the trim point first, durably: a later open re-applies it
+            previous, st.trimmed = st.trimmed, target
+            try:
+                self._f._write_registry(self.name, st, f"trim {self.name}", self)
+            except BaseException:
+                st.trimmed = previous
+                raise
+        low = self._f._delete_records(st, target, self)
         removed = low - st.start
         st.start = low
         self.stats["trimmed_entries"] += removed

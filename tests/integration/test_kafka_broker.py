@@ -1,0 +1,71 @@
+"""A real Kafka broker crash: ledgers written through ``kafka://`` survive ``kill -9`` of the broker.
+
+Starts a broker of its own with ``scripts/kafka.sh`` (the jars are cached after the first start),
+so it runs where the Kafka tests run: it skips locally without ``TXNBENCH_KAFKA_URL`` and fails
+when ``TXNBENCH_REQUIRE`` includes ``kafka``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from engine.backends import open_ledgers
+from engine.ledger import CursorState
+from engine.records import EARLIEST, EntryData, MarkerKind, Position
+
+pytestmark = pytest.mark.kafka
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh"
+
+
+def _kafka(*args: str) -> str:
+    done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"kafka.sh {' '.join(args)} failed: {done.stderr[-2000:]}"
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def own_broker(kafka_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A broker of this test's own (``kafka_url`` only decides whether Kafka tests run)."""
+    home = tmp_path / "kafka"
+    url = _kafka("start", str(home))
+    try:
+        yield url, home
+    finally:
+        _kafka("stop", str(home))
+
+
+def test_ledgers_survive_a_broker_kill(own_broker: tuple[str, Path]) -> None:
+    url, home = own_broker
+    f = open_ledgers(url)
+    ml = f.open("segment://t/ns/x/0000-7fff-1")
+    ps = [ml.append(EntryData(size=i, publish_ts_us=i, msg=f"m{i}")) for i in range(6)]
+    ml.append(EntryData(size=0, publish_ts_us=6, marker=MarkerKind.COMMIT))
+    ml.save_cursor("sub", CursorState(ps[1], (ps[3],)))
+    assert ml.trim(ps[2]) == 2
+    ml.seal()
+    f.close()
+
+    os.kill(int((home / "kafka.pid").read_text()), signal.SIGKILL)  # no controlled shutdown
+    t0 = time.monotonic()
+    assert _kafka("restart", str(home)) == url  # same ports, same data
+    restart_s = time.monotonic() - t0
+
+    g = open_ledgers(url)
+    try:
+        again = g.open("segment://t/ns/x/0000-7fff-1")
+        assert again.sealed
+        assert again.load_cursor("sub") == CursorState(ps[1], (ps[3],))
+        assert again.first_position() == ps[2] and again.last_confirmed() == Position(ps[0].ledger_id, 6)
+        assert [e.data.msg for e in again.read(EARLIEST, again.last_confirmed(), 100)] == ["m2", "m3", "m4", "m5", None]
+        assert g.names("segment://") == ["segment://t/ns/x/0000-7fff-1"]
+    finally:
+        g.close()
+    assert restart_s < 60
