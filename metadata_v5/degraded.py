@@ -33,7 +33,7 @@ from engine.errors import BadVersion, ConfigError, MetadataError, NoSuchKey
 from metadata_v5.store import (
     ABSENT, RESERVED_PREFIX, Bounds, Callback, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
     IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchEvent, WatchHub,
-    condition_error, conditions, count_partitions, new_counters, sequential_key, validate_fields,
+    condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
     validate_ops, _Bound,
 )
 
@@ -71,7 +71,12 @@ class DegradedMetadataStore(MetadataStore):
         return cls(inner)
 
     def _load_schema(self) -> None:
-        self._specs = {r.key[len(SCHEMA):]: IndexSpec.from_json(r.fields["spec"]) for r in self.inner.list(SCHEMA)}
+        # SCHEMA and SCHEMA_VERSION share a prefix: one listing reads both consistently
+        records = self.inner.list(RESERVED_PREFIX + "schema")
+        self._specs = {r.key[len(SCHEMA):]: IndexSpec.from_json(r.fields["spec"])
+                       for r in records if r.key.startswith(SCHEMA)}
+        versions = [r.version for r in records if r.key == SCHEMA_VERSION]
+        self._schema_version = versions[0] if versions else ABSENT
 
     def _spec(self, index: str) -> IndexSpec:
         if index not in self._specs:
@@ -135,7 +140,6 @@ class DegradedMetadataStore(MetadataStore):
                 keys.append(op.key)
             elif isinstance(op, (PutSequential, DeleteSequence)):
                 keys.append(SEQ + op.prefix)
-        keys.append(SCHEMA_VERSION)
         uniq = list(dict.fromkeys(keys))
         got = dict(zip(uniq, self.inner.get_many(uniq)))
         for key, expected in conditions(ops):
@@ -144,8 +148,9 @@ class DegradedMetadataStore(MetadataStore):
             if (expected == ABSENT and rec is not None) or (expected != ABSENT and actual != expected):
                 self._counters["cas_conflict"] += 1
                 raise condition_error(key, expected, actual)
-        schema = got[SCHEMA_VERSION]
-        inner_ops: builtins.list[Op] = [Check(SCHEMA_VERSION, schema.version if schema else ABSENT)]
+        # the index records below follow the specs this handle loaded: fail (and reload) if another
+        # handle declared an index since
+        inner_ops: builtins.list[Op] = [Check(SCHEMA_VERSION, self._schema_version)]
         picks: builtins.list[tuple[str, int | None]] = []
         written: builtins.list[str] = []
         seqs: dict[str, int] = {}
@@ -187,9 +192,15 @@ class DegradedMetadataStore(MetadataStore):
                 written.append(op.key)
             elif isinstance(op, PutSequential):
                 ck = SEQ + op.prefix
-                if op.prefix not in seqs:
+                if op.prefix not in seq_read:
                     seq_read[op.prefix] = got[ck]
                     seqs[op.prefix] = int(got[ck].fields["n"]) if got[ck] is not None else 0  # type: ignore[union-attr]
+                    if got[ck] is None:
+                        seqs[op.prefix] = -1
+                if seqs[op.prefix] == -1:
+                    # no counter record: continue after the highest key (a listing, as ZooKeeper would)
+                    seqs[op.prefix] = max([sequence_of(op.prefix, k) or 0 for k in self.inner.list_keys(op.prefix)],
+                                          default=0)
                 seqs[op.prefix] += 1
                 key = sequential_key(op.prefix, seqs[op.prefix])
                 fields = validate_fields(op.fields)
@@ -200,18 +211,23 @@ class DegradedMetadataStore(MetadataStore):
             else:
                 assert isinstance(op, DeleteSequence)
                 ck = SEQ + op.prefix
-                if op.prefix not in seqs:
+                if op.prefix not in seq_read:
                     seq_read[op.prefix] = got[ck]
-                seqs[op.prefix] = 0
+                seqs[op.prefix] = -1
                 picks.append((op.prefix, None))
         for prefix, n in seqs.items():
             ck, read = SEQ + prefix, seq_read[prefix]
             expected = read.version if read is not None else ABSENT
-            if n == 0:
+            if n == -1:
                 if read is not None:
                     inner_ops.append(Delete(ck, expected))
             else:
                 inner_ops.append(Put(ck, {"n": str(n)}, expected))
+        touched = [key for key, i in picks if i is not None and not isinstance(inner_ops[i], Check)]
+        touched += [op.key for op in ops if isinstance(op, Delete) and got[op.key] is None]
+        if len(set(touched)) != len(touched):
+            dup = next(k for k in touched if touched.count(k) > 1)
+            raise ValueError(f"batch writes {dup!r} twice")
         return inner_ops, picks, written
 
     # -- indexes --

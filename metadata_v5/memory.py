@@ -21,7 +21,7 @@ from metadata_v5.store import (
     Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
     MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub, condition_error,
     conditions, count_partitions, new_counters, sequential_key, validate_fields, validate_ops,
-    validate_user_key, _Bound, Callback, RESERVED_PREFIX,
+    validate_user_key, _Bound, Callback, RESERVED_PREFIX, sequence_of,
 )
 
 
@@ -87,22 +87,30 @@ class MemoryData:
                 if (expected == 0 and rec is not None) or (expected != 0 and actual != expected):
                     counters["cas_conflict"] += 1
                     raise condition_error(key, expected, actual)
-            # pass 1: resolve keys and new index entries (ValueError here writes nothing)
-            seqs = dict(self.seqs)
+            # pass 1: resolve keys and new index entries (ValueError here writes nothing).
+            # Sequence counters this batch changes (None: forgotten) are an overlay applied only on
+            # success, not a copy of every counter (that made batches O(#txns)).
+            seqs: dict[str, int | None] = {}
+            seen: set[str] = set()
             plan: builtins.list[tuple[Op, str, dict[str, str] | None, dict[str, tuple[str, int]]]] = []
             for op in ops:
                 if isinstance(op, PutSequential):
-                    n = seqs.get(op.prefix, 0) + 1
+                    current = seqs[op.prefix] if op.prefix in seqs else self.seqs.get(op.prefix)
+                    n = (current if current is not None else self._highest(op.prefix)) + 1
                     seqs[op.prefix] = n
                     key = sequential_key(op.prefix, n)
                     fields: dict[str, str] | None = validate_fields(op.fields)
                 elif isinstance(op, Put):
                     key, fields = op.key, validate_fields(op.fields)
                 elif isinstance(op, DeleteSequence):
-                    seqs.pop(op.prefix, None)
+                    seqs[op.prefix] = None
                     key, fields = op.prefix, None
                 else:
                     key, fields = op.key, None
+                if isinstance(op, (Put, PutSequential, Delete)):
+                    if key in seen:
+                        raise ValueError(f"batch writes {key!r} twice")
+                    seen.add(key)
                 plan.append((op, key, fields, self._entries(key, fields)))
             # pass 2: apply
             revision = self.revision + 1
@@ -145,18 +153,29 @@ class MemoryData:
                     changes.append(Change(key, ChangeKind.PUT, revision, dict(fields), index_changes))
                     if isinstance(op, PutSequential):
                         counters["seq_allocs"] += 1
-            self.seqs = seqs
             counters["batches"] += 1
             if conds:
                 counters["cas_ok"] += 1
-            if changes:
+            forgot = any(n is None and p in self.seqs for p, n in seqs.items())
+            if changes or forgot:  # a dropped counter is a change too (it takes a revision)
                 self.revision = revision
                 counters["writes"] += len(changes)
                 if count_partitions(c.key for c in changes if not c.key.startswith(RESERVED_PREFIX)) > 1:
                     counters["multi_partition_batches"] += 1
                 for hub in list(self.hubs):
                     hub.on_changes(changes)
+            for prefix, last in seqs.items():
+                if last is None:
+                    self.seqs.pop(prefix, None)
+                else:
+                    self.seqs[prefix] = last
             return results
+
+    def _highest(self, prefix: str) -> int:
+        """Sequence number of the highest key under ``prefix`` (0: none, or not sequential)."""
+        for key in self.records.irange(minimum=prefix, maximum=prefix + "\U0010ffff", reverse=True):
+            return sequence_of(prefix, key) or 0
+        return 0
 
     def define_index(self, spec: IndexSpec) -> None:
         with self.lock:

@@ -67,26 +67,43 @@ for _, c in ipairs(req.c) do
   end
 end
 -- 2. reads: sequence numbers, old versions and index entries (still no writes)
-local seqs, seqtouched, olds = {}, {}, {}
+local seqs, seqtouched, olds, written = {}, {}, {}, {}
+local dropped = false  -- a sequence counter that existed is dropped: a change (takes a revision)
 for i, op in ipairs(req.o) do
   if op.t == 'q' or op.t == 'ds' then
-    if seqs[op.p] == nil then seqs[op.p] = tonumber(redis.call('GET', P .. 's:' .. op.p) or '0') end
+    if seqs[op.p] == nil then
+      local cur = redis.call('GET', P .. 's:' .. op.p)
+      if cur then seqs[op.p] = tonumber(cur) else seqs[op.p] = false end
+    end
     seqtouched[op.p] = true
     if op.t == 'q' then
+      if seqs[op.p] == false then
+        -- no counter: continue after the highest sequential key under the prefix
+        local top = redis.call('ZREVRANGEBYLEX', P .. 'keys', '(' .. op.p .. '\255', '[' .. op.p, 'LIMIT', 0, 1)
+        local n = 0
+        if #top > 0 then
+          local rest = string.sub(top[1], #op.p + 1)
+          if #rest == 20 and string.match(rest, '^%d+$') then n = tonumber(rest) end
+        end
+        seqs[op.p] = n
+      end
       seqs[op.p] = seqs[op.p] + 1
       op.k = op.p .. string.format('%020d', seqs[op.p])
     else
-      seqs[op.p] = 0
+      if seqs[op.p] ~= false then dropped = true end
+      seqs[op.p] = false
     end
   end
   if op.t == 'p' or op.t == 'q' or op.t == 'd' then
+    if written[op.k] then return {'dup', op.k} end
+    written[op.k] = true
     local h = redis.call('HMGET', P .. 'r:' .. op.k, '$v', '$ix')
     local old = {v = h[1], ix = {}}
     if h[2] then old.ix = cjson.decode(h[2]) end
     olds[i] = old
   end
 end
-local changed = false
+local changed = dropped
 for i, op in ipairs(req.o) do
   if op.t == 'p' or op.t == 'q' or (op.t == 'd' and olds[i].v) then changed = true end
 end
@@ -144,7 +161,7 @@ for i, op in ipairs(req.o) do
   end
 end
 for p, _ in pairs(seqtouched) do
-  if seqs[p] == 0 then redis.call('DEL', P .. 's:' .. p) else redis.call('SET', P .. 's:' .. p, seqs[p]) end
+  if seqs[p] == false then redis.call('DEL', P .. 's:' .. p) else redis.call('SET', P .. 's:' .. p, seqs[p]) end
 end
 if changed then
   redis.call('XADD', P .. 'log', 'MAXLEN', '~', ARGV[4], '*', 'r', rev, 'c', cjson.encode(log))
@@ -432,6 +449,8 @@ class RedisMetadataStore(MetadataStore):
                 self._load_schema()
                 continue
             break
+        if res[0] == "dup":
+            raise ValueError(f"batch writes {res[1]!r} twice")
         if res[0] == "schema":
             raise MetadataError(f"redis at {self.url}: index schema keeps changing under this client")
         if res[0] == "conflict":

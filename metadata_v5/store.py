@@ -131,6 +131,14 @@ def sequential_key(prefix: str, seq: int) -> str:
     return f"{prefix}{seq:0{SEQ_WIDTH}d}"
 
 
+def sequence_of(prefix: str, key: str) -> int | None:
+    """The sequence number of ``key`` if it is a sequential key under ``prefix``, else ``None``."""
+    rest = key[len(prefix):]
+    if key.startswith(prefix) and len(rest) == SEQ_WIDTH and rest.isdigit():
+        return int(rest)
+    return None
+
+
 # --- records --------------------------------------------------------------------------------
 
 
@@ -371,8 +379,11 @@ class Put:
 
 @dataclass(frozen=True)
 class PutSequential:
-    """Create ``prefix + seq`` (see :func:`sequential_key`) with the prefix's next sequence number
-    (1, 2, ... strictly increasing per prefix, never reused until :class:`DeleteSequence`)."""
+    """Create ``prefix + seq`` (see :func:`sequential_key`) with the prefix's next sequence number:
+    1, 2, ... strictly increasing per prefix, never reused while the prefix's counter exists. With
+    no counter (never used, or dropped by :class:`DeleteSequence`) numbering continues after the
+    highest sequential key under the prefix (1 when there is none). A sequential prefix should hold
+    only keys made by ``PutSequential``."""
 
     prefix: str
     fields: Mapping[str, str]
@@ -388,8 +399,9 @@ class Delete:
 
 @dataclass(frozen=True)
 class DeleteSequence:
-    """Forget ``prefix``'s sequence counter (GC of a finished txn's op prefix); the next
-    :class:`PutSequential` under it starts at 1 again."""
+    """Forget ``prefix``'s sequence counter (GC of a finished txn's op prefix, in the batch that
+    deletes its last records); a later :class:`PutSequential` continues after the highest key
+    still under the prefix, as of the state before its batch."""
 
     prefix: str
 
@@ -503,7 +515,8 @@ class MetadataStore(ABC):
         (:class:`Check`, ``expected_version``) is evaluated against the state before the batch;
         the first failing one raises (:class:`NoSuchKey` if the key is absent but a version was
         expected, :class:`KeyExists` if ``ABSENT`` was expected, else :class:`BadVersion`) and
-        nothing is written. At most one write op per key. A batch that changes anything takes
+        nothing is written. At most one write op per key, counting the keys ``PutSequential``
+        assigns (``ValueError``, nothing written). A batch that changes anything takes
         one new revision. One round trip on Redis."""
 
     def put(self, key: str, fields: Mapping[str, str], expected_version: int | None = None) -> Record:
