@@ -587,8 +587,8 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
-        """Hand pending events to ``notifier`` (one zero-arg ``deliver`` closure per event, in
-        order, exactly once each; already pending events are handed over at once). ``None``
+        """Hand pending events to ``notifier`` (one zero-arg, one-shot ``deliver`` closure per
+        event, in order, exactly once each; already pending events are handed over at once). ``None``
         goes back to :meth:`poll_watches`. The notifier is always called on a thread of the
         caller's: during a write (in-process) or during :meth:`poll_watches` (Redis)."""
 
@@ -788,8 +788,12 @@ class WatchHub:
     def _emit(self, watch: Watch, event: WatchEvent) -> None:
         counters = self._counters
 
-        def deliver() -> None:
-            if watch.active and not self.closed:
+        done = False
+
+        def deliver() -> None:  # one-shot: a second call is a no-op
+            nonlocal done
+            if not done and watch.active and not self.closed:
+                done = True
                 counters["watch_events"] += 1
                 watch.callback(event)
 
