@@ -216,6 +216,7 @@ class KafkaLedgerFactory(LedgerFactory):
             TopicPartition(CURSORS_TOPIC, 0): 0,
         }
         self._handles = itertools.count(1)
+        self._closed = False
         self._assigned: TopicPartition | None = None
         self._admin: Any = None
         self._producer: Any = None
@@ -343,11 +344,14 @@ class KafkaLedgerFactory(LedgerFactory):
                 except Exception:  # noqa: BLE001 - closing a broken client must not mask the cause
                     pass
         self._consumer = self._producer = self._admin = None
+        self._closed = True
 
     # --- driver calls (every kafka-python call goes through these) ---
 
     @contextmanager
     def _driver(self, action: str) -> Iterator[None]:
+        if self._closed:
+            raise LedgerError(f"kafka ledgers at {self.url}: {action} after the factory was closed")
         with _translated(self.url, action):
             yield
 
