@@ -50,7 +50,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
-    p.add_argument("--drain-ms", type=int, default=70_000, help="virtual time to run after the last event")
+    p.add_argument("--drain-ms", type=int, default=None,
+                   help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -59,10 +60,11 @@ def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-u
 
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
     time_mode = args.time or ("wall" if real else "virtual")
+    drain_ms = args.drain_ms if args.drain_ms is not None else (5_000 if time_mode == "wall" else 70_000)
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
                   polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
-                  drain_ms=args.drain_ms)
+                  drain_ms=drain_ms)
         for e in engines
     ]
 

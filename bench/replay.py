@@ -216,7 +216,7 @@ class Replayer:
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn
         txn = self.txns[e.txn]
-        txn.end_requested_us = e.ts_us
+        txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
         assert txn.id is not None
         self.broker.end_txn(txn.id, action, self._on_end)

@@ -206,8 +206,12 @@ class KafkaLedgerFactory(LedgerFactory):
         *,
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        namespace: str = "",
     ) -> None:
         self.url = f"kafka://{bootstrap}"
+        # Ledger names are stored as ``namespace + name``: runs (or tests) sharing a broker
+        # each see only their own ledgers.
+        self._ns = namespace
         self.stats = Counters()
         self._timeout_s = request_timeout_ms / 1000
         self._states: dict[str, _LedgerState] = {}
@@ -263,7 +267,7 @@ class KafkaLedgerFactory(LedgerFactory):
         if parsed.scheme != "kafka" or not hosts or any(not re.fullmatch(r"[^:/]+:\d+", h) for h in hosts):
             raise ConfigError(f"bad Kafka URL {url!r}; expected kafka://host:port")
         query = parse_qs(parsed.query)
-        unknown = set(query) - {"connect_timeout_ms", "request_timeout_ms"}
+        unknown = set(query) - {"connect_timeout_ms", "request_timeout_ms", "namespace"}
         if unknown:
             raise ConfigError(f"{url}: unknown option(s) {', '.join(sorted(unknown))}")
         from engine.backends import query_int
@@ -272,12 +276,14 @@ class KafkaLedgerFactory(LedgerFactory):
             ",".join(hosts),
             connect_timeout_ms=query_int(url, "connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT_MS),
             request_timeout_ms=query_int(url, "request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS),
+            namespace=query.get("namespace", [""])[0],
         )
 
     # --- LedgerFactory ---
 
     def open(self, name: str) -> KafkaManagedLedger:
         self._catch_up()
+        external, name = name, self._ns + name
         st = self._states.get(name)
         if st is not None and not self._load_offsets(st):
             # Registered but its topic is gone: a delete was interrupted by a crash. Finish it;
@@ -297,18 +303,20 @@ class KafkaLedgerFactory(LedgerFactory):
                 st.start = st.end = 0
             elif not self._load_offsets(st):
                 raise LedgerError(f"kafka at {self.url}: topic {topic} of ledger {name} vanished while opening it")
-        return KafkaManagedLedger(name, st, self, next(self._handles))
+        return KafkaManagedLedger(external, st, self, next(self._handles), key=name)
 
     def exists(self, name: str) -> bool:
         self._catch_up()
-        return name in self._states
+        return self._ns + name in self._states
 
     def names(self, prefix: str = "") -> list[str]:
         self._catch_up()
-        return sorted(n for n in self._states if n.startswith(prefix))
+        start = self._ns + prefix
+        return sorted(n[len(self._ns):] for n in self._states if n.startswith(start))
 
     def delete(self, name: str) -> None:
         self._catch_up()
+        name = self._ns + name
         st = self._states.get(name)
         if st is None:
             return
@@ -518,8 +526,10 @@ class KafkaManagedLedger(ManagedLedger):
     rolls_over = False
     trims_whole_ledgers = False
 
-    def __init__(self, name: str, state: _LedgerState, factory: KafkaLedgerFactory, handle: int) -> None:
+    def __init__(self, name: str, state: _LedgerState, factory: KafkaLedgerFactory, handle: int,
+                 key: str | None = None) -> None:
         self.name = name
+        self._key = key if key is not None else name  # the registry / cursor key (namespaced)
         self.stats = Counters()
         self._st = state
         self._f = factory
@@ -594,7 +604,7 @@ class KafkaManagedLedger(ManagedLedger):
             return
         st.sealed = True
         try:
-            self._f._write_registry(self.name, st, f"seal {self.name}", self)
+            self._f._write_registry(self._key, st, f"seal {self.name}", self)
         except BaseException:
             st.sealed = False
             raise
@@ -613,7 +623,7 @@ class KafkaManagedLedger(ManagedLedger):
         if target > st.trimmed:  # the trim point first, durably: a later open re-applies it
             previous, st.trimmed = st.trimmed, target
             try:
-                self._f._write_registry(self.name, st, f"trim {self.name}", self)
+                self._f._write_registry(self._key, st, f"trim {self.name}", self)
             except BaseException:
                 st.trimmed = previous
                 raise
@@ -637,7 +647,7 @@ class KafkaManagedLedger(ManagedLedger):
 
     def save_cursor(self, name: str, state: CursorState) -> None:
         st = self._live()
-        self._f._send(CURSORS_TOPIC, _cursor_key(self.name, name), _encode_cursor(state), "save cursor", handle=self)
+        self._f._send(CURSORS_TOPIC, _cursor_key(self._key, name), _encode_cursor(state), "save cursor", handle=self)
         st.cursors[name] = state
         self.stats["cursor_writes"] += 1
 
@@ -648,7 +658,7 @@ class KafkaManagedLedger(ManagedLedger):
         st = self._live()
         if name not in st.cursors:
             return
-        self._f._send(CURSORS_TOPIC, _cursor_key(self.name, name), None, "delete cursor", handle=self)
+        self._f._send(CURSORS_TOPIC, _cursor_key(self._key, name), None, "delete cursor", handle=self)
         del st.cursors[name]
 
     def cursor_names(self) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
+from engine.dispatcher import DispatchMode
 from engine.memledger import MemoryLedgerFactory
 from legacy_v4 import v4_engine
 from metadata_v5.engine import open_v5
@@ -12,6 +13,18 @@ from tests.harness import NO_TXN, Combo, Durable, memory_durable
 
 COMBOS: list[Combo] = [NO_TXN]
 COMBOS.append(Combo("v4/memory", True, memory_durable, lambda d: v4_engine()))
+
+
+def _kafka_durable() -> Durable:
+    """Kafka-backed ledgers on the broker the test command started, in a fresh namespace."""
+    from engine.kafkaledger import KafkaLedgerFactory
+
+    url = f"{os.environ['TXNBENCH_KAFKA_URL']}?namespace=t{uuid.uuid4().hex[:12]}/"
+    return Durable(KafkaLedgerFactory.from_url(url))
+
+
+COMBOS.append(Combo("v4/kafka", True, _kafka_durable, lambda d: v4_engine(), needs=("kafka",),
+                    close_durable=lambda d: d.ledgers.close(), modes=(DispatchMode.POLLING,)))
 
 
 def _v5(variant: str, backend: str) -> Combo:

@@ -35,6 +35,9 @@ class Combo:
     make_engine: Callable[[Durable], EngineFactory | None]
     needs: tuple[str, ...] = ()  # real services, e.g. ("redis",)
     close_durable: Callable[[Durable], None] = lambda d: None
+    # Dispatch modes to run; None = both. A backend orthogonal to dispatching (a ledger store)
+    # may run one mode to keep the suite fast; the other is covered on the embedded backends.
+    modes: tuple[DispatchMode, ...] | None = None
 
 
 def memory_durable() -> Durable:

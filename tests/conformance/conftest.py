@@ -12,7 +12,7 @@ def _params(transactional_only: bool) -> list:
     for combo in COMBOS:
         if transactional_only and not combo.transactional:
             continue
-        for mode in DispatchMode:
+        for mode in combo.modes or tuple(DispatchMode):
             marks = [getattr(pytest.mark, need) for need in combo.needs]
             out.append(pytest.param((combo, mode), id=f"{combo.name}-{mode.value}", marks=marks))
     return out
