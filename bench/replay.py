@@ -116,6 +116,8 @@ class Replayer:
                 if msg in self.undelivered:
                     self.undelivered.discard(msg)
                     self._first_delivery(msg, ts, ts - d.publish_ts_us)
+                if msg is None:
+                    continue
                 key = (sub, msg)
                 kind = self.deferred.pop(key, None)
                 if kind is None:

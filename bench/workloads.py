@@ -115,7 +115,7 @@ class _Txn:
     remaining: int
     partitions: list[str]
     fate: str  # commit | abort | long | hang
-    msgs: list[str] = field(default_factory=list)
+    msgs: list[tuple[str, str]] = field(default_factory=list)  # (msg, topic)
 
 
 def generate(profile: Profile, events: int, seed: int, out: str | Path,
@@ -167,7 +167,7 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
                 action = "abort" if rng.random() < profile.abort_ratio else "commit"
             schedule(at, action, txn=txn.label)
             if action == "commit":
-                for m, topic in txn.msgs:  # type: ignore[misc]
+                for m, topic in txn.msgs:
                     ack_at = at + int(profile.ack_delay_ms * 1000)
                     for s in subs:
                         schedule(ack_at, "ack", topic=topic, msg=m, subscription=s, ack_kind="individual")
@@ -208,7 +208,7 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
                 topic = txn.partitions[txn.remaining % len(txn.partitions)]
                 w.add(ts, "publish", txn=txn.label, topic=topic, msg=msg, size=profile.message_size, key=key)
                 last_msg[topic] = msg
-                txn.msgs.append((msg, topic))  # type: ignore[arg-type]
+                txn.msgs.append((msg, topic))
                 txn.remaining -= 1
                 if txn.remaining == 0:
                     open_txns.remove(txn)

@@ -10,6 +10,7 @@ from what is durable only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable
 
 from engine.clock import LatencyModel, Scheduler, Scope
@@ -32,7 +33,7 @@ from engine.ports import (
     TxnAction,
 )
 from engine.records import EntryData, MessageId, Position
-from engine.topics import SegmentLayout, TopicName, key_hash
+from engine.topics import Segment, SegmentLayout, TopicName, key_hash
 from engine.txn_disabled import PendingAckStoreDisabled, TransactionBufferDisabled
 
 
@@ -232,7 +233,7 @@ class Broker:
             seg = layout.find(ledger_name)
             children = [s for s in layout.segments.values() if seg.id in s.parents]
             for child in children:
-                sub.dispatcher.on_drained(lambda c=child: self._kick(c.ledger, subscription))
+                sub.dispatcher.on_drained(partial(self._kick, child.ledger, subscription))
         sub.dispatcher.kick()
 
     def _gate(self, topic: str, ledger_name: str, subscription: str) -> Callable[[], bool] | None:
@@ -333,7 +334,7 @@ class Broker:
         self._seal_and_record(str(name), [a, b], [child])
         return child.ledger
 
-    def _pick(self, layout: SegmentLayout, target: str | None, key: str | None):  # type: ignore[no-untyped-def]
+    def _pick(self, layout: SegmentLayout, target: str | None, key: str | None) -> Segment:
         if target:
             return layout.find(target)
         if key is not None:
@@ -341,7 +342,7 @@ class Broker:
         active = layout.active()
         return active[0]
 
-    def _seal_and_record(self, topic: str, sealed: list, created: list) -> None:  # type: ignore[type-arg]
+    def _seal_and_record(self, topic: str, sealed: list[Segment], created: list[Segment]) -> None:
         for seg in sealed:
             self._partition(seg.ledger).ledger.seal()
         self._append_layout(
@@ -356,7 +357,7 @@ class Broker:
                 d = self._sub(seg.ledger, subscription).dispatcher
                 if d is not None:
                     for child in created:
-                        d.on_drained(lambda c=child, s=subscription: self._kick(c.ledger, s))
+                        d.on_drained(partial(self._kick, child.ledger, subscription))
                     d.kick()
 
     # -- transactions ---------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class Scope(Scheduler):
     timer it scheduled that has not fired, as a crash kills a process's pending work."""
 
     def __init__(self, parent: Scheduler) -> None:
-        self.parent = parent.parent if isinstance(parent, Scope) else parent
+        self.parent: Scheduler = parent.parent if isinstance(parent, Scope) else parent
         self.closed = False
 
     def now_us(self) -> int:

@@ -18,6 +18,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any, Mapping
 
 from engine.errors import TopicError
 
@@ -37,7 +38,7 @@ class TopicName:
 
     @classmethod
     def parse(cls, text: str) -> TopicName:
-        return _parse(cls, text)
+        return _parse(text)
 
     @classmethod
     def _parse_uncached(cls, text: str) -> TopicName:
@@ -148,15 +149,15 @@ class SegmentLayout:
         self._active = None
         return self._add(Segment(max(self.segments) + 1, a.start, b.end, (a.id, b.id)))
 
-    def apply(self, record: dict[str, object]) -> None:
+    def apply(self, record: Mapping[str, Any]) -> None:
         """Replay one durable layout record."""
-        for sid in record.get("sealed", []):  # type: ignore[union-attr]
+        for sid in record.get("sealed", []):
             self.segments[int(sid)].sealed = True
         self._active = None
-        for s in record.get("created", []):  # type: ignore[union-attr]
+        for s in record.get("created", []):
             self._add(Segment(int(s["id"]), int(s["start"]), int(s["end"]), tuple(s["parents"])))
 
 
 @lru_cache(maxsize=65_536)
-def _parse(cls: type[TopicName], text: str) -> TopicName:
-    return cls._parse_uncached(text)
+def _parse(text: str) -> TopicName:
+    return TopicName._parse_uncached(text)

@@ -47,8 +47,12 @@ class V5Engine(Engine):
         self._opts = opts
         self.store = store
         delay = ctx.latency.of("meta.write") + ctx.latency.of("meta.watch")
-        self.records = StoreTxnRecords(store, lambda deliver: ctx.scheduler.call_later(delay, deliver))
-        store.set_notifier(lambda deliver: ctx.scheduler.call_later(delay, deliver))
+
+        def notify(deliver: Callable[[], None]) -> None:
+            ctx.scheduler.call_later(delay, deliver)
+
+        self.records = StoreTxnRecords(store, notify)
+        store.set_notifier(notify)
         self.metrics = V5Metrics()
         self._tc: CoordinatorV5 | None = None
         self._buffers: list[MetadataTransactionBuffer] = []

@@ -49,7 +49,10 @@ class HeaderCache:
             return
         self.states[txn] = TxnStatus.OPEN
         if self._watch:
-            self._records.watch_header(txn, self._owner, lambda h, t=txn: self._changed(t, h))
+            def changed(header: Header | None) -> None:
+                self._changed(txn, header)
+
+            self._records.watch_header(txn, self._owner, changed)
 
     def _changed(self, txn: TxnID, header: Header | None) -> None:
         self._stats["watch_events"] += 1

@@ -34,10 +34,11 @@ from metadata_v5.txnrecords import (
 ID_BLOCK = 1_000  # ids reserved per CAS on the coordinator's counter (lost on a crash: gaps only)
 
 INDEXES = (
-    IndexSpec("txn-by-deadline", "/txn/", ("timeout_us",), numeric=True, where={"state": "open"}),
-    IndexSpec("txn-by-final-state", "/txn/", ("finalized_us",), numeric=True, where={"state": ("committed", "aborted")}),
-    IndexSpec("writes-by-segment", "/txn-op/", ("segment",), where={"kind": "write"}),
-    IndexSpec("acks-by-segment-subscription", "/txn-op/", ("segment", "subscription"), where={"kind": "ack"}),
+    IndexSpec("txn-by-deadline", "/txn/", ("timeout_us",), numeric=True, where=(("state", ("open",)),)),
+    IndexSpec("txn-by-final-state", "/txn/", ("finalized_us",), numeric=True,
+              where=(("state", ("aborted", "committed")),)),
+    IndexSpec("writes-by-segment", "/txn-op/", ("segment",), where=(("kind", ("write",)),)),
+    IndexSpec("acks-by-segment-subscription", "/txn-op/", ("segment", "subscription"), where=(("kind", ("ack",)),)),
     IndexSpec("events-by-participant", "/txn-event/", ("segment", "subscription")),
     IndexSpec("aborted-by-segment", "/txn-aborted/", ("segment",)),
 )
@@ -189,7 +190,11 @@ class StoreTxnRecords(TxnRecords):
         if initial is None or initial.fields.get("state") != TxnStatus.OPEN.value:
             # Changed between the caller's read and the registration: deliver the snapshot.
             snapshot = _header(txn, initial) if initial is not None else None
-            self._notify(lambda: watch.active and listener(snapshot))
+            def deliver() -> None:
+                if watch.active:
+                    listener(snapshot)
+
+            self._notify(deliver)
 
     def unwatch_header(self, txn: TxnID, owner: object) -> None:
         watch = self._watches.pop((txn, owner), None)
