@@ -134,7 +134,11 @@ class Dispatcher:
         self.kick()
 
     def redeliver(self, positions: list[Position]) -> None:
-        """Dispatch these positions again (unless acked or pending by then)."""
+        """Dispatch these positions again (unless acked or pending by then). Positions at or
+        beyond the read position were never dispatched: the normal read reaches them in order
+        (replaying them would read past maxReadPosition and deliver them twice)."""
+        read_position = self._cursor.read_position
+        positions = [p for p in positions if p < read_position]
         self._replay.update(positions)
         self._outstanding.difference_update(positions)
         self.kick()
