@@ -1,0 +1,84 @@
+"""A :class:`~tests.harness.System` that records a :class:`~bench.checker.History` of everything
+its clients did, every fault and every delivery, for :func:`bench.checker.check`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from bench.checker import History, Violation, check
+from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
+from engine.errors import TxnbenchError
+from engine.ids import TxnID
+from engine.ports import AckKind, TxnAction
+from engine.records import MessageId
+from tests.harness import Combo, System
+
+
+class CheckedSystem(System):
+    def __init__(self, combo: Combo, mode: DispatchMode, polling: PollingPolicy | None = None) -> None:
+        self.history = History()
+        self.txn_ids: list[TxnID] = []
+        super().__init__(combo, mode, polling)
+
+    def _consumer(self, topic: str, sub: str) -> Callable[[list[Delivery]], None]:
+        received = self.received[(topic, sub)]
+
+        def deliver(batch: list[Delivery]) -> None:
+            received.extend(batch)
+            self.history.deliver(topic, sub, batch)
+
+        return deliver
+
+    def subscribe(self, topic: str, sub: str) -> None:
+        self.received.setdefault((topic, sub), [])
+        if (topic, sub) not in self._subs:
+            self._subs.append((topic, sub))
+        self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+        self.history.subscribe(topic, sub)
+
+    def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None, size: int = 100) -> MessageId:
+        mid = super().publish(topic, msg, txn=txn, key=key, size=size)
+        self.history.publish(msg, topic, txn, key, mid)
+        return mid
+
+    def ack(self, sub: str, *msgs: str, kind: AckKind = AckKind.INDIVIDUAL, txn: TxnID | None = None) -> None:
+        super().ack(sub, *msgs, kind=kind, txn=txn)
+        self.history.ack(sub, msgs, kind is AckKind.CUMULATIVE, txn)
+
+    def new_txn(self, timeout_ms: int = 60_000) -> TxnID:
+        txn = super().new_txn(timeout_ms)
+        self.txn_ids.append(txn)
+        return txn
+
+    def end(self, txn: TxnID, action: TxnAction) -> None:
+        super().end(txn, action)
+        self.history.end(txn, action.value)
+
+    def redeliver_unacked(self, topic: str, sub: str) -> None:
+        self.broker.redeliver_unacked(topic, sub)
+        self.history.fault("redeliver", sub)
+
+    def crash(self) -> None:
+        self.history.fault("crash_broker")
+        self.broker.crash()
+        self.crashes += 1
+        self.broker = self._new_broker()
+        for topic, sub in self._subs:
+            self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+
+    def restart_coordinator(self) -> None:
+        self.history.fault("crash_tc")
+        self.broker.restart_coordinator()
+
+    def finish(self) -> list[Violation]:
+        """Record every txn's outcome as the coordinator knows it, then check."""
+        coordinator = self.broker.coordinator() if self.combo.transactional else None
+        for txn in self.txn_ids:
+            status = self.outcomes.get(txn)
+            if coordinator is not None:
+                try:
+                    status = coordinator.status(txn)
+                except TxnbenchError:
+                    pass  # collected by GC: keep what the client heard
+            self.history.outcome(txn, status.value if status is not None else "unknown")
+        return check(self.history)
