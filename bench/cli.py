@@ -141,6 +141,22 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from bench.scenarios import run_scenarios
+
+    params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
+    if args.participants:
+        params["endtxn"] = {"sizes": tuple(args.participants)}
+    if args.sizes:
+        params["recovery"] = {"sizes": tuple(args.sizes)}
+    started = time.perf_counter()
+    run_scenarios(args.names or None, args.out, large=args.large, params=params, progress=print)
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    print(f"report: {Path(args.out) / 'report.html'}")
+    print(f"        {Path(args.out) / 'report.md'} (data: scenarios.json)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -180,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profiles", help="list the workload profiles")
     p.set_defaults(fn=cmd_profiles)
+    p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
+    p.add_argument("names", nargs="*", metavar="NAME", help="sealed, polling, endtxn, recovery, gc, interop (default: all)")
+    p.add_argument("--out", default="txnbench-out/scenarios")
+    p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
+    p.add_argument("--window-s", type=int, default=30, help="sealed: seconds of virtual time after the commit")
+    p.add_argument("--hold-s", type=float, default=5.0, help="polling: seconds the txn stays open")
+    p.add_argument("--participants", type=int, nargs="+", default=None, help="endtxn: participant counts")
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="recovery: log lengths")
+    p.set_defaults(fn=cmd_scenarios)
     return parser
 
 

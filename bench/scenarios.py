@@ -1,0 +1,576 @@
+"""Scripted scenarios that answer the PIP-473 review questions with numbers (issue #8).
+
+Each scenario is one small function that runs the same script on both engines (and on both v5
+notification variants or GC modes where they matter) in virtual time on the embedded backends,
+and returns a :class:`Scenario`: classified rows (``bench.report.Row``), one column per
+engine/variant, and the command that reproduces it. :func:`run_scenarios` writes
+``scenarios.json`` plus ``report.md`` / ``report.html`` ("Review questions", one table per
+question) with ``bench.report``'s renderers.
+
+Counts are exact; times are virtual time under the default :class:`~engine.clock.LatencyModel`
+(ledger append 1 ms, ledger read 0.1 ms, empty cursor read 20 µs, RPC 0.2 ms, metadata CAS 1 ms,
+watch 0.5 ms).
+
+Model of dispatcher CPU (polling question): each read the dispatcher issues costs broker CPU for
+its modelled duration — ``cursor.empty_read`` (20 µs) for a read that returns nothing
+dispatchable, ``ledger.read`` (100 µs) for one that returns entries. "CPU per blocked second"
+is that sum divided by the seconds the dispatcher spent blocked at maxReadPosition; 1,000 ms/s is
+one core busy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.config import RunConfig
+from bench.engines import Setup, build
+from bench.report import Row, render_html, render_markdown
+from engine.broker import Broker, BrokerConfig
+from engine.clock import LatencyModel, VirtualScheduler
+from engine.dispatcher import Delivery, DispatchMode
+from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
+from engine.ids import Design, TxnID
+from engine.ports import AckKind, TxnAction, TxnStatus
+from engine.records import MessageId
+
+SECTION = "Review questions"
+T = "persistent://public/default/t"
+S = "topic://public/default/s"
+ENGINES = {"v4": dict(engine="v4"), "v5-watch": dict(engine="v5", v5_variant="watch"),
+           "v5-events": dict(engine="v5", v5_variant="events")}
+
+
+# -- a scripted run (the idea of tests/harness.System, over a RunConfig) --------------------------
+
+
+class Run:
+    """A broker over a run's durable stores in virtual time, with recording consumers."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.sched = VirtualScheduler()
+        self.setup: Setup = build(cfg)
+        self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency)
+        self.received: dict[tuple[str, str], list[Delivery]] = {}
+        self.ids: dict[str, MessageId] = {}
+        self.outcomes: dict[TxnID, tuple[TxnStatus, int]] = {}
+        self._subs: list[tuple[str, str]] = []
+        self.broker = self.new_broker()
+
+    def new_broker(self) -> Broker:
+        return Broker(self.sched, self.setup.ledgers, self.bcfg, self.setup.engine)
+
+    def subscribe(self, topic: str, sub: str) -> None:
+        got = self.received.setdefault((topic, sub), [])
+        if (topic, sub) not in self._subs:
+            self._subs.append((topic, sub))
+        self.broker.subscribe(topic, sub, got.extend)
+
+    def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None) -> MessageId:
+        mid = self.ids[msg] = self.broker.publish(topic, msg, 100, txn=txn, key=key)
+        return mid
+
+    def ack(self, sub: str, *msgs: str, txn: TxnID | None = None) -> None:
+        self.broker.ack(sub, [self.ids[m] for m in msgs], AckKind.INDIVIDUAL, txn=txn)
+
+    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
+        """End ``txn``; returns the virtual time of the call. Outcomes are recorded with their time."""
+        self.broker.end_txn(txn, action, lambda t, s: self.outcomes.__setitem__(t, (s, self.sched.now_us())))
+        return self.sched.now_us()
+
+    def run(self, us: int) -> None:
+        self.sched.run_until(self.sched.now_us() + us)
+
+    def crash(self, reconnect: bool = True) -> None:
+        self.broker.crash()
+        self.broker = self.new_broker()
+        if reconnect:
+            self.reconnect()
+
+    def reconnect(self) -> None:
+        for topic, sub in self._subs:
+            self.broker.subscribe(topic, sub, self.received[(topic, sub)].extend)
+
+    def msgs(self, topic: str, sub: str) -> list[str | None]:
+        return [d.msg for d in self.received.get((topic, sub), [])]
+
+    def delivered_at(self, topic: str, sub: str, msg: str) -> int | None:
+        return next((d.delivered_ts_us for d in self.received.get((topic, sub), []) if d.msg == msg), None)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.broker.stats())
+
+    def close(self) -> None:
+        self.broker.crash()
+        self.setup.close()
+
+
+def _cfg(label: str, **kw: Any) -> RunConfig:
+    base: dict[str, Any] = dict(ENGINES[label.split(" ")[0]] if label.split(" ")[0] in ENGINES else {})
+    base.update(kw)
+    base.setdefault("dispatch", DispatchMode.NOTIFY)
+    return RunConfig(**base)
+
+
+def _ms(us: int | None) -> float | None:
+    return None if us is None else round(us / 1000, 3)
+
+
+@dataclass
+class Scenario:
+    name: str
+    question: str
+    labels: list[str]
+    rows: list[Row]
+    command: str
+    note: str = ""
+    findings: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+
+def _row(metric: str, unit: str, values: dict[str, float | None], verdict: str = "n/a") -> Row:
+    return Row(SECTION, metric, unit, values, None, verdict)
+
+
+def _verdicts(rows: list[Row], base: str, other: str, lower_better: bool = True) -> None:
+    """Verdict of ``other`` vs ``base`` per row (exact counts and virtual times: any difference)."""
+    for r in rows:
+        a, b = r.values.get(base), r.values.get(other)
+        if a is None or b is None:
+            continue
+        r.ratio = (b / a) if a else (None if b == 0 else float("inf"))
+        r.verdict = "same" if a == b else ("better" if (b < a) == lower_better else "worse")
+
+
+# -- 1. sealed segment mid-txn --------------------------------------------------------------------
+
+
+def sealed(window_s: int = 30) -> Scenario:
+    """A txn writes to a segment, the segment splits, the txn commits."""
+    labels = ["v4", "v5-watch", "v5-events"]
+    vals: dict[str, dict[str, float | None]] = {}
+    for label in labels:
+        r = Run(_cfg(label))
+        r.subscribe(S, "sub")
+        r.publish(S, "before", key="a")
+        txn = r.broker.new_txn(window_s * 2_000)
+        r.publish(S, "x", txn=txn, key="a")
+        r.publish(S, "after", key="a")
+        r.run(1_000)
+        r.broker.split(S)
+        r.publish(S, "child", key="a")
+        cas0 = r.stats().get("meta.cas", 0)
+        t0 = r.end(txn)
+        r.run(window_s * 1_000_000)
+        st = r.stats()
+        outcome = r.outcomes.get(txn)
+        resolved = outcome is not None and outcome[0] is TxnStatus.COMMITTED
+        vis = r.delivered_at(S, "sub", "x")
+        vals[label] = {
+            "resolved": 1 if resolved else 0,
+            "resolve_ms": _ms(outcome[1] - t0) if resolved and outcome else None,
+            "visible_ms": _ms(vis - t0) if vis is not None else None,
+            "visible": sum(1 for m in ("x", "after", "child") if m in r.msgs(S, "sub")),
+            "rpcs": st.get("tc.end_txn.rpcs_sent", 0), "rpcs_failed": st.get("tc.end_txn.rpcs_failed", 0),
+            "retries": st.get("tc.end_txn.retries", 0), "markers": st.get("ledger.appends.marker", 0),
+            "cas": st.get("meta.cas", 0) - cas0,
+        }
+        r.close()
+    spec = [("txn committed within the window", "0/1", "resolved"), ("end-txn answered after", "ms", "resolve_ms"),
+            ("commit to visible (the txn's entry)", "ms", "visible_ms"),
+            ("entries visible of x, after, child", "entries", "visible"), ("END_TXN RPCs sent", "RPCs", "rpcs"),
+            ("END_TXN RPCs failed", "RPCs", "rpcs_failed"), ("end-txn retries", "retries", "retries"),
+            ("commit markers written", "entries", "markers"), ("metadata CAS at commit", "CAS", "cas")]
+    rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
+    v4 = vals["v4"]
+    findings = [
+        f"v4: {'never resolves' if not v4['resolved'] else 'resolves'} within {window_s} s — {v4['rpcs_failed']:g} END_TXN "
+        f"RPCs fail on the sealed segment, {v4['retries']:g} retries, 0 of 3 entries visible (x, after and the child "
+        "segment all wait).",
+        f"v5: one CAS; the entry is visible {vals['v5-watch']['visible_ms']} ms (watch) / "
+        f"{vals['v5-events']['visible_ms']} ms (events) after the commit call.",
+    ]
+    return Scenario("sealed", "Sealed segment mid-txn: what happens when a txn's segment splits before it commits?",
+                    labels, rows, f"txnbench scenarios sealed --window-s {window_s}",
+                    f"Notify dispatch, default latencies; window {window_s} s of virtual time after the commit call. "
+                    "v4 retries END_TXN every end_txn_retry_interval_ms (1 s) forever (Pulsar's default).", findings)
+
+
+# -- 2. dispatcher polling while blocked ----------------------------------------------------------
+
+
+def polling(hold_s: float = 5.0) -> Scenario:
+    """A txn stays open ``hold_s`` seconds while plain messages pile up behind it."""
+    modes = [("pulsar", DispatchMode.POLLING), ("shared-backoff", DispatchMode.POLLING),
+             ("spin", DispatchMode.POLLING), ("notify", DispatchMode.NOTIFY)]
+    labels = [f"{eng} {m}" for eng in ("v4", "v5-watch") for m, _ in modes]
+    lat = LatencyModel()
+    empty_us, read_us = lat.of("cursor.empty_read"), lat.of("ledger.read")
+    vals: dict[str, dict[str, float | None]] = {}
+    for label in labels:
+        eng, preset = label.split(" ")
+        mode = DispatchMode.NOTIFY if preset == "notify" else DispatchMode.POLLING
+        r = Run(_cfg(eng, dispatch=mode, polling="pulsar" if preset == "notify" else preset))
+        r.subscribe(T, "sub")
+        txn = r.broker.new_txn(int(hold_s * 1000) + 60_000)
+        r.publish(T, "txn-entry", txn=txn)
+        for i in range(10):
+            r.publish(T, f"plain{i}")
+        r.run(1_000)
+        before = r.stats()
+        r.run(int(hold_s * 1e6))
+        t0 = r.end(txn)
+        r.run(1_000_000)
+        st = r.stats()
+        d = {k: st.get(k, 0) - before.get(k, 0) for k in ("dispatch.reads", "dispatch.empty_reads", "dispatch.blocked_us")}
+        reads, empty, blocked_s = d["dispatch.reads"], d["dispatch.empty_reads"], d["dispatch.blocked_us"] / 1e6
+        cpu_ms = (empty * empty_us + (reads - empty) * read_us) / 1000
+        vis = r.delivered_at(T, "sub", "txn-entry")
+        vals[label] = {"reads": reads, "empty": empty, "blocked_s": round(blocked_s, 3),
+                       "empty_per_s": round(empty / blocked_s, 1) if blocked_s else 0.0,
+                       "cpu": round(cpu_ms / blocked_s, 2) if blocked_s else 0.0,
+                       "visible_ms": _ms(vis - t0) if vis is not None else None}
+        r.close()
+    spec = [("dispatcher reads while blocked", "reads", "reads"), ("empty reads", "reads", "empty"),
+            ("time blocked at maxReadPosition", "s", "blocked_s"), ("empty reads per blocked second", "reads/s", "empty_per_s"),
+            ("modelled dispatcher CPU per blocked second", "ms/s", "cpu"),
+            ("commit to visible (the txn's entry)", "ms", "visible_ms")]
+    rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
+    findings = [
+        f"{eng}: empty reads/s pulsar {vals[f'{eng} pulsar']['empty_per_s']:g}, shared-backoff "
+        f"{vals[f'{eng} shared-backoff']['empty_per_s']:g}, spin {vals[f'{eng} spin']['empty_per_s']:g} "
+        f"(CPU {vals[f'{eng} spin']['cpu']:g} ms/s), notify {vals[f'{eng} notify']['empty_per_s']:g}; "
+        f"commit-to-visible pulsar {vals[f'{eng} pulsar']['visible_ms']} ms vs notify {vals[f'{eng} notify']['visible_ms']} ms"
+        for eng in ("v4", "v5-watch")
+    ]
+    return Scenario("polling", "Dispatcher polling: what does a subscription blocked at maxReadPosition by a long-open txn cost?",
+                    labels, rows, f"txnbench scenarios polling --hold-s {hold_s:g}",
+                    f"One txn entry then 10 plain entries; the txn stays open {hold_s:g} s. CPU model: "
+                    f"empty read = cursor.empty_read ({empty_us} µs), other read = ledger.read ({read_us} µs), "
+                    "summed and divided by blocked seconds (1000 ms/s = one core).", findings)
+
+
+# -- 3. end-txn cost vs participants --------------------------------------------------------------
+
+
+def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
+    """A txn writes one entry on each of N partitions and acks one message on each partition's
+    subscription (N partitions + N subscriptions), then commits."""
+    engines = ["v4", "v5-watch", "v5-events"]
+    labels = [f"{e} N={n}" for n in sizes for e in engines]
+    vals: dict[str, dict[str, float | None]] = {}
+    for n in sizes:
+        for eng in engines:
+            r = Run(_cfg(eng))
+            topics = [f"persistent://public/default/p{i}" for i in range(n)]
+            for i, t in enumerate(topics):
+                r.subscribe(t, "sub")
+                r.publish(t, f"pre{i}")
+            r.run(10_000)
+            txn = r.broker.new_txn(600_000)
+            for i, t in enumerate(topics):
+                r.publish(t, f"m{i}", txn=txn)
+                r.ack("sub", f"pre{i}", txn=txn)
+            r.run(10_000)
+            before = r.stats()
+            t0 = r.end(txn)
+            r.run(5_000_000)
+            st = r.stats()
+            d = {k: st.get(k, 0) - before.get(k, 0) for k in set(st) | set(before)}
+            ledger_writes = d.get("ledger.appends.marker", 0) + d.get("tc.log_appends", 0) + d.get("pending_ack.appends", 0)
+            vis = [r.delivered_at(t, "sub", f"m{i}") for i, t in enumerate(topics)]
+            outcome = r.outcomes.get(txn)
+            vals[f"{eng} N={n}"] = {
+                "ledger_writes": ledger_writes, "meta_writes": d.get("meta.writes", 0), "cas": d.get("meta.cas", 0),
+                "writes": ledger_writes + d.get("meta.writes", 0), "rpcs": d.get("tc.end_txn.rpcs_sent", 0),
+                "events": d.get("tc.event_writes", 0),
+                "end_ms": _ms(outcome[1] - t0) if outcome else None,
+                "visible_ms": _ms(max(v for v in vis if v is not None) - t0) if all(v is not None for v in vis) else None,
+            }
+            r.close()
+    spec = [("txn writes at commit (ledger + metadata)", "writes", "writes"),
+            ("ledger writes (markers, txn log, pending-ack log)", "writes", "ledger_writes"),
+            ("metadata writes", "writes", "meta_writes"), ("metadata CAS", "CAS", "cas"),
+            ("event records written", "records", "events"), ("END_TXN RPCs", "RPCs", "rpcs"),
+            ("end-txn latency (client answer)", "ms", "end_ms"), ("commit to visible (last participant)", "ms", "visible_ms")]
+    rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
+    big = sizes[-1]
+    findings = [f"N={big}: v4 {vals[f'v4 N={big}']['rpcs']:g} RPCs, {vals[f'v4 N={big}']['writes']:g} writes, "
+                f"{vals[f'v4 N={big}']['end_ms']} ms; v5-watch {vals[f'v5-watch N={big}']['cas']:g} CAS, "
+                f"{vals[f'v5-watch N={big}']['writes']:g} writes, {vals[f'v5-watch N={big}']['end_ms']} ms; v5-events "
+                f"{vals[f'v5-events N={big}']['events']:g} event records, {vals[f'v5-events N={big}']['end_ms']} ms"]
+    return Scenario("endtxn", "End-txn cost vs participants: writes, RPCs and latency of a commit over N partitions + N subscriptions",
+                    labels, rows, "txnbench scenarios endtxn --participants " + " ".join(map(str, sizes)),
+                    "Writes count everything a commit adds (for v5 this includes the participants deleting their "
+                    "op records after materialising), measured from the commit call to 5 s later.", findings)
+
+
+# -- 4. recovery vs log length --------------------------------------------------------------------
+
+
+def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
+    """``n`` entries on one topic: one txn per 10 entries writes 5 of them and acks one
+    earlier message of the subscription; 1 txn in 10 aborts; one last txn is still open. Then the
+    broker crashes and the subscription reconnects; recovery figures are per component."""
+    engines = ["v4", "v5-watch"]
+    labels = [f"{e} n={n:,}" for n in sizes for e in engines]
+    vals: dict[str, dict[str, float | None]] = {}
+    for n in sizes:
+        for eng in engines:
+            started = time.perf_counter()
+            r = Run(_cfg(eng))
+            r.subscribe(T, "sub")
+            k = 0
+            while k < n:
+                txn = r.broker.new_txn(600_000)
+                for j in range(5):
+                    r.publish(T, f"m{k}", txn=txn)
+                    k += 1
+                for j in range(5):
+                    r.publish(T, f"m{k}")
+                    k += 1
+                r.ack("sub", f"m{k - 1}", txn=txn)
+                r.end(txn, TxnAction.ABORT if (k // 10) % 10 == 9 else TxnAction.COMMIT)
+                r.run(2_000)
+            open_txn = r.broker.new_txn(600_000)  # one txn still open at the crash
+            r.publish(T, "open", txn=open_txn)
+            r.run(1_000_000)
+            r.crash()
+            r.broker.coordinator()
+            r.run(600_000_000 if eng == "v4" else 5_000_000)
+            rec: dict[str, dict[str, int]] = {}
+            for s in r.broker.recovery_stats():
+                kind = s.component.split(":")[0].removesuffix("-v5")
+                agg = rec.setdefault(kind, {"entries": 0, "records": 0, "us": 0})
+                agg["entries"] += s.entries_replayed
+                agg["records"] += s.records_read
+                agg["us"] = max(agg["us"], s.modelled_us)
+            tot_e = sum(a["entries"] for a in rec.values())
+            tot_r = sum(a["records"] for a in rec.values())
+            vals[f"{eng} n={n:,}"] = {"entries": tot_e, "records": tot_r,
+                                      "us": _ms(max((a["us"] for a in rec.values()), default=0)),
+                                      "components": len(rec), "wall": round(time.perf_counter() - started, 2),
+                                      **{f"{c}.entries": a["entries"] for c, a in rec.items()},
+                                      **{f"{c}.records": a["records"] for c, a in rec.items()},
+                                      **{f"{c}.ms": _ms(a["us"]) for c, a in rec.items()}}
+            r.close()
+    comps = sorted({k.rsplit(".", 1)[0] for v in vals.values() for k in v if "." in k})
+    spec = [("entries replayed (all components)", "entries", "entries"), ("metadata records read (all)", "records", "records"),
+            ("modelled recovery time (slowest component)", "ms", "us")]
+    for c in comps:
+        spec += [(f"{c}: entries replayed", "entries", f"{c}.entries"), (f"{c}: records read", "records", f"{c}.records"),
+                 (f"{c}: modelled time", "ms", f"{c}.ms")]
+    spec.append(("wall time of this run (build + recovery)", "s", "wall"))
+    rows = [_row(m, u, {lab: vals[lab].get(k) for lab in labels}) for m, u, k in spec]
+    for r_ in rows:
+        r_.verdict = "n/a"
+    lo, hi = sizes[0], sizes[-1]
+    findings = [f"v4 replays {vals[f'v4 n={lo:,}']['entries']:g} → {vals[f'v4 n={hi:,}']['entries']:g} entries "
+                f"({vals[f'v4 n={lo:,}']['us']} → {vals[f'v4 n={hi:,}']['us']} ms modelled) from n={lo:,} to n={hi:,}; "
+                f"v5 reads {vals[f'v5-watch n={lo:,}']['records']:g} → {vals[f'v5-watch n={hi:,}']['records']:g} records "
+                f"({vals[f'v5-watch n={lo:,}']['us']} → {vals[f'v5-watch n={hi:,}']['us']} ms), replays 0 entries. "
+                f"Wall time per run at n={hi:,}: v4 {vals[f'v4 n={hi:,}']['wall']} s, v5 {vals[f'v5-watch n={hi:,}']['wall']} s "
+                "(linear in n: 10^6 ≈ 10×, 10^7 ≈ 100× that, hence --large)."]
+    return Scenario("recovery", "Recovery vs log length: what does a broker restart cost as the topic grows?",
+                    labels, rows, "txnbench scenarios recovery --sizes " + " ".join(map(str, sizes)),
+                    "Components: tb (transaction buffer), pending-ack store, tc (coordinator). Modelled time is the "
+                    "virtual time the component stays unready (v4: ceil(entries/100) reads + log replay; v5: index "
+                    "queries + header reads). Sizes 10^6 and 10^7 are behind --large: building the log dominates "
+                    "and is linear (last row), so 10^6 takes ≈ 10× and 10^7 ≈ 100× the 10^5 wall time per engine.", findings)
+
+
+# -- 5. GC vs a slow participant, GC vs retention ----------------------------------------------------
+
+
+def _slow_participant(label: str) -> dict[str, float | None]:
+    """A txn acks m0 and commits; the subscriber's broker dies before the outcome reaches it and
+    the subscriber stays away past the retention window while the coordinator's GC runs."""
+    eng, _, gc = label.partition(" gc=")
+    opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
+    r = Run(_cfg(eng, v5_gc=gc or "safe", options=opts))
+    r.subscribe(T, "sub")
+    r.publish(T, "m0")
+    r.publish(T, "m1")
+    r.run(10_000)
+    txn = r.broker.new_txn(600_000)
+    r.ack("sub", "m0", txn=txn)
+    r.end(txn)
+    r.crash(reconnect=False)  # before the outcome reaches the pending-ack store
+    r.broker.coordinator()  # the coordinator comes back at once; the subscriber does not
+    r.run(5_000_000)
+    r.reconnect()
+    r.run(1_000_000)
+    st = r.stats()
+    msgs = r.msgs(T, "sub")[2:]
+    r.close()
+    return {"redelivered": 1 if "m0" in msgs else 0, "forced": st.get("tc.gc.forced_op_deletes", 0),
+            "waiting": st.get("tc.gc.waiting_for_participants", 0)}
+
+
+def _reader_after_gc(label: str) -> dict[str, float | None]:
+    eng, _, gc = label.partition(" gc=")
+    opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
+    r = Run(_cfg(eng, v5_gc=gc or "safe", options=opts))
+    committed, aborted = r.broker.new_txn(600_000), r.broker.new_txn(600_000)
+    r.publish(T, "c1", txn=committed)
+    r.publish(T, "a1", txn=aborted)
+    r.publish(T, "plain")
+    r.end(committed)
+    r.end(aborted, TxnAction.ABORT)
+    r.run(10_000_000)  # past retention: GC collects both headers (v5)
+    deleted = r.stats().get("tc.gc.headers_deleted", 0)
+    r.crash()  # buffers rebuilt from durable state only
+    r.subscribe(T, "new-reader")  # a new subscription reads the retained data from the start
+    r.run(1_000_000)
+    got = r.msgs(T, "new-reader")
+    st = r.stats()
+    r.close()
+    return {"c1": 1 if "c1" in got else 0, "a1": 1 if "a1" in got else 0, "plain": 1 if "plain" in got else 0,
+            "headers_deleted": deleted + st.get("tc.gc.headers_deleted", 0)}
+
+
+def gc() -> Scenario:
+    labels = ["v4", "v5-watch gc=pip", "v5-watch gc=safe"]
+    slow = {lab: _slow_participant(lab) for lab in labels}
+    reader = {lab: _reader_after_gc(lab) for lab in labels}
+    rows = [
+        _row("slow participant: committed ack lost (m0 redelivered)", "0/1", {lab: slow[lab]["redelivered"] for lab in labels}),
+        _row("slow participant: op records force-deleted by GC", "records", {lab: slow[lab]["forced"] for lab in labels}),
+        _row("slow participant: GC sweeps that waited for a participant", "sweeps", {lab: slow[lab]["waiting"] for lab in labels}),
+        _row("new reader after GC sees committed c1", "0/1", {lab: reader[lab]["c1"] for lab in labels}),
+        _row("new reader after GC sees aborted a1", "0/1", {lab: reader[lab]["a1"] for lab in labels}),
+        _row("new reader after GC sees plain", "0/1", {lab: reader[lab]["plain"] for lab in labels}),
+        _row("headers collected by GC", "headers", {lab: reader[lab]["headers_deleted"] for lab in labels}),
+    ]
+    findings = [
+        f"PIP GC: the slow participant's committed ack is lost ({slow['v5-watch gc=pip']['forced']:g} op record "
+        f"force-deleted, m0 redelivered); safe GC keeps it (0 lost); v4 keeps it (END_TXN retried until the subscription is back).",
+        f"New reader after GC: PIP GC hides committed c1 (c1 seen: {reader['v5-watch gc=pip']['c1']:g}); "
+        f"safe GC shows exactly c1 + plain (a1 seen: {reader['v5-watch gc=safe']['a1']:g}); v4 the same from its markers.",
+    ]
+    return Scenario("gc", "GC vs a slow participant and GC vs data retention: the PIP's sweep vs the safe one",
+                    labels, rows, "txnbench scenarios gc",
+                    "v5 with retention_ms=1000, gc_sweep_ms=500 (master: 900 s / 300 s) to reach GC quickly; the "
+                    "subscriber is away 5 s. v4 has no header GC: its outcomes live in markers and its retries.", findings)
+
+
+# -- 6. txn-id interop -------------------------------------------------------------------------------
+
+
+def interop() -> Scenario:
+    labels = ["v4 coordinator", "v5 coordinator"]
+    vals: dict[str, dict[str, float | None]] = {}
+    for label, eng, foreign in (("v4 coordinator", "v4", TxnID(Design.V5, 0, 0)),
+                                ("v5 coordinator", "v5-watch", TxnID(Design.V4, 0, 0))):
+        r = Run(_cfg(eng))
+        r.subscribe(T, "sub")
+        r.publish(T, "plain")
+        own = r.broker.new_txn(600_000)
+        r.publish(T, "own", txn=own)
+        r.run(10_000)
+        before = r.stats()
+        entries = r.broker.managed_ledger(T).entry_count()
+        refused = 0
+        attempts: list[Callable[[], object]] = [
+            lambda: r.broker.end_txn(foreign, TxnAction.COMMIT),
+            lambda: r.broker.end_txn(foreign, TxnAction.ABORT),
+            lambda: r.publish(T, "foreign", txn=foreign),
+            lambda: r.ack("sub", "plain", txn=foreign),
+            lambda: r.broker.coordinator().status(foreign),
+        ]
+        for attempt in attempts:
+            try:
+                attempt()
+            except ForeignTxnId:
+                refused += 1
+        after = r.stats()
+        changed = sum(1 for k in set(before) | set(after) if before.get(k, 0) != after.get(k, 0))
+        entries_after = r.broker.managed_ledger(T).entry_count()
+        r.end(own)
+        r.run(1_000_000)
+        vals[label] = {"attempts": len(attempts), "refused": refused, "changed": changed,
+                       "entries_before": entries, "entries_after": entries_after,
+                       "own_ok": 1 if r.outcomes.get(own, (None,))[0] is TxnStatus.COMMITTED else 0}
+        r.close()
+    spec = [("calls with a foreign txn id (commit, abort, publish, ack, status)", "calls", "attempts"),
+            ("refused with ForeignTxnId", "calls", "refused"), ("counters changed by the refused calls", "counters", "changed"),
+            ("ledger entries before", "entries", "entries_before"), ("ledger entries after", "entries", "entries_after"),
+            ("own txn still commits afterwards", "0/1", "own_ok")]
+    rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
+    findings = [f"{lab}: {vals[lab]['refused']:g}/{vals[lab]['attempts']:g} foreign-id calls refused with ForeignTxnId, "
+                f"{vals[lab]['changed']:g} counters changed, ledger entries {vals[lab]['entries_before']:g} → "
+                f"{vals[lab]['entries_after']:g}" for lab in labels]
+    return Scenario("interop", "Txn-id interop: is a v4 txn id usable against the v5 coordinator, and vice versa?",
+                    labels, rows, "txnbench scenarios interop",
+                    "No: ids carry their design; each coordinator refuses a foreign one before any state change.", findings)
+
+
+# -- running and writing ------------------------------------------------------------------------------
+
+SCENARIOS: dict[str, Callable[..., Scenario]] = {
+    "sealed": sealed, "polling": polling, "endtxn": endtxn, "recovery": recovery, "gc": gc, "interop": interop,
+}
+LARGE_SIZES = (1_000_000, 10_000_000)
+
+
+def run_scenarios(names: list[str] | None = None, out: str | Path | None = None, *, large: bool = False,
+                  params: dict[str, dict[str, Any]] | None = None,
+                  progress: Callable[[str], None] | None = None) -> list[Scenario]:
+    """Run the named scenarios (all by default); write ``scenarios.json`` and a report to ``out``."""
+    names = names or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ConfigError(f"unknown scenario(s) {', '.join(unknown)}; expected some of {', '.join(SCENARIOS)}")
+    params = dict(params or {})
+    if large:
+        sizes = params.setdefault("recovery", {}).get("sizes", (1_000, 10_000, 100_000))
+        params["recovery"]["sizes"] = tuple(sizes) + LARGE_SIZES
+    done: list[Scenario] = []
+    for name in names:
+        started = time.perf_counter()
+        sc = SCENARIOS[name](**params.get(name, {}))
+        sc.wall_seconds = round(time.perf_counter() - started, 2)
+        done.append(sc)
+        if progress:
+            progress(f"{name}: {sc.wall_seconds} s — " + " | ".join(sc.findings))
+    if out is not None:
+        write(done, out)
+    return done
+
+
+def write(scenarios: list[Scenario], out: str | Path) -> Path:
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    data = {"scenarios": [{**asdict(s), "rows": [asdict(r) for r in s.rows]} for s in scenarios]}
+    (outdir / "scenarios.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    sections = sections_of(scenarios)
+    title = "txnbench: PIP-473 review questions"
+    (outdir / "report.md").write_text(render_markdown(title, sections, []))
+    (outdir / "report.html").write_text(render_html(title, sections, []))
+    return outdir / "report.html"
+
+
+def sections_of(scenarios: list[Scenario]) -> list[tuple[str, list[str], list[Row], str]]:
+    """Report sections, one table per question: the note carries the reproducing command and findings."""
+    out = []
+    for s in scenarios:
+        note = (f"Reproduce: `{s.command}`. {s.note} Findings: " + " ".join(s.findings)).strip()
+        out.append((f"{SECTION}: {s.question}", s.labels, s.rows, note))
+    return out
+
+
+def load_sections(path: str | Path) -> list[tuple[str, list[str], list[Row], str]]:
+    """Sections from a ``scenarios.json`` (for ``build_report``)."""
+    data = json.loads(Path(path).read_text())
+    scenarios = []
+    for s in data["scenarios"]:
+        rows = [Row(**r) for r in s["rows"]]
+        scenarios.append(Scenario(**{**s, "rows": rows}))
+    return sections_of(scenarios)
+
+
+__all__ = ["Run", "Scenario", "SCENARIOS", "run_scenarios", "write", "load_sections", "TxnbenchError"]

@@ -1,0 +1,84 @@
+"""Each review-question scenario at a tiny size: its key claim holds (issue #8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import scenarios as sc
+from bench.cli import main
+from engine.errors import ConfigError
+
+
+def _v(s: sc.Scenario, metric: str) -> dict[str, float | None]:
+    return next(r.values for r in s.rows if r.metric.startswith(metric))
+
+
+def test_sealed_segment_v5_resolves_and_v4_does_not_within_the_window() -> None:
+    s = sc.sealed(window_s=5)
+    assert _v(s, "txn committed") == {"v4": 0, "v5-watch": 1, "v5-events": 1}
+    assert _v(s, "entries visible") == {"v4": 0, "v5-watch": 3, "v5-events": 3}
+    assert _v(s, "END_TXN RPCs failed")["v4"] == 5
+    assert _v(s, "metadata CAS at commit")["v5-watch"] == 1
+    assert _v(s, "commit to visible")["v5-watch"] < 5  # one CAS + one watch delay + a read
+
+
+def test_polling_spins_and_notify_has_zero_empty_reads() -> None:
+    s = sc.polling(hold_s=0.2)
+    empty = _v(s, "empty reads per blocked")
+    for eng in ("v4", "v5-watch"):
+        assert empty[f"{eng} notify"] == 0
+        assert 80 <= empty[f"{eng} pulsar"] <= 120  # one re-read per 10 ms
+        assert empty[f"{eng} spin"] > 10_000
+        vis = _v(s, "commit to visible")
+        assert vis[f"{eng} notify"] < vis[f"{eng} pulsar"]
+
+
+def test_end_txn_cost_v4_grows_with_participants_v5_is_one_cas() -> None:
+    s = sc.endtxn(sizes=(1, 8))
+    rpcs, cas, events = _v(s, "END_TXN RPCs"), _v(s, "metadata CAS"), _v(s, "event records")
+    assert rpcs["v4 N=1"] == 2 and rpcs["v4 N=8"] == 16
+    assert cas["v5-watch N=8"] == cas["v5-events N=8"] == 1 and rpcs["v5-watch N=8"] == 0
+    assert events["v5-events N=8"] == 16 and events["v5-watch N=8"] == 0
+
+
+def test_recovery_v5_reads_do_not_grow_with_the_log() -> None:
+    s = sc.recovery(sizes=(200, 2_000))
+    entries, records = _v(s, "entries replayed (all"), _v(s, "metadata records read (all")
+    assert entries["v5-watch n=200"] == entries["v5-watch n=2,000"] == 0
+    assert records["v5-watch n=200"] == records["v5-watch n=2,000"]
+    assert entries["v4 n=2,000"] > entries["v4 n=200"]
+
+
+def test_gc_pip_loses_a_slow_ack_and_committed_data_safe_does_not() -> None:
+    s = sc.gc()
+    assert _v(s, "slow participant: committed ack lost") == {"v4": 0, "v5-watch gc=pip": 1, "v5-watch gc=safe": 0}
+    assert _v(s, "new reader after GC sees committed") == {"v4": 1, "v5-watch gc=pip": 0, "v5-watch gc=safe": 1}
+    assert _v(s, "new reader after GC sees aborted") == {"v4": 0, "v5-watch gc=pip": 0, "v5-watch gc=safe": 0}
+
+
+def test_interop_refuses_foreign_ids_without_state_change() -> None:
+    s = sc.interop()
+    for lab in s.labels:
+        assert _v(s, "refused with ForeignTxnId")[lab] == _v(s, "calls with a foreign")[lab] == 5
+        assert _v(s, "counters changed")[lab] == 0
+        assert _v(s, "ledger entries before")[lab] == _v(s, "ledger entries after")[lab]
+
+
+def test_cli_writes_json_and_report_with_one_table_per_question(tmp_path: Path) -> None:
+    assert main(["scenarios", "interop", "sealed", "--window-s", "2", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "scenarios.json").read_text())
+    assert [s["name"] for s in data["scenarios"]] == ["interop", "sealed"]
+    md = (tmp_path / "report.md").read_text()
+    assert md.count("## Review questions:") == 2 and "txnbench scenarios sealed --window-s 2" in md
+    assert "v5-events" in (tmp_path / "report.html").read_text()
+    assert len(sc.load_sections(tmp_path / "scenarios.json")) == 2
+
+
+def test_unknown_scenario_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError):
+        sc.run_scenarios(["nope"])
+    assert main(["scenarios", "nope"]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
