@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from engine.errors import ConfigError
@@ -18,7 +18,8 @@ LEDGER_BACKENDS: dict[str, str] = {
 }
 
 
-def _resolve(target: str) -> Callable[[str], LedgerFactory]:
+def resolve(target: str) -> Callable[[str], Any]:
+    """Import ``"module:attr.attr"`` lazily (backend registries map URL schemes to these)."""
     module, _, attr = target.partition(":")
     obj: object = importlib.import_module(module)
     for part in attr.split("."):
@@ -32,7 +33,7 @@ def open_ledgers(url: str) -> LedgerFactory:
     if scheme not in LEDGER_BACKENDS or "://" not in url:
         raise ConfigError(f"unknown ledger URL {url!r}; expected one of {', '.join(s + '://' for s in LEDGER_BACKENDS)}")
     try:
-        factory = _resolve(LEDGER_BACKENDS[scheme])
+        factory: Callable[[str], LedgerFactory] = resolve(LEDGER_BACKENDS[scheme])
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"ledger backend {scheme}:// is not available in this build ({exc})") from None
     return factory(url)

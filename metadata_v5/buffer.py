@@ -9,7 +9,6 @@ commits like any other.
 from __future__ import annotations
 
 from engine.counters import Counters
-from engine.errors import UnsupportedOperation
 from engine.ids import Design, TxnID
 from engine.ledger import ManagedLedger
 from engine.ports import EngineContext, MaxReadListener, RecoveryStats, TransactionBuffer, TxnStatus
@@ -94,9 +93,6 @@ class MetadataTransactionBuffer(TransactionBuffer):
 
     def add_max_read_listener(self, listener: MaxReadListener) -> None:
         self._listeners.append(listener)
-
-    def end_txn(self, txn: TxnID, action: object, low_water_mark: int) -> None:
-        raise UnsupportedOperation(f"{self._segment}: the v5 buffer learns outcomes from the store, not END_TXN")
 
     # -- materialisation ----------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Iterable
 
 from engine.counters import Counters
-from engine.errors import UnsupportedOperation
 from engine.ids import Design, TxnID
 from engine.ledger import ManagedLedger
 from engine.pending_acks import PendingAcks
@@ -54,9 +53,6 @@ class MetadataPendingAckStore(PendingAckStore):
 
     def on_non_txn_ack(self, positions: Iterable[Position]) -> None:
         self._pending.on_non_txn_ack(positions)
-
-    def end_txn(self, txn: TxnID, action: object, low_water_mark: int) -> None:
-        raise UnsupportedOperation(f"{self._segment} [{self._sub}]: v5 learns outcomes from the store, not END_TXN")
 
     def _materialise(self, txn: TxnID, state: TxnStatus) -> None:
         if self._closed:

@@ -12,10 +12,10 @@ Settings are parsed once here; adapters never read the environment.
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
+from engine.backends import resolve
 from engine.errors import ConfigError
 from metadata_v5.store import MetadataStore
 
@@ -30,14 +30,6 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _resolve(target: str) -> Callable[[str], MetadataStore]:
-    module, _, attr = target.partition(":")
-    obj: object = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
-
-
 def backend_for(url: str) -> Callable[[str], MetadataStore]:
     """The constructor ``open_metadata`` would use for ``url`` (``ConfigError`` if unknown)."""
     scheme = urlparse(url).scheme
@@ -45,7 +37,8 @@ def backend_for(url: str) -> Callable[[str], MetadataStore]:
         raise ConfigError(f"unknown metadata store URL {url!r}; expected one of "
                           f"{', '.join(s + '://' for s in METADATA_BACKENDS)}")
     try:
-        return _resolve(METADATA_BACKENDS[scheme])
+        factory: Callable[[str], MetadataStore] = resolve(METADATA_BACKENDS[scheme])
+        return factory
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"metadata backend {scheme}:// is not available in this build ({exc})") from None
 
