@@ -157,6 +157,27 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.demo or not args.topic:
+        from bench.scenarios import run_scenarios
+
+        (sc,) = run_scenarios(["migration"], args.out)
+        print("\n".join(sc.findings))
+        print(f"report: {Path(args.out) / 'report.html'}")
+        return 0
+    from bench.migrate import migrate, summary
+    from engine.backends import open_ledgers
+    from metadata_v5.engine import open_store
+
+    ledgers, store = open_ledgers(args.ledger), open_store(args.metadata)
+    try:
+        print(summary(migrate(ledgers, args.topic, store, gc=args.v5_gc, dry_run=args.dry_run)))
+    finally:
+        store.close()
+        ledgers.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -205,6 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--participants", type=int, nargs="+", default=None, help="endtxn: participant counts")
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="recovery: log lengths")
     p.set_defaults(fn=cmd_scenarios)
+    p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
+    p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
+    p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")
+    p.add_argument("--metadata", default="memory://", help="v5 metadata store URL (redis://HOST:PORT)")
+    p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
+    p.add_argument("--dry-run", action="store_true", help="derive and print the plan; write nothing")
+    p.add_argument("--demo", action="store_true", help="embedded demo: migrate a v4 topic, compare readers, roll back")
+    p.add_argument("--out", default="txnbench-out/migrate")
+    p.set_defaults(fn=cmd_migrate)
     return parser
 
 

@@ -139,6 +139,8 @@ def plan_migration(ledgers: LedgerFactory, topic_ledgers: list[str]) -> Migratio
     snapshots = SnapshotService(ledgers, VirtualScheduler())
     snapshot_aborted: set[TxnID] = set()
     for name in topic_ledgers:
+        if not ledgers.exists(name):
+            raise MigrationRefused(f"no ledger {name!r} in this ledger store")
         snap = snapshots.latest(name)
         if snap is not None:
             snapshot_aborted.update(t for t, _ in snap.aborts)

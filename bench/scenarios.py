@@ -509,10 +509,116 @@ def interop() -> Scenario:
                     "No: ids carry their design; each coordinator refuses a foreign one before any state change.", findings)
 
 
+# -- 7. migration v4 -> v5 --------------------------------------------------------------------------
+
+
+def migration(txns: int = 30) -> Scenario:
+    """A topic written under v4 (commits, aborts, a snapshot, a consumer part-way, one txn still
+    open) is migrated with :func:`bench.migrate.migrate`; readers before and after must match."""
+    from bench.migrate import MigrationRefused, migrate
+    from legacy_v4 import v4_engine
+    from metadata_v5.engine import open_store
+    from metadata_v5.options import V5Options
+    from metadata_v5.engine import V5Engine
+
+    labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
+    r = Run(_cfg("v4", options={"snapshot_max_txn_count": 10}))
+    r.subscribe(T, "sub")
+    for i in range(txns):
+        txn = r.broker.new_txn(600_000)
+        r.publish(T, f"t{i}a", txn=txn)
+        r.publish(T, f"p{i}")
+        r.publish(T, f"t{i}b", txn=txn)
+        r.end(txn, TxnAction.ABORT if i % 3 == 1 else TxnAction.COMMIT)
+        r.run(20_000)
+    opened = r.broker.new_txn(30_000)
+    r.publish(T, "open-a", txn=opened)
+    r.publish(T, "p-after")
+    r.run(1_000_000)
+
+    def read(broker: Broker, sub: str, us: int = 1_000_000) -> list[str | None]:
+        got: list[Delivery] = []
+        broker.subscribe(T, sub, got.extend)
+        r.run(us)
+        return [d.msg for d in got]
+
+    before = read(r.broker, "fresh-before")
+    r.broker.crash()
+    ledgers = r.setup.ledgers
+    fingerprint = {n: (ledgers.open(n).last_confirmed(), ledgers.open(n).entry_count()) for n in ledgers.names("")}
+    store = open_store("memory://")
+    committing = Run(_cfg("v4"))  # a second topic, with a txn caught COMMITTING: refused
+    c = committing.broker.new_txn(600_000)
+    committing.publish(T, "x", txn=c)
+    committing.end(c)
+    committing.broker.crash()
+    try:
+        migrate(committing.setup.ledgers, [T], open_store("memory://"))
+        refused = 0
+    except MigrationRefused:
+        refused = 1
+    result = migrate(ledgers, [T], store.reopen())
+    untouched = fingerprint == {n: (ledgers.open(n).last_confirmed(), ledgers.open(n).entry_count()) for n in ledgers.names("")}
+    opts = V5Options(timeout_sweep_ms=1_000)
+    b5 = Broker(r.sched, ledgers, r.bcfg, lambda ctx: V5Engine(ctx, store.reopen(), opts))
+    after = read(b5, "fresh-after", 100_000)
+    b5.crash()
+    back = Broker(r.sched, ledgers, r.bcfg, v4_engine(snapshot_max_txn_count=10))
+    rollback = read(back, "fresh-rollback", 100_000)
+    back.crash()
+    b5 = Broker(r.sched, ledgers, r.bcfg, lambda ctx: V5Engine(ctx, store.reopen(), opts))
+    v5_txn = b5.new_txn(600_000)
+    b5.publish(T, "v5-txn", 100, txn=v5_txn)
+    b5.end_txn(v5_txn, TxnAction.COMMIT)
+    b5.publish(T, "p-v5", 100)
+    r.run(40_000_000)  # the migrated open txn times out under v5
+    after_timeout = read(b5, "fresh-after-timeout")
+    b5.crash()
+    back = Broker(r.sched, ledgers, r.bcfg, v4_engine(snapshot_max_txn_count=10))
+    late_rollback = read(back, "fresh-late-rollback", 40_000_000)
+    back.crash()
+    r.setup.close()
+    committing.setup.close()
+    p = result.plan
+    aborted_msgs = {f"t{i}{x}" for i in range(txns) if i % 3 == 1 for x in "ab"}
+    rows = [
+        _row("entries delivered to a new subscription", "entries", {labels[0]: len(before), labels[1]: len(after), labels[2]: len(rollback)}),
+        _row("same sequence as the v4 reader", "0/1", {labels[0]: 1, labels[1]: int(after == before), labels[2]: int(rollback == before)}),
+        _row("aborted entries delivered", "entries", {lab: sum(1 for m in got if m in aborted_msgs) for lab, got in zip(labels, (before, after, rollback))}),
+        _row("open txn's entries delivered", "entries", {lab: sum(1 for m in got if m == "open-a") for lab, got in zip(labels, (before, after, rollback))}),
+        _row("committed txns", "txns", {labels[1]: len(p.committed)}),
+        _row("aborted txns", "txns", {labels[1]: len(p.aborted)}),
+        _row("open txns (waited on)", "txns", {labels[1]: len(p.open)}),
+        _row("v4 entries scanned (data + markers)", "entries", {labels[1]: p.entries_scanned}),
+        _row("v5 records written: headers", "records", {labels[1]: result.headers}),
+        _row("v5 records written: op records", "records", {labels[1]: result.op_records}),
+        _row("v5 records written: abort ranges", "records", {labels[1]: result.abort_ranges}),
+        _row("v4 ledgers untouched by the migration", "0/1", {labels[1]: int(untouched)}),
+        _row("refused while a txn is COMMITTING", "0/1", {labels[1]: refused}),
+        _row("after the open txn times out: its entry skipped, p-after delivered", "0/1",
+             {labels[1]: int("open-a" not in after_timeout and "p-after" in after_timeout)}),
+        _row("rollback after a v5 txn write: entries delivered past it", "entries",
+             {labels[2]: sum(1 for m in late_rollback if m in ("v5-txn", "p-v5"))}),
+    ]
+    findings = [f"{len(before)} entries delivered before, {len(after)} after migration (identical: {after == before}); "
+                f"{len(p.committed)} committed / {len(p.aborted)} aborted / {len(p.open)} open txns -> "
+                f"{result.headers} headers, {result.op_records} op records, {result.abort_ranges} abort ranges; "
+                f"v4 data untouched: {untouched}; refused while COMMITTING: {bool(refused)}.",
+                "Rollback (v4 broker on the same ledgers) delivers the same sequence until the first v5 transactional "
+                f"write; after it, v4 delivers {sum(1 for m in late_rollback if m in ('v5-txn', 'p-v5'))} of the 2 "
+                "entries written under v5 (the v5 txn's entry has no marker and pins maxReadPosition forever)."]
+    return Scenario("migration", "Migration and rollback: can v4 topic data be read under v5, and switched back?",
+                    labels, rows, f"txnbench scenarios migration (library: bench/migrate.py; txnbench migrate)",
+                    "Rollback is possible until the first v5 transactional write or ack on the topic: the v4 data, "
+                    "snapshot and coordinator logs are never written by the migration. Migration is refused while a "
+                    "txn of the topic is COMMITTING/ABORTING or an open txn holds pending acks on it.", findings)
+
+
 # -- running and writing ------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "sealed": sealed, "polling": polling, "endtxn": endtxn, "recovery": recovery, "gc": gc, "interop": interop,
+    "migration": migration,
 }
 LARGE_SIZES = (1_000_000, 10_000_000)
 

@@ -141,3 +141,11 @@ def test_rollback_works_until_the_first_v5_txn_write() -> None:
     b5.crash()
     with pytest.raises(MigrationRefused, match="already has v5 transactions"):
         plan_migration(s.durable.ledgers, [T])
+
+
+def test_cli_refuses_an_unknown_topic_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    assert main(["migrate", "--topic", "persistent://public/default/none", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no ledger" in err

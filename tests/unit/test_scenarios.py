@@ -82,3 +82,14 @@ def test_unknown_scenario_is_a_one_line_error(capsys: pytest.CaptureFixture[str]
         sc.run_scenarios(["nope"])
     assert main(["scenarios", "nope"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
+
+
+def test_migration_scenario_readers_match_and_rollback_window_closes() -> None:
+    s = sc.migration(txns=6)
+    same = _v(s, "same sequence as the v4 reader")
+    assert same == {"v4 reader (before)": 1, "v5 reader (after migration)": 1, "v4 reader (rollback)": 1}
+    assert _v(s, "aborted entries delivered") == dict.fromkeys(s.labels, 0)
+    assert _v(s, "v4 ledgers untouched")["v5 reader (after migration)"] == 1
+    assert _v(s, "refused while a txn is COMMITTING")["v5 reader (after migration)"] == 1
+    assert _v(s, "after the open txn times out")["v5 reader (after migration)"] == 1
+    assert _v(s, "rollback after a v5 txn write")["v4 reader (rollback)"] == 0
