@@ -334,6 +334,11 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
                          flagged or rows[:0], note + ("" if flagged else " No change beyond noise.")))
         summary["comparisons"].append({"baseline": sets[0]["path"], "new": other["path"], "comparable": why is None,
                                        "why_not": why, "changes": [asdict(r) for r in flagged]})
+    for found in sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
+                         if q.is_file()}):  # `txnbench scenarios` output next to the results
+        from bench.scenarios import load_sections
+
+        sections += load_sections(found)
     plots = _plots(sets, outdir)
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))

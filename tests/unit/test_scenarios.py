@@ -93,3 +93,13 @@ def test_migration_scenario_readers_match_and_rollback_window_closes() -> None:
     assert _v(s, "refused while a txn is COMMITTING")["v5 reader (after migration)"] == 1
     assert _v(s, "after the open txn times out")["v5 reader (after migration)"] == 1
     assert _v(s, "rollback after a v5 txn write")["v4 reader (rollback)"] == 0
+
+
+def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Path) -> None:
+    from bench.report import build_report
+
+    results = tmp_path / "results"
+    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress"]) == 0
+    sc.run_scenarios(["interop"], results)
+    build_report([results], tmp_path / "rep")
+    assert "## Review questions: Txn-id interop" in (tmp_path / "rep" / "report.md").read_text()
