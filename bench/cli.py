@@ -178,6 +178,35 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stream_load(args: argparse.Namespace) -> int:
+    from bench.stream import load_trace
+
+    rows = load_trace(args.trace, args.kafka, args.topic)
+    print(f"loaded {rows} events (+ start and end markers) into {args.topic} on {args.kafka}")
+    return 0
+
+
+def cmd_stream_run(args: argparse.Namespace) -> int:
+    from bench.stream import run_stream
+    from engine.errors import ConfigError
+
+    if args.time == "virtual":
+        raise ConfigError("stream runs in wall time only")
+    args.time = "wall"
+    configs = _configs(args, ["v4", "v5"])
+
+    def progress(done: int, total: int, rate: float) -> None:
+        print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
+
+    manifest = run_stream(args.kafka, args.out, configs, topic=args.topic, output_topic=args.output_topic,
+                          progress=None if args.no_progress else progress, timeout_s=args.timeout)
+    s = manifest["stream"]
+    print(f"streamed {s['events']} events through {', '.join(manifest['runs'])} at {s['events_per_second']:.0f} events/s "
+          f"(measurements in {s['output_topic']}, table changelog {s['table_changelog']})")
+    print(f"results in {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -217,6 +246,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profiles", help="list the workload profiles")
     p.set_defaults(fn=cmd_profiles)
+    p = sub.add_parser("stream", help="streaming replay through Kafka and faust-streaming (load, then run)")
+    stream = p.add_subparsers(dest="stream_verb", required=True)
+    p = stream.add_parser("load", help="validate a trace and write it to a new one-partition Kafka topic")
+    p.add_argument("--trace", required=True)
+    p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
+    p.add_argument("--topic", default="txnbench-trace")
+    p.set_defaults(fn=cmd_stream_load)
+    p = stream.add_parser("run", help="replay a loaded trace topic through v4 and v5 in wall time; write results")
+    p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
+    p.add_argument("--topic", default="txnbench-trace")
+    p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    _add_run_options(p)
+    p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
     p.add_argument("names", nargs="*", metavar="NAME", help="sealed, polling, endtxn, recovery, gc, interop (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
