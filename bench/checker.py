@@ -32,8 +32,11 @@ or after ``m``'s position, issued by a plain ack or by a txn whose outcome is no
     order (across segments of a scalable topic). Messages whose first delivery follows the
     abort of a pending ack on them are exempt: the abort legitimately re-opens them.
 ``acked_redelivered``
-    ``m`` delivered on ``S`` after a plain ack or a committed txn's ack covered it, or while a
-    txn's pending ack covered it (from the ack until the abort is requested).
+    ``m`` delivered on ``S`` after a plain ack or a committed txn's individual ack covered it,
+    or while a txn's individual pending ack covered it (from the ack until the abort is
+    requested). A txn's *cumulative* ack filters nothing while pending (as in Pulsar, only
+    individually pending positions are held back); it binds from when the client heard the
+    commit.
 ``aborted_ack_not_redelivered``
     a txn whose outcome is ``aborted`` individually acked ``m`` on ``S``; ``m`` is not
     delivered on ``S`` after the abort and no later ack covers it.
@@ -108,6 +111,7 @@ class History:
     subs: dict[tuple[str, str], int] = field(default_factory=dict)  # (topic, sub) -> first subscribe seq
     end_requests: dict[str, tuple[int, str]] = field(default_factory=dict)  # txn -> (seq, action)
     outcomes: dict[str, str] = field(default_factory=dict)  # txn -> final outcome
+    heard_at: dict[str, int] = field(default_factory=dict)  # txn -> seq when the client heard it committed
     faults: list[tuple[int, str, Any]] = field(default_factory=list)  # (seq, kind, detail)
     deliveries: list[tuple[int, str, str, str, bool]] = field(default_factory=list)  # seq, topic, sub, msg, redelivery
     _seq: int = 0
@@ -133,6 +137,11 @@ class History:
     def outcome(self, txn: Hashable, status: str) -> None:
         """A final outcome (``committed``/``aborted``) or a non-final one (``open``...)."""
         self.outcomes[_label(txn) or ""] = _status(status)
+
+    def heard(self, txn: Hashable, status: Any) -> None:
+        """The client heard the end-txn answer ``status`` (the end-txn callback)."""
+        if _status(status) == "committed":
+            self.heard_at.setdefault(_label(txn) or "", self._next())
 
     def fault(self, kind: str, detail: Any = None) -> None:
         """``crash_broker``, ``crash_tc``, ``redeliver`` (detail: subscription), or any other
@@ -166,8 +175,8 @@ def check(h: History) -> list[Violation]:
     # and every other rule then holds it to that choice (all or nothing, everywhere).
     seen = {h.pubs[m].txn for _, _, _, m, _ in h.deliveries if m in h.pubs}
     for t, (_, action) in h.end_requests.items():
-        if t not in committed and t not in aborted and action == "commit" and h.outcomes.get(t) in (None, "unknown"):
-            (committed if t in seen else aborted).add(t)
+        if t not in committed and t not in aborted and h.outcomes.get(t) in (None, "unknown"):
+            (committed if action == "commit" and t in seen else aborted).add(t)
     crashes = [seq for seq, kind, _ in h.faults if kind in CAUSE_FAULTS]
     redeliver_req: dict[str, list[int]] = {}
     for seq, kind, detail in h.faults:
@@ -243,12 +252,17 @@ def check(h: History) -> list[Violation]:
         for a in acks_by_sub.get(sub, ()):
             if reported or not covers(a, p):
                 continue
+            start = a.seq
+            if a.txn is not None and a.cumulative:
+                if a.txn not in committed or a.txn not in h.heard_at:
+                    continue
+                start = max(a.seq, h.heard_at[a.txn])
             if a.txn is None or a.txn not in aborted:
                 end = 1 << 62  # plain, committed, or still pending at the end: for ever
             else:
                 end = abort_seq(a.txn) or 0  # pending until the abort was requested (0: a timeout)
             for seq, _ in ds:
-                if a.seq < seq < end:
+                if start < seq < end:
                     what = "a plain" if a.txn is None else ("a committed" if a.txn in committed else "a pending")
                     out.append(Violation("acked_redelivered", sub, msg, a.txn or p.txn,
                                          f"delivered after {what} ack{' (cumulative)' if a.cumulative else ''} covered it"))

@@ -9,7 +9,7 @@ from bench.checker import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
 from engine.errors import TxnbenchError
 from engine.ids import TxnID
-from engine.ports import AckKind, TxnAction
+from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
 from tests.harness import Combo, System
 
@@ -51,14 +51,40 @@ class CheckedSystem(System):
         return txn
 
     def end(self, txn: TxnID, action: TxnAction) -> None:
-        super().end(txn, action)
+        def done(t: TxnID, status: TxnStatus) -> None:
+            self.outcomes[t] = status
+            self.history.heard(t, status)
+
+        self.broker.end_txn(txn, action, done)
         self.history.end(txn, action.value)
 
     def redeliver_unacked(self, topic: str, sub: str) -> None:
         self.broker.redeliver_unacked(topic, sub)
         self.history.fault("redeliver", sub)
 
+    def poll_outcomes(self) -> None:
+        """Note final outcomes while the coordinator still knows them (a crash can eat the
+        client's answer, and v4 forgets finished txns, v5's GC collects them)."""
+        if not self.combo.transactional or self.broker._closed:
+            return
+        for txn in self.txn_ids:
+            label = str(txn)
+            if self.history.outcomes.get(label) in ("committed", "aborted") or label not in self.history.end_requests:
+                continue
+            try:
+                status = self.broker.coordinator().status(txn)
+            except TxnbenchError:
+                continue
+            if status.final:
+                self.history.outcome(txn, status.value)
+
+    def run(self, us: int = 1_000_000) -> None:
+        self.poll_outcomes()
+        super().run(us)
+        self.poll_outcomes()
+
     def crash(self) -> None:
+        self.poll_outcomes()
         self.history.fault("crash_broker")
         self.broker.crash()
         self.crashes += 1
@@ -75,10 +101,12 @@ class CheckedSystem(System):
         coordinator = self.broker.coordinator() if self.combo.transactional else None
         for txn in self.txn_ids:
             status = self.outcomes.get(txn)
+            if self.history.outcomes.get(str(txn)) in ("committed", "aborted"):
+                continue
             if coordinator is not None:
                 try:
                     status = coordinator.status(txn)
                 except TxnbenchError:
-                    pass  # collected by GC: keep what the client heard
+                    pass  # forgotten or collected: keep what the client heard
             self.history.outcome(txn, status.value if status is not None else "unknown")
         return check(self.history)
