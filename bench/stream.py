@@ -157,7 +157,8 @@ def encode_event(e: Event) -> dict[str, Any]:
 
 
 def decode_event(rec: dict[str, Any]) -> Event:
-    return Event(row=rec["row"], **{name: rec.get(name) for name in _FIELDS})
+    fields: dict[str, Any] = {name: rec.get(name) for name in _FIELDS}
+    return Event(row=rec["row"], **fields)
 
 
 def trace_records(trace: str | Path, rows: int) -> Iterator[dict[str, Any]]:
