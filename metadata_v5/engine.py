@@ -67,6 +67,7 @@ class V5Engine(Engine):
             self.records.on_write = self._arm_poll
         if not store.capabilities.range_watch_events and opts.variant == "events":
             ctx.scheduler.call_later(RELIST_US, self._relist)
+        self.coordinator()  # runs its sweeps from the start, as a coordinator does with no clients
 
     def _arm_poll(self) -> None:
         if not self._poll_armed and not self._closed:

@@ -7,7 +7,7 @@ Key layout (``{...}`` is the partition key: a txn's records live together):
 ``/txn/{<tc>-<seq>}``                  header: state, timeout_us, created_us[, finalized_us]
 ``/txn-op/{<tc>-<seq>}/<seq20>``       op record: kind, segment, position[, subscription, ack_kind]
 ``/txn-event/{<tc>-<seq>}/<n>``        events variant: segment, subscription ('' for the buffer), state
-``/txn-aborted/{<segment>}/<tc>-<seq>``  safe GC: segment, first, last
+``/txn-aborted/{<segment>}/<design>-<tc>-<seq>``  safe GC: segment, txn, design, first, last
 ``/txn-ids/<tc>``                      the coordinator's id block reservation (CAS)
 =====================================  =======================================================
 
@@ -48,9 +48,13 @@ def _tag(txn: TxnID) -> str:
     return f"{txn.most_bits}-{txn.least_bits}"
 
 
-def _txn_of(tag: str) -> TxnID:
+def _txn_of(tag: str, design: Design = Design.V5) -> TxnID:
     most, _, least = tag.partition("-")
-    return TxnID(Design.V5, int(most), int(least))
+    return TxnID(design, int(most), int(least))
+
+
+def _aborted_key(segment: str, txn: TxnID) -> str:
+    return f"/txn-aborted/{{{segment}}}/{txn.design.value}-{_tag(txn)}"
 
 
 def _tag_in(key: str) -> str:
@@ -78,7 +82,7 @@ def _op_record(rec: Record) -> OpRecord:
     kind = f["kind"]
     op = Op(kind, f["segment"], Position.parse(f["position"]), f.get("subscription"),
             AckKind(f["ack_kind"]) if "ack_kind" in f else None)
-    return OpRecord(_txn_of(_tag_in(rec.key)), int(rec.key[prefix_end:]), op)
+    return OpRecord(_txn_of(_tag_in(rec.key), Design(f.get("design", "v5"))), int(rec.key[prefix_end:]), op)
 
 
 class StoreTxnRecords(TxnRecords):
@@ -151,6 +155,8 @@ class StoreTxnRecords(TxnRecords):
             fields["subscription"] = op.subscription
         if op.ack_kind is not None:
             fields["ack_kind"] = op.ack_kind.value
+        if txn.design is not Design.V5:  # a txn migrated from v4 keeps its v4 id in the entries
+            fields["design"] = txn.design.value
         rec = self.store.put_sequential(op_prefix(txn), fields)
         self.on_write()
         return OpRecord(txn, int(rec.key[rec.key.rindex("/") + 1:]), op)
@@ -236,20 +242,23 @@ class StoreTxnRecords(TxnRecords):
     # -- aborted ranges -----------------------------------------------------------------------------
 
     def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None:
+        # The id keeps its design: a topic migrated from v4 holds v4-issued ids in its entries.
         self.store.batch([
-            Put(f"/txn-aborted/{{{segment}}}/{_tag(r.txn)}",
-                {"segment": segment, "txn": _tag(r.txn), "first": str(r.first), "last": str(r.last)})
+            Put(_aborted_key(segment, r.txn),
+                {"segment": segment, "txn": _tag(r.txn), "design": r.txn.design.value,
+                 "first": str(r.first), "last": str(r.last)})
             for r in ranges
         ])
         self.on_write()
 
     def aborted_on(self, segment: str) -> list[AbortedRange]:
-        return [AbortedRange(_txn_of(r.fields["txn"]), Position.parse(r.fields["first"]), Position.parse(r.fields["last"]))
+        return [AbortedRange(_txn_of(r.fields["txn"], Design(r.fields.get("design", "v5"))),
+                             Position.parse(r.fields["first"]), Position.parse(r.fields["last"]))
                 for r in self.store.query_records("aborted-by-segment", prefix=(segment,))]
 
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
         if txns:
-            self.store.batch([Delete(f"/txn-aborted/{{{segment}}}/{_tag(t)}") for t in txns])
+            self.store.batch([Delete(_aborted_key(segment, t)) for t in txns])
             self.on_write()
 
     # -- lifecycle ------------------------------------------------------------------------------------
