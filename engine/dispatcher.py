@@ -266,6 +266,8 @@ class Dispatcher:
     def _check_drained(self) -> None:
         if self._drained_fired or not self._ledger.sealed or self._replay:
             return
+        if self._gate is not None and not self._gate():  # an empty segment waits for its parents too
+            return
         if self._cursor.read_position > self._ledger.last_confirmed():
             self._drained_fired = True
             for listener in self._drained_listeners:
