@@ -133,6 +133,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Replay a trace (given, or generated) with a history per engine and check every history
+    (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
+    from bench.checker import CheckSummary, History, check
+    from bench.replay import Replayer
+    from bench.trace import read_events, validate
+    from bench.workloads import generate, load_profile
+
+    out = Path(args.out)
+    if args.trace is None:
+        trace = out / "trace.parquet"
+        out.mkdir(parents=True, exist_ok=True)
+        generate(load_profile(args.profile), args.events, args.seed, trace)
+    else:
+        trace = Path(args.trace)
+    validate(trace)
+    summary = CheckSummary()
+    for cfg in _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]):
+        history = History()
+        Replayer(cfg, history=history).run(read_events(trace))
+        violations = check(history)
+        summary.add(history, violations)
+        print(f"{cfg.label}: {len(history.deliveries)} deliveries, {len(violations)} violations")
+    for line in summary.lines():
+        print(line)
+    out.mkdir(parents=True, exist_ok=True)
+    summary.write(out / "check.json")
+    print(f"summary in {out / 'check.json'}")
+    return 1 if summary.to_json()["total_violations"] else 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from bench.workloads import list_profiles, load_profile
 
@@ -244,6 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dispatch", default="polling", choices=[m.value for m in DispatchMode])
     p.set_defaults(fn=cmd_demo)
 
+    p = sub.add_parser("check", help="replay a trace with histories and check them for wrong deliveries")
+    p.add_argument("--trace", default=None, help="trace to check (default: generate one from --profile)")
+    p.add_argument("--profile", default="small")
+    p.add_argument("--events", type=int, default=5_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--engine", default="both", choices=["v4", "v5", "both"])
+    p.add_argument("--out", required=True)
+    _add_run_options(p)
+    p.set_defaults(fn=cmd_check)
+
     p = sub.add_parser("profiles", help="list the workload profiles")
     p.set_defaults(fn=cmd_profiles)
     p = sub.add_parser("stream", help="streaming replay through Kafka and faust-streaming (load, then run)")
@@ -289,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return fn(args)
     except TxnbenchError as exc:
-        print(f"txnbench {args.verb}: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, even when a driver's text has several
+        print(f"txnbench {args.verb}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"txnbench {args.verb}: interrupted", file=sys.stderr)

@@ -67,8 +67,10 @@ DeliverySink = Callable[[dict[str, list[Any]]], None]
 
 
 class Replayer:
-    def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000) -> None:
+    def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000,
+                 history: Any = None) -> None:
         self.cfg = cfg
+        self.history = history  # optional bench.checker.History recording ops, faults, deliveries
         self.label = cfg.label
         wall = cfg.time_mode == "wall"
         self.sched: Scheduler = WallScheduler() if wall else VirtualScheduler()
@@ -104,6 +106,8 @@ class Replayer:
 
         def deliver(batch: list[Delivery]) -> None:
             rows = self._deliveries
+            if self.history is not None:
+                self.history.deliver(topic, sub, batch)
             for d in batch:
                 msg = d.msg
                 ts = d.delivered_ts_us
@@ -164,6 +168,8 @@ class Replayer:
         if (e.topic, e.subscription) not in self.subs:
             self.subs.append((e.topic, e.subscription))
         self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription))
+        if self.history is not None:
+            self.history.subscribe(e.topic, e.subscription)
 
     def _op_new_txn(self, e: Event) -> None:
         assert e.txn
@@ -185,6 +191,8 @@ class Replayer:
         txn_id = self._txn(e.txn)
         mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
         self.msg_ids[e.msg] = mid
+        if self.history is not None:
+            self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
         if e.key is not None:
             self.msg_keys[e.msg] = e.key
         if self.subs:
@@ -208,10 +216,14 @@ class Replayer:
             self.counts["acks.txn_before_delivery"] += 1
         self.received.discard(key)
         self.broker.ack(e.subscription, [self.msg_ids[e.msg]], kind, txn=self._txn(e.txn))
+        if self.history is not None:
+            self.history.ack(e.subscription, [e.msg], kind is AckKind.CUMULATIVE, e.txn)
 
     def _deferred_ack(self, sub: str, msg: str, kind: AckKind) -> None:
         try:
             self.broker.ack(sub, [self.msg_ids[msg]], kind)
+            if self.history is not None:
+                self.history.ack(sub, [msg], kind is AckKind.CUMULATIVE, None)
         except CLIENT_ERRORS as exc:
             self.counts["client_errors." + type(exc).__name__] += 1
 
@@ -222,10 +234,14 @@ class Replayer:
         txn.action = action.value
         assert txn.id is not None
         self.broker.end_txn(txn.id, action, self._on_end)
+        if self.history is not None:
+            self.history.end(e.txn, action.value)
 
     def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
         txn = self.by_id[txn_id]
         txn.outcome = status.value
+        if self.history is not None:
+            self.history.heard(txn.label, status)
         txn.end_us = self.sched.now_us()
         if txn.end_requested_us is not None:
             self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
@@ -262,6 +278,8 @@ class Replayer:
         self._collect_recovery()
         self._retired.update(self.broker.stats())
         self.broker.crash()
+        if self.history is not None:
+            self.history.fault("crash_broker")
         self.counts["crashes.broker"] += 1
         self._crash_at = e.ts_us
         self.broker = self._new_broker()
@@ -270,6 +288,8 @@ class Replayer:
 
     def _op_crash_tc(self, e: Event) -> None:
         self.broker.restart_coordinator()
+        if self.history is not None:
+            self.history.fault("crash_tc")
         self.counts["crashes.tc"] += 1
 
     def _collect_recovery(self) -> None:
@@ -312,6 +332,8 @@ class Replayer:
                 except TxnbenchError:
                     pass
             counts["txns." + outcome] += 1
+            if self.history is not None:
+                self.history.outcome(t.label, outcome)
             if outcome == "committed" and t.published and t.visible_us is None and t.msgs:
                 counts["txns.committed_not_visible"] += 1
             txns["engine"].append(self.label)

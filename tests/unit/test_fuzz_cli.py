@@ -1,0 +1,85 @@
+"""Bad input through the whole CLI (test_trace.py fuzzes the validator alone): every malformed
+trace, bad file and unreachable service ends with one clear line naming the row or the option,
+exit code 2, and no output left behind; a trace that validates replays and checks clean."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from bench.cli import main
+from tests.unit.test_trace import GOOD, T, row_st, write
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(err: str) -> None:
+    assert err.count("\n") == 1 and "Traceback" not in err and ": error: " in err, err
+
+
+# rows near the valid ones: a good prefix, then one mutated row, so errors come late in the trace
+mutated = st.tuples(st.integers(0, len(GOOD)), row_st)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutated, st.sampled_from(["replay", "check"]))
+def test_a_fuzzed_trace_is_replayed_or_refused_by_row(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
+                                                      cut: tuple[int, dict], verb: str) -> None:  # type: ignore[type-arg]
+    n, row = cut
+    tmp = tmp_path_factory.mktemp("fz")
+    rows = [dict(r) for r in GOOD[:n]] + [row]
+    trace = write(tmp / "t.parquet", rows)
+    out = tmp / "out"
+    code, _, err = _run(capsys, verb, "--trace", str(trace), "--engine", "v5", "--out", str(out), "--no-progress",
+                        "--drain-ms", "2000")
+    if code == 2:
+        _one_line_error(err)
+        m = re.search(r"row (\d+)", err)
+        assert m is not None and int(m.group(1)) < len(rows), err
+        assert not out.exists()
+    else:
+        assert code == 0, err
+        assert out.exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"PAR1", b"not parquet at all" * 10, b"PAR1\x00\x00\x00\x00PAR1"])
+@pytest.mark.parametrize("verb", ["replay", "check"])
+def test_malformed_files_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, verb: str) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(content)
+    code, _, err = _run(capsys, verb, "--trace", str(bad), "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 2
+    _one_line_error(err)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option, url", [("--metadata", "redis://127.0.0.1:1"), ("--ledger", "kafka://127.0.0.1:1")])
+@pytest.mark.parametrize("verb", ["replay", "check"])
+def test_unreachable_services_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, url: str, verb: str) -> None:
+    trace = write(tmp_path / "t.parquet", GOOD)
+    code, _, err = _run(capsys, verb, "--trace", str(trace), "--engine", "v5" if "metadata" in option else "v4",
+                        option, url, "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 2
+    _one_line_error(err)
+    assert "127.0.0.1:1" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_writes_a_clean_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    trace = write(tmp_path / "t.parquet", GOOD + [{"ts_us": 6, "op": "publish", "topic": T, "msg": "m3", "size": 1}])
+    code, out, err = _run(capsys, "check", "--trace", str(trace), "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "out" / "check.json").read_text())
+    assert summary["histories"] == 2 and summary["total_violations"] == 0
+    assert summary["faults"] == {"crash_broker": 2}
+    assert "violations: 0" in out
