@@ -36,6 +36,10 @@ class Profile:
     txn_fraction: float = 0.5  # share of publishes made inside transactions
     txn_messages: tuple[int, int] = (1, 10)  # messages per txn, uniform inclusive
     txn_partitions: tuple[int, int] = (1, 1)  # distinct partitions/segments per txn
+    # Partitions fall into this many groups (partition i in group i % txn_groups) and a txn stays
+    # within one, as when each producer owns a subset of partitions. Groups are independent
+    # units that a Spark replay can run in parallel; 1 = a txn may span any partitions.
+    txn_groups: int = 1
     concurrent_txns: int = 8  # txns open at once, interleaving their publishes
     abort_ratio: float = 0.1
     long_open_fraction: float = 0.0  # txns that stay open long_open_ms after their last publish
@@ -78,6 +82,7 @@ class Profile:
         need(1 <= self.txn_messages[0] <= self.txn_messages[1], "txn_messages must be (min, max) with 1 <= min <= max")
         need(1 <= self.txn_partitions[0] <= self.txn_partitions[1], "txn_partitions must be (min, max), min >= 1")
         need(self.concurrent_txns >= 1, "concurrent_txns must be >= 1")
+        need(self.txn_groups >= 1, "txn_groups must be >= 1")
         need(self.long_open_fraction + self.hanging_fraction <= 1, "long_open + hanging fractions exceed 1")
         need(self.message_size >= 0 and self.timeout_ms > 0, "message_size >= 0 and timeout_ms > 0")
 
@@ -193,7 +198,8 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
                     label = f"t{ntxn}"
                     ntxn += 1
                     lo, hi = profile.txn_partitions
-                    parts = rng.sample(topics, min(len(topics), rng.randint(lo, hi)))
+                    group = topics[rng.randrange(min(profile.txn_groups, len(topics)))::profile.txn_groups]
+                    parts = rng.sample(group, min(len(group), rng.randint(lo, hi)))
                     r = rng.random()
                     if r < profile.hanging_fraction:
                         fate = "hang"
