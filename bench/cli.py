@@ -119,6 +119,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
     for label, run in manifest["runs"].items():
         print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+    from bench.runner import check_trace
+
+    checked = check_trace(trace, configs)  # the report shows it beside the numbers
+    checked.write(out / "check.json")
+    print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
     report = build_report([out / "results"], out / "report", title=f"txnbench compare: {args.profile}")
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
@@ -136,9 +141,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
     (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
-    from bench.checker import CheckSummary, History, check
-    from bench.replay import Replayer
-    from bench.trace import read_events, validate
+    from bench.runner import check_trace
     from bench.workloads import generate, load_profile
 
     out = Path(args.out)
@@ -148,14 +151,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         generate(load_profile(args.profile), args.events, args.seed, trace)
     else:
         trace = Path(args.trace)
-    validate(trace)
-    summary = CheckSummary()
-    for cfg in _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]):
-        history = History()
-        Replayer(cfg, history=history).run(read_events(trace))
-        violations = check(history)
-        summary.add(history, violations)
-        print(f"{cfg.label}: {len(history.deliveries)} deliveries, {len(violations)} violations")
+    summary = check_trace(trace, _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]), print)
     for line in summary.lines():
         print(line)
     out.mkdir(parents=True, exist_ok=True)

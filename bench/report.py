@@ -339,12 +339,29 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
         from bench.scenarios import load_sections
 
         sections += load_sections(found)
+    for found in sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
+                         if q.is_file()}):  # `txnbench check` output next to the results
+        sections.append(check_section(found))
+        summary.setdefault("checks", []).append(json.loads(found.read_text()))
     plots = _plots(sets, outdir)
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))
     summary["plots"] = plots
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     return outdir / "report.html"
+
+
+def check_section(path: Path) -> tuple[str, list[str], list[Row], str]:
+    """The evidence of a ``txnbench check`` run: histories checked, faults injected by kind,
+    violations by kind (each must be zero)."""
+    j = json.loads(path.read_text())
+    rows = [Row("Check", "histories checked", "histories", {"value": j["histories"]}, None, "n/a"),
+            Row("Check", "deliveries checked", "messages", {"value": j["deliveries"]}, None, "n/a")]
+    rows += [Row("Faults", f"injected: {k}", "faults", {"value": v}, None, "n/a") for k, v in j["faults"].items()]
+    rows += [Row("Violations", k, "violations", {"value": v}, None, "ok" if v == 0 else "VIOLATION")
+             for k, v in j["violations"].items()]
+    note = f"From `{path}` (`txnbench check`); every violation count must be zero."
+    return (f"Correctness check — {path.parent.name}", ["value"], rows, note)
 
 
 def _json_default(v: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from bench.config import RunConfig
 from bench.replay import Replayer, RunResult
-from bench.results import result_dir
+from bench.results import ResultWriter, result_dir
 from bench.trace import read_events, trace_metadata, validate
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
@@ -26,31 +26,60 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
         "runs": {},
         **(extra_manifest or {}),
     }
+    with result_dir(out) as writer:
+        results: list[tuple[RunConfig, RunResult]] = []
+        for cfg in configs:
+            replayer = Replayer(cfg, delivery_sink=writer.deliveries)
+            tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None
+            results.append((cfg, replayer.run(read_events(trace), progress=tick)))
+            if progress:
+                progress(cfg.label, rows, rows)
+        finish_results(writer, results, manifest)
+    return manifest
+
+
+def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResult]], manifest: dict[str, Any],
+                   extra_run: Callable[[RunResult], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write the rest of a result directory from finished runs (their last deliveries, counts,
+    latency, recovery, txns) and one manifest entry per run; ``extra_run`` adds fields to it."""
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, Any] = {}
     recovery: list[dict[str, Any]] = []
     txns: dict[str, list[Any]] = {}
-    with result_dir(out) as writer:
-        for cfg in configs:
-            replayer = Replayer(cfg, delivery_sink=writer.deliveries)
-            tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None
-            result: RunResult = replayer.run(read_events(trace), progress=tick)
-            if progress:
-                progress(cfg.label, rows, rows)
-            writer.deliveries(result.deliveries)
-            counts[cfg.label] = result.counts
-            latency[cfg.label] = result.latency
-            recovery.extend(result.recovery)
-            for k, v in result.txns.items():
-                txns.setdefault(k, []).extend(v)
-            manifest["runs"][cfg.label] = {
-                "config": cfg.as_dict(),
-                "events": result.events,
-                "wall_seconds": round(result.wall_seconds, 3),
-                "events_per_second": round(result.events / result.wall_seconds) if result.wall_seconds else None,
-                "virtual_end_us": result.virtual_end_us,
-                "time_mode": cfg.time_mode,
-            }
-        manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        writer.finish(txns=txns, counts=counts, latency=latency, recovery=recovery, manifest=manifest)
+    for cfg, result in results:
+        writer.deliveries(result.deliveries)
+        counts[result.label] = result.counts
+        latency[result.label] = result.latency
+        recovery.extend(result.recovery)
+        for k, v in result.txns.items():
+            txns.setdefault(k, []).extend(v)
+        manifest["runs"][result.label] = {
+            "config": cfg.as_dict(),
+            "events": result.events,
+            "wall_seconds": round(result.wall_seconds, 3),
+            "events_per_second": round(result.events / result.wall_seconds) if result.wall_seconds else None,
+            "virtual_end_us": result.virtual_end_us,
+            "time_mode": cfg.time_mode,
+            **(extra_run(result) if extra_run else {}),
+        }
+    manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    writer.finish(txns=txns, counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
+
+
+def check_trace(trace: str | Path, configs: list[RunConfig],
+                report: Callable[[str], None] | None = None) -> Any:
+    """Replay ``trace`` through each config with a full history and check it
+    (:mod:`bench.checker`); returns the :class:`~bench.checker.CheckSummary`."""
+    from bench.checker import CheckSummary, History, check
+
+    validate(trace)
+    summary = CheckSummary()
+    for cfg in configs:
+        history = History()
+        Replayer(cfg, history=history).run(read_events(trace))
+        violations = check(history)
+        summary.add(history, violations)
+        if report is not None:
+            report(f"{cfg.label}: {len(history.deliveries)} deliveries, {len(violations)} violations")
+    return summary

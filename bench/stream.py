@@ -400,29 +400,13 @@ def default_configs(ledger: str = "memory://", metadata: str = "memory://", drai
 def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -> dict[str, Any]:
     """Finish a :class:`bench.results.ResultWriter` from a finished replay (deliveries were
     streamed into it during the run)."""
-    counts: dict[str, dict[str, int]] = {}
-    latency: dict[str, Any] = {}
-    recovery: list[dict[str, Any]] = []
-    txns: dict[str, list[Any]] = {}
-    for cfg, result in zip(replay.configs, replay.results):
-        writer.deliveries(result.deliveries)
-        counts[result.label] = result.counts
-        latency[result.label] = result.latency
-        recovery.extend(result.recovery)
-        for k, v in result.txns.items():
-            txns.setdefault(k, []).extend(v)
-        manifest["runs"][result.label] = {
-            "config": cfg.as_dict(),
-            "events": result.events,
-            "wall_seconds": round(result.wall_seconds, 3),
-            "events_per_second": round(replay.events_per_second()),
-            "virtual_end_us": result.virtual_end_us,
-            "time_mode": cfg.time_mode,
-            "stream": {k: replay.stats[result.label][k] for k in ("apply_us_total", "apply_us_max", "lag_us_max")},
-        }
-    manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    writer.finish(txns=txns, counts=counts, latency=latency, recovery=recovery, manifest=manifest)
-    return manifest
+    from bench.runner import finish_results
+
+    def stream_fields(result: Any) -> dict[str, Any]:
+        return {"events_per_second": round(replay.events_per_second()),
+                "stream": {k: replay.stats[result.label][k] for k in ("apply_us_total", "apply_us_max", "lag_us_max")}}
+
+    return finish_results(writer, list(zip(replay.configs, replay.results)), manifest, stream_fields)
 
 
 def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None, *, topic: str = DEFAULT_TOPIC,
