@@ -184,7 +184,12 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
         crashes = df.where(F.col("op").isin("crash_broker", "crash_tc")).crossJoin(all_shards).withColumnRenamed("cshard", "shard")
         rows_df = tagged.where(~F.col("op").isin("crash_broker", "crash_tc")).select(*COLUMNS, "row", "shard") \
             .unionByName(crashes.select(*COLUMNS, "row", "shard"))
-        ordered = rows_df.repartition(n_shards, "shard").sortWithinPartitions("shard", "ts_us", "row")
+        # One shard per partition: hash (and range) partitioning of a few small ints can put two
+        # shards in one task and leave a core idle, so each shard gets a key that Spark's own
+        # partitioner (Murmur3 pmod n, as F.hash) sends to a partition of its own.
+        keys = spark.createDataFrame(list(_partition_keys(spark, n_shards).items()), "shard int, pkey int")
+        ordered = (rows_df.join(F.broadcast(keys), "shard").repartition(n_shards, "pkey")
+                   .sortWithinPartitions("shard", "ts_us", "row").drop("pkey"))
         configs_json = json.dumps([c.as_dict() for c in configs])
         result = ordered.mapInPandas(_replay_partition(configs_json), OUT_SCHEMA)
         spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
@@ -195,6 +200,20 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
             shutil.rmtree(spool, ignore_errors=True)
     finally:
         spark.stop()
+
+
+def _partition_keys(spark: Any, n: int) -> dict[int, int]:
+    """shard -> an int key whose Spark hash partition (pmod n) is ``shard``."""
+    from pyspark.sql import functions as F
+
+    rows = (spark.range(0, 64 * n).select(F.col("id").cast("int").alias("c"))
+            .select("c", F.pmod(F.hash("c"), F.lit(n)).alias("p")).collect())
+    keys: dict[int, int] = {}
+    for r in rows:
+        keys.setdefault(int(r.p), int(r.c))
+    if len(keys) < n:
+        raise ConfigError(f"could not find a partition key for each of {n} shards")
+    return keys
 
 
 def _parts(root: Path, kind: str) -> list[Path]:
