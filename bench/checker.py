@@ -204,8 +204,25 @@ def check(h: History) -> list[Violation]:
         return req[0] if req is not None else 0
 
     acks_by_sub: dict[str, list[_Ack]] = {}
+    # Acks that can cover a message: individual ones naming it, cumulative ones on its ledger.
+    # (Scanning every ack of the subscription per delivery made the check quadratic.)
+    by_msg: dict[tuple[str, str], list[_Ack]] = {}
+    by_ledger_cum: dict[tuple[str, str], list[_Ack]] = {}
     for a in h.acks:
         acks_by_sub.setdefault(a.sub, []).append(a)
+        for m in a.msgs:
+            if a.cumulative:
+                q = h.pubs.get(m)
+                if q is not None:
+                    by_ledger_cum.setdefault((a.sub, q.ledger), []).append(a)
+            else:
+                by_msg.setdefault((a.sub, m), []).append(a)
+
+    def candidates(sub: str, p: _Pub) -> list[_Ack]:
+        """The acks of ``sub`` that may cover ``p``, in the order they happened."""
+        found = {id(a): a for a in by_msg.get((sub, p.msg), ())}
+        found.update((id(a), a) for a in by_ledger_cum.get((sub, p.ledger), ()))
+        return sorted(found.values(), key=lambda a: a.seq)
 
     # deliveries per (sub, msg), in order
     per: dict[tuple[str, str], list[tuple[int, bool]]] = {}
@@ -229,7 +246,7 @@ def check(h: History) -> list[Violation]:
     def causes(sub: str, p: _Pub, lo: int, hi: int) -> bool:
         if any(lo < c < hi for c in crashes) or any(lo < c < hi for c in redeliver_req.get(sub, ())):
             return True
-        for a in acks_by_sub.get(sub, ()):
+        for a in candidates(sub, p):
             if a.txn is not None and a.seq < hi and covers(a, p):
                 ab = abort_seq(a.txn)
                 if ab is not None and ab < hi and max(ab, a.seq) >= lo:
@@ -251,7 +268,7 @@ def check(h: History) -> list[Violation]:
                 break
         # acked messages delivered again
         reported = False
-        for a in acks_by_sub.get(sub, ()):
+        for a in candidates(sub, p):
             if reported or not covers(a, p):
                 continue
             start = a.seq
@@ -296,7 +313,7 @@ def check(h: History) -> list[Violation]:
 
     def covered(sub: str, p: _Pub, before: int | None = None) -> bool:
         return any(covers(a, p) and (a.txn is None or a.txn not in aborted) and (before is None or a.seq < before)
-                   for a in acks_by_sub.get(sub, ()))
+                   for a in candidates(sub, p))
 
     # torn txns: per committed txn and ledger, in position order
     txn_msgs: dict[tuple[str, str], list[_Pub]] = {}
@@ -339,7 +356,7 @@ def check(h: History) -> list[Violation]:
             later = [seq for seq, _ in per.get((a.sub, msg), ()) if seq > max(ab, a.seq)]
             if later:
                 continue
-            if any(covers(b, p) and b.seq > a.seq and (b.txn is None or b.txn not in aborted) for b in acks_by_sub[a.sub]):
+            if any(covers(b, p) and b.seq > a.seq and (b.txn is None or b.txn not in aborted) for b in candidates(a.sub, p)):
                 continue
             out.append(Violation("aborted_ack_not_redelivered", a.sub, msg, a.txn, "the txn aborted but the message never came back"))
     return out
