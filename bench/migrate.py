@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import BadVersion, TxnbenchError
 from engine.ids import Design, TxnID
-from engine.ledger import LedgerFactory
+from engine.ledger import LedgerFactory, scan_entries
 from engine.ports import TxnStatus
 from engine.records import MarkerKind, Position
 from metadata_v5.store import ABSENT, MetadataStore
@@ -105,25 +105,19 @@ def _coordinator_log(ledgers: LedgerFactory) -> dict[TxnID, dict[str, object]]:
     out: dict[TxnID, dict[str, object]] = {}
     for name in ledgers.names(LOG_PREFIX):
         log = ledgers.open(name)
-        start, lac = log.first_position(), log.last_confirmed()
-        while start <= lac:
-            entries = log.read(start, lac, READ_BATCH)
-            if not entries:
-                break
-            for e in entries:
-                rec = e.data.payload or {}
-                txn = TxnID(Design.V4, int(rec["tc"]), int(rec["txn"]))  # type: ignore[call-overload]
-                meta = out.setdefault(txn, {"status": TxnStatus.OPEN, "partitions": set(), "subs": set()})
-                op = rec.get("op")
-                if op == "new":
-                    meta["deadline_us"] = int(rec["start_us"]) + int(rec["timeout_ms"]) * 1000  # type: ignore[call-overload]
-                elif op == "add_partition":
-                    meta["partitions"].add(str(rec["partition"]))  # type: ignore[attr-defined]
-                elif op == "add_subscription":
-                    meta["subs"].add(str(rec["partition"]))  # type: ignore[attr-defined]
-                elif op == "update":
-                    meta["status"] = TxnStatus(rec["new"])
-            start = log.next_position(entries[-1].position)
+        for e in scan_entries(log, READ_BATCH):
+            rec = e.data.payload or {}
+            txn = TxnID(Design.V4, int(rec["tc"]), int(rec["txn"]))  # type: ignore[call-overload]
+            meta = out.setdefault(txn, {"status": TxnStatus.OPEN, "partitions": set(), "subs": set()})
+            op = rec.get("op")
+            if op == "new":
+                meta["deadline_us"] = int(rec["start_us"]) + int(rec["timeout_ms"]) * 1000  # type: ignore[call-overload]
+            elif op == "add_partition":
+                meta["partitions"].add(str(rec["partition"]))  # type: ignore[attr-defined]
+            elif op == "add_subscription":
+                meta["subs"].add(str(rec["partition"]))  # type: ignore[attr-defined]
+            elif op == "update":
+                meta["status"] = TxnStatus(rec["new"])
     return out
 
 
@@ -145,25 +139,19 @@ def plan_migration(ledgers: LedgerFactory, topic_ledgers: list[str]) -> Migratio
         if snap is not None:
             snapshot_aborted.update(t for t, _ in snap.aborts)
         ml = ledgers.open(name)
-        start, lac = ml.first_position(), ml.last_confirmed()
-        while start <= lac:
-            entries = ml.read(start, lac, READ_BATCH)
-            if not entries:
-                break
-            for e in entries:
-                scanned += 1
-                txn = e.data.txn
-                if txn is None:
-                    continue
-                if txn.design is not Design.V4:
-                    raise MigrationRefused(f"{name}: entry {e.position} belongs to {txn}: the topic already has v5 transactions")
-                t = txns.setdefault(txn, V4Txn(txn))
-                if e.data.marker is not None:
-                    markers += 1
-                    t.marker = e.data.marker
-                else:
-                    t.positions.setdefault(name, []).append(e.position)
-            start = ml.next_position(entries[-1].position)
+        for e in scan_entries(ml, READ_BATCH):
+            scanned += 1
+            txn = e.data.txn
+            if txn is None:
+                continue
+            if txn.design is not Design.V4:
+                raise MigrationRefused(f"{name}: entry {e.position} belongs to {txn}: the topic already has v5 transactions")
+            t = txns.setdefault(txn, V4Txn(txn))
+            if e.data.marker is not None:
+                markers += 1
+                t.marker = e.data.marker
+            else:
+                t.positions.setdefault(name, []).append(e.position)
     snap_aborts = len(snapshot_aborted)
     for txn, meta in log.items():  # txns still ending elsewhere that touched this topic
         if meta["status"] in (TxnStatus.COMMITTING, TxnStatus.ABORTING) and (

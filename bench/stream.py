@@ -38,7 +38,6 @@ import json
 import re
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -46,6 +45,7 @@ from bench.config import RunConfig
 from bench.replay import DeliverySink, Replayer, RunResult
 from bench.trace import COLUMNS, Event, read_events, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError, TxnbenchError
+from engine.kafkaledger import translated
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python 3.0 on Python 3.11
@@ -62,11 +62,6 @@ _FIELDS = COLUMNS  # Event fields after ``row``
 
 StreamProgress = Callable[[int, int, float], None]  # (events done, rows in trace, events/s)
 
-_UNREACHABLE: tuple[type[BaseException], ...] = (
-    kerrors.KafkaConnectionError, kerrors.KafkaTimeoutError, kerrors.NodeNotReadyError,
-    kerrors.RequestTimedOutError, kerrors.BrokerNotAvailableError, kerrors.MetadataEmptyBrokerList,
-    OSError,
-)
 
 
 # --- Kafka access (the one place kafka-python errors are translated) ---------------------------
@@ -80,14 +75,9 @@ def bootstrap(url: str) -> str:
     return m.group(1)
 
 
-@contextmanager
-def _kafka(url: str, action: str) -> Iterator[None]:
-    try:
-        yield
-    except _UNREACHABLE as exc:
-        raise BackendUnavailable(f"kafka at {url} is unreachable ({action}: {exc})") from exc
-    except kerrors.KafkaError as exc:
-        raise BackendUnavailable(f"kafka at {url}: {action} failed: {type(exc).__name__}: {exc}") from exc
+def _kafka(url: str, action: str) -> Any:
+    """Kafka errors of the streaming tools: all of them mean the backend is not usable."""
+    return translated(url, action, BackendUnavailable)
 
 
 def _common(url: str) -> dict[str, Any]:

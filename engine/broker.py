@@ -19,7 +19,7 @@ from engine.cursor import Cursor
 from engine.dispatcher import DeliverFn, DispatchMode, Dispatcher, PollingPolicy
 from engine.errors import ConfigError, TopicError, TxnbenchError, UnsupportedOperation
 from engine.ids import TxnID
-from engine.ledger import LedgerFactory, ManagedLedger
+from engine.ledger import LedgerFactory, ManagedLedger, scan_entries
 from engine.ports import (
     AckKind,
     Engine,
@@ -115,7 +115,7 @@ class Broker:
             layout = SegmentLayout(name)
             ledger = self._ledgers.open(name.layout_ledger())
             self._layout_ledgers[key] = ledger
-            records = ledger.read(ledger.first_position(), ledger.last_confirmed(), 1 << 62)
+            records = list(scan_entries(ledger))
             if not records:  # a new scalable topic: one segment over the whole hash space
                 seg = layout.initial()
                 self._append_layout(key, {"created": [seg.to_record()], "sealed": []})

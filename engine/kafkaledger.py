@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import parse_qs, urlparse
 
 from engine.counters import Counters
-from engine.errors import BackendUnavailable, ConfigError, LedgerError, LedgerNotFound, LedgerSealed
+from engine.errors import BackendUnavailable, ConfigError, LedgerError, LedgerNotFound, LedgerSealed, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ledger import CursorState, LedgerFactory, ManagedLedger, entry_kind
 from engine.records import Entry, EntryData, MarkerKind, Position
@@ -110,14 +110,15 @@ def topic_for(name: str) -> str:
 
 
 @contextmanager
-def _translated(url: str, action: str) -> Iterator[None]:
-    """The one place where kafka-python exceptions become txnbench errors."""
+def translated(url: str, action: str, failure: type[TxnbenchError] = LedgerError) -> Iterator[None]:
+    """The one place where kafka-python exceptions become txnbench errors: an unreachable
+    broker is BackendUnavailable, any other driver error ``failure``."""
     try:
         yield
     except _UNREACHABLE as exc:
         raise BackendUnavailable(f"kafka at {url} is unreachable ({action}: {exc})") from exc
     except kerrors.KafkaError as exc:
-        raise LedgerError(f"kafka at {url}: {action} failed: {type(exc).__name__}: {exc}") from exc
+        raise failure(f"kafka at {url}: {action} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # --- record encoding -----------------------------------------------------------------------------
@@ -360,7 +361,7 @@ class KafkaLedgerFactory(LedgerFactory):
     def _driver(self, action: str) -> Iterator[None]:
         if self._closed:
             raise LedgerError(f"kafka ledgers at {self.url}: {action} after the factory was closed")
-        with _translated(self.url, action):
+        with translated(self.url, action):
             yield
 
     def _rt(self, n: int = 1, handle: ManagedLedger | None = None) -> None:

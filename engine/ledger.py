@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from engine.counters import Counters
 from engine.records import Entry, EntryData, Position
@@ -143,6 +143,18 @@ class LedgerFactory(ABC):
 
     def close(self) -> None:
         """Release connections; the durable data stays."""
+
+
+def scan_entries(ledger: ManagedLedger, batch: int = 1_000) -> Iterator[Entry]:
+    """Every stored entry of ``ledger`` from the first to the last confirmed one, read in
+    batches of ``batch`` (recovery-style scans: migration, layout replay)."""
+    start, lac = ledger.first_position(), ledger.last_confirmed()
+    while start <= lac:
+        entries = ledger.read(start, lac, batch)
+        if not entries:
+            return
+        yield from entries
+        start = ledger.next_position(entries[-1].position)
 
 
 def entry_kind(data: EntryData) -> str:
