@@ -8,9 +8,8 @@ the file, the 0-based row number and the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,8 +43,7 @@ MAX_SIZE = 100 * 1024 * 1024  # Pulsar's largest message with chunking disabled 
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build per row
     row: int
     ts_us: int
     op: str
@@ -60,15 +58,60 @@ class Event:
     key: str | None
 
 
+class LabelSet:
+    """A set of labels that stays small on long traces: a label of the form ``<prefix><n>``
+    (a decimal without a leading zero, as the generator writes ``m123``/``t45``) is one byte in
+    a per-prefix bytearray, so checking a 10M-row trace does not hold millions of strings;
+    any other label is kept as is."""
+
+    __slots__ = ("_bits", "_other")
+    _MAX_INDEX = 1 << 31
+
+    def __init__(self) -> None:
+        self._bits: dict[str, bytearray] = {}
+        self._other: set[str] = set()
+
+    @staticmethod
+    def _split(label: str) -> tuple[str, int] | None:
+        prefix = label.rstrip("0123456789")
+        digits = label[len(prefix):]
+        if not digits or (digits[0] == "0" and len(digits) > 1) or len(digits) > 9 or not digits.isascii():
+            return None
+        return prefix, int(digits)
+
+    def add(self, label: str) -> None:
+        split = self._split(label)
+        if split is None:
+            self._other.add(label)
+            return
+        prefix, n = split
+        bits = self._bits.get(prefix)
+        if bits is None:
+            bits = self._bits[prefix] = bytearray()
+        if n >= len(bits):
+            bits.extend(bytes(max(n + 1 - len(bits), len(bits))))  # doubling: amortised O(1)
+        bits[n] = 1
+
+    def __contains__(self, label: object) -> bool:
+        if not isinstance(label, str):
+            return False
+        split = self._split(label)
+        if split is None:
+            return label in self._other
+        bits = self._bits.get(split[0])
+        return bits is not None and split[1] < len(bits) and bits[split[1]] == 1
+
+
 class _Validator:
-    """Checks rows in order; keeps just enough state for reference checks."""
+    """Checks rows in order; keeps just enough state for reference checks (open txns as
+    strings, ended txns and published messages as :class:`LabelSet`)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.last_ts = 0
         self.open_txns: set[str] = set()
-        self.ended_txns: set[str] = set()
-        self.msgs: set[str] = set()
+        self.ended_txns = LabelSet()
+        self.msgs = LabelSet()
         self.topics: dict[str, bool] = {}  # name -> scalable
 
     def fail(self, row: int, reason: str) -> TraceError:
@@ -168,18 +211,22 @@ def _open(path: str | Path) -> pq.ParquetFile:
     return pf
 
 
-def read_events(path: str | Path, batch_rows: int = 65_536) -> Iterator[Event]:
-    """Yield validated events in order. Raises TraceError at the first bad row."""
+def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool = False) -> Iterator[Event]:
+    """Yield validated events in order. Raises TraceError at the first bad row.
+
+    ``validated=True`` skips the row checks for a trace that :func:`validate` has just passed
+    (a replay validates once up front, then reads once per engine)."""
     pf = _open(path)
-    validator = _Validator(str(path))
+    check = None if validated else _Validator(str(path)).check
+    make = Event._make
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
         cols = [batch.column(i).to_pylist() for i in range(len(COLUMNS))]
-        for values in zip(*cols):
-            event = Event(row, *values)
-            validator.check(event)
+        for event in map(make, zip(range(row, row + batch.num_rows), *cols)):
+            if check is not None:
+                check(event)
             yield event
-            row += 1
+        row += batch.num_rows
 
 
 def trace_metadata(path: str | Path) -> dict[str, str]:

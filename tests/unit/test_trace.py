@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.trace import COLUMNS, SCHEMA, TraceWriter, read_events, validate
+from bench.trace import COLUMNS, SCHEMA, LabelSet, TraceWriter, read_events, validate
 from engine.errors import TraceError
 
 T = "persistent://public/default/x"
@@ -120,3 +120,22 @@ def test_fuzzed_traces_either_validate_or_fail_with_a_row(tmp_path_factory: pyte
         assert validate(path) == len(rows)
     except TraceError as exc:
         assert exc.row is not None and 0 <= exc.row < len(rows)
+
+
+@given(st.lists(st.text(alphabet="mt0123456789x", min_size=1, max_size=6), max_size=40),
+       st.lists(st.text(alphabet="mt0123456789x", min_size=1, max_size=6), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_label_set_is_a_set(added: list[str], probed: list[str]) -> None:
+    labels = LabelSet()
+    for a in added:
+        labels.add(a)
+    for p in added + probed:
+        assert (p in labels) == (p in set(added)), p
+
+
+def test_label_set_keeps_numbered_labels_as_bytes() -> None:
+    labels = LabelSet()
+    for i in range(100_000):
+        labels.add(f"m{i}")
+    assert "m99999" in labels and "m100000" not in labels and "m01" not in labels
+    assert not labels._other and len(labels._bits["m"]) < 300_000
