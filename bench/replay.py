@@ -8,6 +8,12 @@ A consumer acks only what it has received: a plain ack whose message has not rea
 subscription yet waits for the delivery and is applied then (``acks.deferred``); acks inside a
 txn are applied as written (``acks.txn_before_delivery`` counts those ahead of their message).
 
+Memory stays flat on long traces: a message's id is dropped once every subscription of its
+topic has acked it (a txn ack counts when the txn commits), and a txn's row leaves for the sink
+once its outcome is known and its messages were delivered (or it aborted). A later ack of a
+message every subscription already acked is a no-op in Pulsar and is counted, not replayed
+(``acks.after_all_acked``).
+
 Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
 txn the coordinator already timed out) are counted under ``client_errors.<Error>`` and the run
 goes on; a malformed trace is refused before anything runs (see :mod:`bench.trace`).
@@ -31,7 +37,7 @@ from engine.records import MessageId
 from bench.config import RunConfig
 from bench.engines import Setup, build
 from bench.measure import Histograms
-from bench.trace import Event
+from bench.trace import OPS, Event
 
 CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation)
 
@@ -48,6 +54,7 @@ class _Txn:
     visible_us: int | None = None
     msgs: set[str] = field(default_factory=set)  # published, not yet delivered anywhere
     published: int = 0
+    acked: list[tuple[str, str]] = field(default_factory=list)  # (subscription, msg) acked in this txn
 
 
 @dataclass
@@ -64,11 +71,19 @@ class RunResult:
 
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
+TxnSink = Callable[[dict[str, list[Any]]], None]
+
+
+@dataclass(slots=True)
+class _Msg:
+    id: MessageId
+    key: str | None
+    acks_left: int  # subscriptions of the topic (at publish) that have not acked it yet
 
 
 class Replayer:
     def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000,
-                 history: Any = None) -> None:
+                 history: Any = None, txn_sink: TxnSink | None = None) -> None:
         self.cfg = cfg
         self.history = history  # optional bench.checker.History recording ops, faults, deliveries
         self.label = cfg.label
@@ -80,13 +95,13 @@ class Replayer:
         self.broker = self._new_broker()
         self.counts = Counters()
         self.hist = Histograms()
-        self.txns: dict[str, _Txn] = {}
+        self.txns: dict[str, _Txn] = {}  # not yet retired to the txn rows
         self.by_id: dict[TxnID, _Txn] = {}
-        self.msg_ids: dict[str, MessageId] = {}
+        self.msgs: dict[str, _Msg] = {}  # not yet acked by every subscription
         self.msg_txn: dict[str, _Txn] = {}
-        self.msg_keys: dict[str, str] = {}
         self.undelivered: set[str] = set()  # first delivery not yet seen
         self.subs: list[tuple[str, str]] = []
+        self.subs_per_topic: dict[str, int] = {}
         self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
         self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
         self.recovery: list[dict[str, Any]] = []
@@ -95,6 +110,10 @@ class Replayer:
         self._sink = delivery_sink
         self._sink_rows = sink_rows
         self._deliveries: dict[str, list[Any]] = _empty_deliveries()
+        self._txn_sink = txn_sink
+        self._txn_rows: dict[str, list[Any]] = _empty_txns()
+        self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
+        self._op_counts = dict.fromkeys(OPS, 0)
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
@@ -147,6 +166,8 @@ class Replayer:
         if not txn.msgs and txn.visible_us is None and txn.end_requested_us is not None:
             txn.visible_us = ts
             self.hist.record("commit_to_visible_us", ts - txn.end_requested_us)
+            if txn.outcome is not None:
+                self._retire(txn)
 
     def _flush_deliveries(self) -> None:
         if self._sink is not None and self._deliveries["msg"]:
@@ -157,9 +178,9 @@ class Replayer:
 
     def apply(self, e: Event) -> None:
         self.sched.run_until(e.ts_us)
-        self.counts["events." + e.op] += 1
+        self._op_counts[e.op] += 1
         try:
-            getattr(self, "_op_" + e.op)(e)
+            self._ops[e.op](e)
         except CLIENT_ERRORS as exc:
             self.counts["client_errors." + type(exc).__name__] += 1
 
@@ -167,6 +188,7 @@ class Replayer:
         assert e.topic and e.subscription
         if (e.topic, e.subscription) not in self.subs:
             self.subs.append((e.topic, e.subscription))
+            self.subs_per_topic[e.topic] = self.subs_per_topic.get(e.topic, 0) + 1
         self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription))
         if self.history is not None:
             self.history.subscribe(e.topic, e.subscription)
@@ -190,11 +212,9 @@ class Replayer:
         assert e.topic and e.msg
         txn_id = self._txn(e.txn)
         mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
-        self.msg_ids[e.msg] = mid
+        self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
             self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
-        if e.key is not None:
-            self.msg_keys[e.msg] = e.key
         if self.subs:
             self.undelivered.add(e.msg)
         if e.txn is not None:
@@ -205,7 +225,11 @@ class Replayer:
 
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
-        kind = AckKind(e.ack_kind or "individual")
+        m = self.msgs.get(e.msg)
+        if m is None:  # every subscription acked it already: a no-op for the broker
+            self.counts["acks.after_all_acked"] += 1
+            return
+        kind = AckKind.CUMULATIVE if e.ack_kind == "cumulative" else AckKind.INDIVIDUAL
         key = (e.subscription, e.msg)
         received = key in self.received
         if e.txn is None and not received:
@@ -215,15 +239,29 @@ class Replayer:
         if not received:
             self.counts["acks.txn_before_delivery"] += 1
         self.received.discard(key)
-        self.broker.ack(e.subscription, [self.msg_ids[e.msg]], kind, txn=self._txn(e.txn))
+        self.broker.ack(e.subscription, [m.id], kind, txn=self._txn(e.txn))
         if self.history is not None:
             self.history.ack(e.subscription, [e.msg], kind is AckKind.CUMULATIVE, e.txn)
+        if e.txn is None:
+            self._acked(e.msg, m)
+        else:
+            self.txns[e.txn].acked.append(key)
+
+    def _acked(self, msg: str, m: _Msg) -> None:
+        m.acks_left -= 1
+        if m.acks_left <= 0:
+            del self.msgs[msg]
 
     def _deferred_ack(self, sub: str, msg: str, kind: AckKind) -> None:
+        m = self.msgs.get(msg)
+        if m is None:
+            self.counts["acks.after_all_acked"] += 1
+            return
         try:
-            self.broker.ack(sub, [self.msg_ids[msg]], kind)
+            self.broker.ack(sub, [m.id], kind)
             if self.history is not None:
                 self.history.ack(sub, [msg], kind is AckKind.CUMULATIVE, None)
+            self._acked(msg, m)
         except CLIENT_ERRORS as exc:
             self.counts["client_errors." + type(exc).__name__] += 1
 
@@ -238,7 +276,9 @@ class Replayer:
             self.history.end(e.txn, action.value)
 
     def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
-        txn = self.by_id[txn_id]
+        txn = self.by_id.get(txn_id)
+        if txn is None:  # already retired: an answer repeated after a coordinator restart
+            return
         txn.outcome = status.value
         if self.history is not None:
             self.history.heard(txn.label, status)
@@ -249,7 +289,16 @@ class Replayer:
             for msg in txn.msgs:
                 self.msg_txn.pop(msg, None)
                 self.undelivered.discard(msg)
+                self.msgs.pop(msg, None)  # never delivered, so never acked
             txn.msgs.clear()
+        elif status is TxnStatus.COMMITTED:
+            for _sub, msg in txn.acked:
+                m = self.msgs.get(msg)
+                if m is not None:
+                    self._acked(msg, m)
+        txn.acked.clear()
+        if status.final and (not txn.msgs or txn.visible_us is not None):
+            self._retire(txn)
 
     def _op_commit(self, e: Event) -> None:
         self._end(e, TxnAction.COMMIT)
@@ -257,9 +306,16 @@ class Replayer:
     def _op_abort(self, e: Event) -> None:
         self._end(e, TxnAction.ABORT)
 
+    def _key_of(self, msg: str | None) -> str | None:
+        """The routing key of a split/merge row's ``msg``: the message's key, else the label."""
+        if not msg:
+            return None
+        m = self.msgs.get(msg)
+        return m.key if m is not None and m.key is not None else msg
+
     def _op_split(self, e: Event) -> None:
         assert e.topic
-        key = self.msg_keys.get(e.msg, e.msg) if e.msg else None
+        key = self._key_of(e.msg)
         try:
             self.broker.split(e.topic, target=e.target, key=key)
         except TopicError:  # an admin request the broker refuses (e.g. a one-hash segment)
@@ -268,7 +324,7 @@ class Replayer:
     def _op_merge(self, e: Event) -> None:
         assert e.topic
         targets = e.target.split(",") if e.target else None
-        key = self.msg_keys.get(e.msg, e.msg) if e.msg else None
+        key = self._key_of(e.msg)
         try:
             self.broker.merge(e.topic, targets, key=key)
         except TopicError:  # e.g. only one active segment left, or not adjacent
@@ -317,32 +373,43 @@ class Replayer:
             self.broker.close()
             self.setup.close()
 
+    def _retire(self, txn: _Txn) -> None:
+        """Move a txn whose story is over (or the run is) to the txn rows."""
+        self.txns.pop(txn.label, None)
+        if txn.id is not None:
+            self.by_id.pop(txn.id, None)
+        outcome = txn.outcome or ("open" if txn.end_requested_us is None else "unfinished")
+        if txn.outcome is None and txn.id is not None:
+            try:  # e.g. aborted by the coordinator's timeout without a client request
+                status = self.broker.coordinator().status(txn.id)
+                outcome = status.value if status.final else outcome
+            except TxnbenchError:
+                pass
+        self.counts["txns." + outcome] += 1
+        if self.history is not None:
+            self.history.outcome(txn.label, outcome)
+        if outcome == "committed" and txn.published and txn.visible_us is None and txn.msgs:
+            self.counts["txns.committed_not_visible"] += 1
+        rows = self._txn_rows
+        rows["engine"].append(self.label)
+        rows["txn"].append(txn.label)
+        rows["outcome"].append(outcome)
+        rows["end_ts_us"].append(txn.end_us)
+        rows["visible_ts_us"].append(txn.visible_us)
+        rows["commit_requested_ts_us"].append(txn.end_requested_us)
+        rows["messages"].append(txn.published)
+        if self._txn_sink is not None and len(rows["txn"]) >= self._sink_rows:
+            self._txn_sink(rows)
+            self._txn_rows = _empty_txns()
+
     def _result(self, n: int, wall: float) -> RunResult:
         self._collect_recovery()
         counts = Counters(self._retired)
-        counts.update(self.broker.stats())
+        counts.update(self.broker.stats())  # before the harness asks the coordinator about open txns
+        for txn in list(self.txns.values()):
+            self._retire(txn)
+        self.counts.update({"events." + op: c for op, c in self._op_counts.items() if c})
         counts.update(self.counts)
-        txns = _empty_txns()
-        for t in self.txns.values():
-            outcome = t.outcome or ("open" if t.end_requested_us is None else "unfinished")
-            if t.outcome is None and t.id is not None:
-                try:  # e.g. aborted by the coordinator's timeout without a client request
-                    status = self.broker.coordinator().status(t.id)
-                    outcome = status.value if status.final else outcome
-                except TxnbenchError:
-                    pass
-            counts["txns." + outcome] += 1
-            if self.history is not None:
-                self.history.outcome(t.label, outcome)
-            if outcome == "committed" and t.published and t.visible_us is None and t.msgs:
-                counts["txns.committed_not_visible"] += 1
-            txns["engine"].append(self.label)
-            txns["txn"].append(t.label)
-            txns["outcome"].append(outcome)
-            txns["end_ts_us"].append(t.end_us)
-            txns["visible_ts_us"].append(t.visible_us)
-            txns["commit_requested_ts_us"].append(t.end_requested_us)
-            txns["messages"].append(t.published)
         counts["hist_clamped"] = self.hist.clamped
         counts["undelivered_at_end"] = len(self.undelivered)
         counts["acks.never_applied"] = len(self.deferred)
@@ -350,7 +417,7 @@ class Replayer:
         return RunResult(
             label=self.label,
             deliveries=self._deliveries,
-            txns=txns,
+            txns=self._txn_rows,
             counts=dict(sorted(counts.items())),
             latency=self.hist.summary(),
             recovery=self.recovery,

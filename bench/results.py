@@ -51,32 +51,41 @@ def versions() -> dict[str, str]:
 
 
 class ResultWriter:
-    """Streams deliveries into Parquet and writes the rest at :meth:`finish`."""
+    """Streams deliveries and txn rows into Parquet and writes the rest at :meth:`finish`."""
 
     def __init__(self, tmp: Path) -> None:
         self.dir = tmp
         self._deliveries = pq.ParquetWriter(tmp / "deliveries.parquet", DELIVERY_SCHEMA, compression="zstd")
         self.delivery_rows = 0
+        self._txns = pq.ParquetWriter(tmp / "txns.parquet", TXN_SCHEMA, compression="zstd")
 
     def deliveries(self, columns: dict[str, list[Any]]) -> None:
         if columns["msg"]:
             self._deliveries.write_table(pa.table(columns, schema=DELIVERY_SCHEMA))
             self.delivery_rows += len(columns["msg"])
 
-    def finish(self, *, txns: dict[str, list[Any]], counts: dict[str, dict[str, int]],
-               latency: dict[str, Any], recovery: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
+    def txns(self, columns: dict[str, list[Any]]) -> None:
+        if columns["txn"]:
+            self._txns.write_table(pa.table(columns, schema=TXN_SCHEMA))
+
+    def finish(self, *, counts: dict[str, dict[str, int]], latency: dict[str, Any],
+               recovery: list[dict[str, Any]], manifest: dict[str, Any],
+               txns: dict[str, list[Any]] | None = None) -> None:
         self._deliveries.close()
-        pq.write_table(pa.table(txns, schema=TXN_SCHEMA), self.dir / "txns.parquet", compression="zstd")
+        if txns is not None:
+            self.txns(txns)
+        self._txns.close()
         _dump(self.dir / "counts.json", counts)
         _dump(self.dir / "latency.json", latency)
         _dump(self.dir / "recovery.json", recovery)
         _dump(self.dir / "manifest.json", {**manifest, "versions": versions(), "delivery_rows": self.delivery_rows})
 
     def abort(self) -> None:
-        try:
-            self._deliveries.close()
-        except Exception:  # noqa: BLE001 - already failing; the directory is removed below
-            pass
+        for w in (self._deliveries, self._txns):
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001 - already failing; the directory is removed below
+                pass
 
 
 def _dump(path: Path, data: Any) -> None:

@@ -29,9 +29,9 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
     with result_dir(out) as writer:
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
-            replayer = Replayer(cfg, delivery_sink=writer.deliveries)
+            replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns)
             tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None
-            results.append((cfg, replayer.run(read_events(trace), progress=tick)))
+            results.append((cfg, replayer.run(read_events(trace, validated=True), progress=tick)))
             if progress:
                 progress(cfg.label, rows, rows)
         finish_results(writer, results, manifest)
@@ -45,14 +45,12 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, Any] = {}
     recovery: list[dict[str, Any]] = []
-    txns: dict[str, list[Any]] = {}
     for cfg, result in results:
         writer.deliveries(result.deliveries)
         counts[result.label] = result.counts
         latency[result.label] = result.latency
         recovery.extend(result.recovery)
-        for k, v in result.txns.items():
-            txns.setdefault(k, []).extend(v)
+        writer.txns(result.txns)
         manifest["runs"][result.label] = {
             "config": cfg.as_dict(),
             "events": result.events,
@@ -63,7 +61,7 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             **(extra_run(result) if extra_run else {}),
         }
     manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    writer.finish(txns=txns, counts=counts, latency=latency, recovery=recovery, manifest=manifest)
+    writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
 
 
@@ -77,7 +75,7 @@ def check_trace(trace: str | Path, configs: list[RunConfig],
     summary = CheckSummary()
     for cfg in configs:
         history = History()
-        Replayer(cfg, history=history).run(read_events(trace))
+        Replayer(cfg, history=history).run(read_events(trace, validated=True))
         violations = check(history)
         summary.add(history, violations)
         if report is not None:
