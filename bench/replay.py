@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
@@ -114,6 +114,7 @@ class Replayer:
         self._txn_rows: dict[str, list[Any]] = _empty_txns()
         self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
         self._op_counts = dict.fromkeys(OPS, 0)
+        self.result: RunResult | None = None
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
@@ -356,19 +357,29 @@ class Replayer:
     # -- the run --------------------------------------------------------------------------------
 
     def run(self, events: Iterable[Event], progress: Callable[[int], None] | None = None) -> RunResult:
+        for n in self.steps(events):
+            if progress is not None:
+                progress(n)
+        assert self.result is not None
+        return self.result
+
+    def steps(self, events: Iterable[Event], every: int = 16_384) -> Iterator[int]:
+        """Replay ``events``, yielding the number applied so far every ``every`` events (for
+        progress, or for a caller that streams the sinks' output meanwhile), then drain the
+        clock and set :attr:`result`. The broker and backends are closed at the end."""
         start = time.perf_counter()
         n = 0
         last_ts = 0
+        apply = self.apply
         try:
             for e in events:
-                self.apply(e)
+                apply(e)
                 last_ts = e.ts_us
                 n += 1
-                if progress is not None and n % 16_384 == 0:
-                    progress(n)
+                if n % every == 0:
+                    yield n
             self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
-            wall = time.perf_counter() - start
-            return self._result(n, wall)
+            self.result = self._result(n, time.perf_counter() - start)
         finally:
             self.broker.close()
             self.setup.close()

@@ -68,6 +68,14 @@ class ResultWriter:
         if columns["txn"]:
             self._txns.write_table(pa.table(columns, schema=TXN_SCHEMA))
 
+    def deliveries_table(self, table: pa.Table) -> None:
+        """Append delivery rows already in :data:`DELIVERY_SCHEMA` (e.g. from Spark's parts)."""
+        self._deliveries.write_table(table)
+        self.delivery_rows += table.num_rows
+
+    def txns_table(self, table: pa.Table) -> None:
+        self._txns.write_table(table)
+
     def finish(self, *, counts: dict[str, dict[str, int]], latency: dict[str, Any],
                recovery: list[dict[str, Any]], manifest: dict[str, Any],
                txns: dict[str, list[Any]] | None = None) -> None:

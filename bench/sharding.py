@@ -3,14 +3,25 @@
 Two topics belong to the same unit when one txn writes or acks on both; a unit is replayed
 whole by one engine instance. Units are bin-packed into shards by row count (largest first
 onto the lightest shard), so a shard is a few large groups, as Spark likes them.
+
+:func:`plan_shards` works on aggregates only (rows per topic, the distinct sets of topics a txn
+touches), whose size depends on the topics, not on the trace's length; Spark computes them.
+:func:`shard_events` streams one shard's rows out of the trace with vectorised filters.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
+from typing import Iterable, Iterator, Mapping
 
-from bench.trace import read_events
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench.trace import COLUMNS, Event
+
+CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
+_OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")
 
 
 class _UnionFind:
@@ -32,30 +43,65 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def plan_shards(trace: str | Path, shards: int) -> tuple[dict[str, int], int]:
-    """Validate ``trace`` (raises TraceError) and map every topic to a shard in
-    ``range(shards)``. Returns (topic -> shard, rows)."""
+def plan_shards(rows_per_topic: Mapping[str, int], txn_topic_sets: Iterable[Iterable[str]],
+                shards: int) -> dict[str, int]:
+    """Map every topic to a shard in ``range(shards)``, keeping each unit on one shard."""
     uf = _UnionFind()
-    txn_topic: dict[str, str] = {}
-    rows_per_topic: Counter[str] = Counter()
-    rows = 0
-    for e in read_events(trace):
-        rows += 1
-        if e.topic is None:
-            continue
-        rows_per_topic[e.topic] += 1
-        uf.find(e.topic)
-        if e.txn is not None:
-            first = txn_topic.setdefault(e.txn, e.topic)
-            if first != e.topic:
-                uf.union(first, e.topic)
-    units: Counter[str] = Counter()
+    for topic in rows_per_topic:
+        uf.find(topic)
+    for topics in txn_topic_sets:
+        first, *rest = list(topics) or [None]
+        for other in rest:
+            uf.union(first, other)  # type: ignore[arg-type]
+    units: dict[str, int] = {}
     for topic, n in rows_per_topic.items():
-        units[uf.find(topic)] += n
+        root = uf.find(topic)
+        units[root] = units.get(root, 0) + n
     load = [0] * max(1, shards)
     unit_shard: dict[str, int] = {}
     for unit, n in sorted(units.items(), key=lambda kv: (-kv[1], kv[0])):
         i = min(range(len(load)), key=lambda j: (load[j], j))
         unit_shard[unit] = i
         load[i] += n
-    return {t: unit_shard[uf.find(t)] for t in rows_per_topic}, rows
+    return {t: unit_shard[uf.find(t)] for t in sorted(rows_per_topic)}
+
+
+def _shard_txns(pf: pq.ParquetFile, topics: pa.Array, topicless: bool, batch_rows: int) -> pa.Array:
+    """Labels of the txns that touch ``topics`` (plus, if ``topicless``, those that touch no
+    topic at all), as one Arrow array: a few bytes a txn, not a Python set."""
+    parts = []
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["txn", "topic"]):
+        t = pa.Table.from_batches([batch]).filter(pc.is_valid(batch.column(0)))
+        t = t.append_column("mine", pc.fill_null(pc.is_in(t["topic"], value_set=topics), False))
+        t = t.append_column("has_topic", pc.is_valid(t["topic"]))
+        parts.append(t.group_by("txn").aggregate([("mine", "any"), ("has_topic", "any")])
+                     .rename_columns(["txn", "mine", "has_topic"]))
+    if not parts:
+        return pa.array([], pa.string())
+    txns = pa.concat_tables(parts).group_by("txn").aggregate([("mine", "any"), ("has_topic", "any")])
+    keep = txns["mine_any"]
+    if topicless:
+        keep = pc.or_(keep, pc.invert(txns["has_topic_any"]))
+    return txns.filter(keep)["txn"].combine_chunks()
+
+
+def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
+                 batch_rows: int = 65_536) -> Iterator[Event]:
+    """The rows of ``shard`` in trace order, with their row numbers in the whole trace: rows on
+    its topics, topicless txn rows (new_txn/commit/abort) of its txns, and every crash. Txns
+    that touch no topic go to shard 0. Trusts the trace: validate it first."""
+    pf = pq.ParquetFile(trace)
+    topics = pa.array(sorted(t for t, s in topic_shard.items() if s == shard), pa.string())
+    txns = _shard_txns(pf, topics, shard == 0, batch_rows)
+    make = Event._make
+    row = 0
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
+        topic, txn = batch.column(_TOPIC), batch.column(_TXN)
+        keep = pc.or_kleene(pc.is_in(topic, value_set=topics), pc.is_in(batch.column(_OP), value_set=CRASH_OPS))
+        keep = pc.or_kleene(keep, pc.and_kleene(pc.is_null(topic), pc.is_in(txn, value_set=txns)))
+        keep = pc.fill_null(keep, False)
+        rows = pc.add(pc.indices_nonzero(keep), row).to_pylist()
+        mine = batch.filter(keep)
+        cols = [mine.column(i).to_pylist() for i in range(len(COLUMNS))]
+        yield from map(make, zip(rows, *cols))
+        row += batch.num_rows

@@ -1,15 +1,21 @@
 """Spark batch replay: ``txnbench replay --spark MASTER``.
 
-The driver validates the trace and plans shards (:mod:`bench.sharding`). Spark reads the trace,
-tags each row with its shard (topic rows by topic; txn rows without a topic by the txn's topic;
-crashes go to every shard, since a crash hits the whole broker), repartitions by shard, restores
-trace order within each partition, and replays every shard through every engine configuration
-inside the executors (``mapInPandas``, streaming: a shard's rows are spooled to a local Parquet
-file, so executor memory does not grow with trace length). Deliveries, txn rows and a per-shard
-summary (counts, HdrHistogram-encoded latencies, recovery) come back as one DataFrame written
-once; the driver merges summaries and writes the standard result directory.
+Plan, with Spark SQL: rows per topic and the distinct sets of topics one txn touches (small
+aggregates, whatever the trace's length); the driver joins topics linked by txns into units and
+bin-packs them onto shards (:mod:`bench.sharding`).
 
-Works unchanged on a cluster master, as long as executors can import txnbench.
+Replay: one Spark task per shard reads the trace itself with pyarrow, keeps its shard's rows
+with vectorised filters (:func:`bench.sharding.shard_events`) and replays them through each
+engine config in turn, streaming, so a task's memory does not grow with the trace. Tasks return
+Arrow batches (deliveries, txn rows, a summary per shard and config); Spark writes them once,
+Spark SQL sums the counts, and the driver merges the HdrHistograms and writes the standard
+result directory.
+
+Meanwhile the driver validates the whole trace in a thread (the tasks trust it): a bad trace
+cancels the job and is refused with its row number, with nothing written.
+
+Works unchanged on a cluster master, as long as executors can import txnbench and read the
+trace's path (shared storage).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,16 +37,20 @@ from bench.config import RunConfig
 from bench.measure import Histograms
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards
-from bench.trace import COLUMNS, trace_metadata
-from engine.errors import BackendUnavailable, ConfigError
+from bench.trace import trace_metadata, validate
+from engine.errors import BackendUnavailable, ConfigError, TraceError
 
-OUT_SCHEMA = (
-    "kind string, shard int, engine string, topic string, subscription string, msg string, "
-    "delivered_ts_us long, redelivery boolean, txn string, outcome string, end_ts_us long, "
-    "visible_ts_us long, commit_requested_ts_us long, messages long, payload string"
-)
+OUT_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("shard", pa.int32()), ("engine", pa.string()), ("topic", pa.string()),
+    ("subscription", pa.string()), ("msg", pa.string()), ("delivered_ts_us", pa.int64()),
+    ("redelivery", pa.bool_()), ("txn", pa.string()), ("outcome", pa.string()), ("end_ts_us", pa.int64()),
+    ("visible_ts_us", pa.int64()), ("commit_requested_ts_us", pa.int64()), ("messages", pa.int64()),
+    ("payload", pa.string()),
+])
+OUT_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(OUT_SCHEMA, (
+    "string", "int", "string", "string", "string", "string", "long", "boolean", "string", "string",
+    "long", "long", "long", "long", "string")))
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
-_OUT_NAMES = [c.split()[0] for c in OUT_SCHEMA.split(", ")]
 
 
 def _session(master: str):  # type: ignore[no-untyped-def]
@@ -68,87 +79,59 @@ def _session(master: str):  # type: ignore[no-untyped-def]
     return spark
 
 
-def _replay_partition(configs_json: str):  # type: ignore[no-untyped-def]
-    """The executor side: a closure over the run configs, for mapInPandas."""
+def _replay_tasks(trace: str, plan_json: str, configs_json: str):  # type: ignore[no-untyped-def]
+    """The executor side: a closure for mapInArrow over a frame of shard numbers."""
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
-
-        from bench.replay import Replayer
-        from bench.trace import Event, TraceWriter
-
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        topic_shard = json.loads(plan_json)
         configs = [_config_from_dict(d) for d in json.loads(configs_json)]
-        work = Path(tempfile.mkdtemp(prefix="txnbench-shard-"))
-        writers: dict[int, TraceWriter] = {}
-        try:
-            for pdf in batches:  # spool each shard's rows, in trace order, to local Parquet
-                for shard, group in pdf.groupby("shard", sort=False):
-                    w = writers.get(int(shard))
-                    if w is None:
-                        w = writers[int(shard)] = TraceWriter(work / f"shard-{int(shard)}.parquet")
-                    for rec in group[COLUMNS].itertuples(index=False):
-                        w.add(int(rec.ts_us), rec.op, **{c: _none(getattr(rec, c)) for c in COLUMNS[2:]})
-            for shard, w in sorted(writers.items()):
-                path = w.close()
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
                 for cfg in configs:
-                    yield from _replay_shard(shard, path, cfg, Replayer, Event, pd)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+                    yield from _replay_shard(trace, topic_shard, int(shard), cfg)
 
     return run
 
 
-def _replay_shard(shard: int, path: Path, cfg: RunConfig, Replayer: Any, Event: Any, pd: Any) -> Iterator[Any]:
-    import pyarrow.parquet as pq_local
+def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig) -> Iterator[pa.RecordBatch]:
+    from bench.replay import Replayer
+    from bench.sharding import shard_events
 
-    events = (
-        Event(i, *values)
-        for i, values in enumerate(
-            row for batch in pq_local.ParquetFile(path).iter_batches(65_536, columns=COLUMNS)
-            for row in zip(*[batch.column(j).to_pylist() for j in range(len(COLUMNS))])
-        )
-    )
-    chunks: list[dict[str, list[Any]]] = []
-    replayer = Replayer(cfg, delivery_sink=lambda cols: chunks.append(cols), sink_rows=50_000)
-    result = replayer.run(events)
-    chunks.append(result.deliveries)
-    for cols in chunks:
-        if cols["msg"]:
-            yield _frame(pd, {**cols, "kind": "delivery", "shard": shard})
-    if result.txns["txn"]:
-        yield _frame(pd, {**result.txns, "kind": "txn", "shard": shard})
-    summary = {"counts": result.counts, "latency": result.latency, "recovery": result.recovery,
-               "events": result.events, "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us}
-    yield _frame(pd, {"kind": "summary", "shard": shard, "engine": cfg.label, "payload": json.dumps(summary)})
-
-
-_INT_COLS = {"shard", "delivered_ts_us", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages"}
+    out: list[pa.RecordBatch] = []
+    replayer = Replayer(cfg, sink_rows=50_000,
+                        delivery_sink=lambda cols: out.append(_batch("delivery", shard, cols)),
+                        txn_sink=lambda cols: out.append(_batch("txn", shard, cols)))
+    for _ in replayer.steps(shard_events(trace, topic_shard, shard)):
+        yield from out  # stream the sinks' output while the replay goes on
+        out.clear()
+    result = replayer.result
+    assert result is not None
+    yield from out
+    for kind, cols in (("delivery", result.deliveries), ("txn", result.txns)):
+        if next(iter(cols.values())):
+            yield _batch(kind, shard, cols)
+    summary = {"latency": result.latency, "recovery": result.recovery, "events": result.events,
+               "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us}
+    yield _batch("summary", shard, {"engine": [cfg.label], "payload": [json.dumps(summary)]})
+    counts = sorted(result.counts.items())  # summed across shards by Spark SQL
+    yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "topic": [k for k, _ in counts],
+                                  "messages": [v for _, v in counts]})
 
 
-def _frame(pd: Any, cols: dict[str, Any]) -> Any:
-    """A pandas frame in OUT_SCHEMA's column order with types Arrow maps onto it exactly:
-    missing columns are all-null (object or nullable Int64), scalars are broadcast."""
-    n = max((len(v) for v in cols.values() if isinstance(v, list)), default=1)
-    data = {}
-    for name in _OUT_NAMES:
-        v = cols.get(name)
-        values = v if isinstance(v, list) else [v] * n
-        if name in _INT_COLS:
-            data[name] = pd.array(values, dtype="Int64")
-        elif name == "redelivery":
-            data[name] = pd.array(values, dtype="boolean")
+def _batch(kind: str, shard: int, cols: dict[str, list[Any]]) -> pa.RecordBatch:
+    """Columns in OUT_SCHEMA's order; the ones ``cols`` lacks are all-null."""
+    n = len(next(iter(cols.values())))
+    arrays = []
+    for f in OUT_SCHEMA:
+        if f.name == "kind":
+            arrays.append(pa.array([kind] * n, f.type))
+        elif f.name == "shard":
+            arrays.append(pa.array([shard] * n, f.type))
+        elif f.name in cols:
+            arrays.append(pa.array(cols[f.name], f.type))
         else:
-            data[name] = pd.Series(values, dtype=object)
-    return pd.DataFrame(data)
-
-
-def _none(v: Any) -> Any:
-    try:
-        import pandas as pd
-
-        return None if pd.isna(v) else v
-    except (TypeError, ValueError):
-        return v
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=OUT_SCHEMA)
 
 
 def _config_from_dict(d: dict[str, Any]) -> RunConfig:
@@ -167,62 +150,91 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
     for cfg in configs:
         if not cfg.ledger_url.startswith("memory://") or not cfg.metadata_url.startswith("memory://"):
             raise ConfigError("Spark replay runs each shard on embedded backends; drop --ledger/--metadata")
+    trace_path = str(Path(trace).resolve())
+    trace_metadata(trace)  # a missing or unreadable file is refused before Spark starts
     started = time.perf_counter()
     spark = _session(master)
+    checked = _Validation(trace, spark)
     try:
         n_shards = shards or max(2, spark.sparkContext.defaultParallelism)
-        topic_shard, rows = plan_shards(trace, n_shards)
-        from pyspark.sql import functions as F
-
-        df = spark.read.parquet(str(Path(trace).resolve())).select(*COLUMNS).withColumn("row", F.monotonically_increasing_id())
-        topics = spark.createDataFrame(list(topic_shard.items()) or [("", 0)], "topic string, tshard int")
-        txn_shard = (df.where(F.col("txn").isNotNull() & F.col("topic").isNotNull())
-                     .join(F.broadcast(topics), "topic").groupBy("txn").agg(F.min("tshard").alias("xshard")))
-        all_shards = spark.createDataFrame([(i,) for i in range(n_shards)], "cshard int")
-        tagged = (df.join(F.broadcast(topics), "topic", "left").join(txn_shard, "txn", "left")
-                  .withColumn("shard", F.coalesce("tshard", "xshard", F.pmod(F.hash("txn"), F.lit(n_shards)))))
-        crashes = df.where(F.col("op").isin("crash_broker", "crash_tc")).crossJoin(all_shards).withColumnRenamed("cshard", "shard")
-        rows_df = tagged.where(~F.col("op").isin("crash_broker", "crash_tc")).select(*COLUMNS, "row", "shard") \
-            .unionByName(crashes.select(*COLUMNS, "row", "shard"))
-        # One shard per partition: hash (and range) partitioning of a few small ints can put two
-        # shards in one task and leave a core idle, so each shard gets a key that Spark's own
-        # partitioner (Murmur3 pmod n, as F.hash) sends to a partition of its own.
-        keys = spark.createDataFrame(list(_partition_keys(spark, n_shards).items()), "shard int, pkey int")
-        ordered = (rows_df.join(F.broadcast(keys), "shard").repartition(n_shards, "pkey")
-                   .sortWithinPartitions("shard", "ts_us", "row").drop("pkey"))
-        configs_json = json.dumps([c.as_dict() for c in configs])
-        result = ordered.mapInPandas(_replay_partition(configs_json), OUT_SCHEMA)
+        df = spark.read.parquet(trace_path)
+        topic_shard = plan_shards(*_aggregates(df), n_shards)
+        tasks = spark.range(0, n_shards, 1, numPartitions=n_shards).selectExpr("cast(id as int) as shard")
+        result = tasks.mapInArrow(_replay_tasks(trace_path, json.dumps(topic_shard),
+                                                json.dumps([c.as_dict() for c in configs])), OUT_DDL)
         spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
         try:
-            result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "out"))
-            return _collect(spool / "out", trace, rows, configs, out, master, n_shards, time.perf_counter() - started)
+            try:
+                result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "out"))
+            except Exception:
+                checked.wait()  # a bad trace fails a task before the validator reaches the row: say why
+                raise
+            rows = checked.wait()
+            counts = _summed_counts(spark, spool / "out")
+            return _collect(spool / "out", trace, rows, configs, counts, out, master, n_shards,
+                            time.perf_counter() - started)
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     finally:
+        checked.stop()
         spark.stop()
 
 
-def _partition_keys(spark: Any, n: int) -> dict[int, int]:
-    """shard -> an int key whose Spark hash partition (pmod n) is ``shard``."""
+class _Validation:
+    """Validates the trace in a thread while Spark replays it; a bad trace cancels the job."""
+
+    def __init__(self, trace: str | Path, spark: Any) -> None:
+        self.error: TraceError | None = None
+        self.rows = 0
+        self._spark = spark
+        self._thread = threading.Thread(target=self._run, args=(trace,), name="txnbench-validate", daemon=True)
+        self._thread.start()
+
+    def _run(self, trace: str | Path) -> None:
+        try:
+            self.rows = validate(trace)
+        except TraceError as exc:
+            self.error = exc
+            self._spark.sparkContext.cancelAllJobs()
+
+    def wait(self) -> int:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.rows
+
+    def stop(self) -> None:
+        self._thread.join()
+
+
+def _aggregates(df: Any) -> tuple[dict[str, int], list[list[str]]]:
+    """Rows per topic and the distinct sets of topics that one txn touches."""
     from pyspark.sql import functions as F
 
-    rows = (spark.range(0, 64 * n).select(F.col("id").cast("int").alias("c"))
-            .select("c", F.pmod(F.hash("c"), F.lit(n)).alias("p")).collect())
-    keys: dict[int, int] = {}
+    rows_per_topic = {r.topic: int(r["count"]) for r in df.where(F.col("topic").isNotNull()).groupBy("topic").count().collect()}
+    sets = (df.where(F.col("txn").isNotNull() & F.col("topic").isNotNull()).groupBy("txn")
+            .agg(F.array_sort(F.collect_set("topic")).alias("topics")).select("topics").distinct().collect())
+    return rows_per_topic, [list(r.topics) for r in sets]
+
+
+def _summed_counts(spark: Any, root: Path) -> dict[str, dict[str, int]]:
+    """Every shard's exact counts, summed per engine and name with Spark SQL."""
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.parquet(str(root)).where(F.col("kind") == "count").groupBy("engine", "topic")
+            .agg(F.sum("messages").alias("n")).collect())
+    counts: dict[str, dict[str, int]] = {}
     for r in rows:
-        keys.setdefault(int(r.p), int(r.c))
-    if len(keys) < n:
-        raise ConfigError(f"could not find a partition key for each of {n} shards")
-    return keys
+        counts.setdefault(r.engine, {})[r.topic] = int(r.n)
+    return {label: dict(sorted(c.items())) for label, c in counts.items()}
 
 
 def _parts(root: Path, kind: str) -> list[Path]:
     return sorted((root / f"kind={kind}").glob("*.parquet"))
 
 
-def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig], out: str | Path,
-             master: str, shards: int, wall: float) -> dict[str, Any]:
-    counts: dict[str, dict[str, int]] = {}
+def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig], counts: dict[str, dict[str, int]],
+             out: str | Path, master: str, shards: int, wall: float) -> dict[str, Any]:
     latency_parts: dict[str, list[dict[str, Any]]] = {}
     recovery: list[dict[str, Any]] = []
     events: dict[str, int] = {}
@@ -230,9 +242,6 @@ def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig],
         t = pq.read_table(part, columns=["engine", "payload"]).to_pydict()
         for label, payload in zip(t["engine"], t["payload"]):
             s = json.loads(payload)
-            c = counts.setdefault(label, {})
-            for k, v in s["counts"].items():
-                c[k] = c.get(k, 0) + v
             latency_parts.setdefault(label, []).append(s["latency"])
             recovery.extend(s["recovery"])
             events[label] = events.get(label, 0) + s["events"]
@@ -242,20 +251,16 @@ def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig],
         "spark": {"master": master, "shards": shards, "wall_seconds": round(wall, 3)}, "runs": {},
     }
     with result_dir(out) as writer:
-        for part in _parts(root, "delivery"):
-            for batch in pq.ParquetFile(part).iter_batches(100_000, columns=DELIVERY_SCHEMA.names):
-                writer.deliveries(pa.Table.from_batches([batch]).cast(DELIVERY_SCHEMA).to_pydict())
-        txns: dict[str, list[Any]] = {k: [] for k in TXN_SCHEMA.names}
-        for part in _parts(root, "txn"):
-            t = pq.read_table(part, columns=TXN_SCHEMA.names).to_pydict()
-            for k in TXN_SCHEMA.names:
-                txns[k].extend(t[k])
+        for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
+                                    ("txn", TXN_SCHEMA, writer.txns_table)):
+            for part in _parts(root, kind):
+                for batch in pq.ParquetFile(part).iter_batches(100_000, columns=schema.names):
+                    write(pa.Table.from_batches([batch]).cast(schema))
         for cfg in configs:
             manifest["runs"][cfg.label] = {
                 "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
                 "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
             }
         latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
-        writer.finish(txns=txns, counts={k: dict(sorted(v.items())) for k, v in counts.items()},
-                      latency=latency, recovery=recovery, manifest=manifest)
+        writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest

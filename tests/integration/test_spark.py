@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -12,6 +13,7 @@ from bench.config import RunConfig
 from bench.runner import replay_trace
 from bench.spark import spark_replay
 from bench.workloads import generate, load_profile
+from engine.errors import TraceError
 
 pytestmark = pytest.mark.spark
 
@@ -32,3 +34,46 @@ def test_spark_replay_matches_in_process_replay(tmp_path: Path) -> None:
     spark = json.loads((tmp_path / "spark" / "counts.json").read_text())
     assert spark == local
     assert _deliveries(tmp_path / "spark") == _deliveries(tmp_path / "local")
+
+
+def _txns(path: Path) -> list[tuple]:  # type: ignore[type-arg]
+    t = pq.read_table(path / "txns.parquet").to_pydict()
+    return sorted(zip(*t.values()), key=repr)
+
+
+def test_spark_replay_of_both_engines_matches_in_process_replay(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    generate(load_profile("small"), 3000, 11, trace)
+    configs = [RunConfig(engine="v4"), RunConfig(engine="v5")]
+    replay_trace(trace, configs, tmp_path / "local")
+    spark_replay(trace, configs, tmp_path / "spark", master="local[2]", shards=2)
+    assert _deliveries(tmp_path / "spark") == _deliveries(tmp_path / "local")
+    assert _txns(tmp_path / "spark") == _txns(tmp_path / "local")
+    local = json.loads((tmp_path / "local" / "counts.json").read_text())
+    spark = json.loads((tmp_path / "spark" / "counts.json").read_text())
+    assert spark["v4"] == local["v4"]
+    # each shard has its own v5 coordinator, whose sweeps query the indexes on their own
+    sweeps = {"tc.index_queries", "meta.index_queries"}
+    assert {k: v for k, v in spark["v5-watch"].items() if k not in sweeps} == \
+        {k: v for k, v in local["v5-watch"].items() if k not in sweeps}
+    lat_local = json.loads((tmp_path / "local" / "latency.json").read_text())
+    lat_spark = json.loads((tmp_path / "spark" / "latency.json").read_text())
+    for label in lat_local:
+        for name, s in lat_local[label].items():
+            assert {k: v for k, v in lat_spark[label][name].items() if k != "hdr"} == \
+                {k: v for k, v in s.items() if k != "hdr"}, (label, name)
+
+
+def test_spark_refuses_a_bad_trace_by_row_and_writes_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    generate(load_profile("small"), 2000, 11, trace)
+    table = pq.read_table(trace)
+    cols = table.to_pydict()
+    bad = 1500
+    cols["op"][bad], cols["msg"][bad], cols["subscription"][bad] = "ack", "ghost", "s"
+    cols["topic"][bad] = cols["topic"][bad] or next(t for t in cols["topic"] if t)
+    pq.write_table(pa.table(cols, schema=table.schema), trace)
+    with pytest.raises(TraceError, match=f"row {bad}: ack of unknown msg 'ghost'"):
+        spark_replay(trace, [RunConfig(engine="v4")], tmp_path / "out", master="local[2]", shards=2)
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
