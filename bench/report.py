@@ -192,17 +192,25 @@ def _ratio(r: float | None) -> str:
     return "–" if r is None else ("∞" if r == math.inf else f"{r:.2f}×")
 
 
+def _has_ratios(rows: list[Row]) -> bool:
+    """A section shows a ratio column only if some row has one (scenario tables compare
+    several columns per row, with a verdict and no single ratio)."""
+    return any(r.ratio is not None for r in rows)
+
+
 def render_markdown(title: str, sections: list[tuple[str, list[str], list[Row], str]], plots: list[str]) -> str:
     out = [f"# {title}", ""]
     for heading, labels, rows, note in sections:
         out += [f"## {heading}", ""]
         if note:
             out += [note, ""]
-        out.append("| section | metric | unit | " + " | ".join(labels) + " | ratio | verdict |")
-        out.append("|" + "---|" * (len(labels) + 5))
+        ratios = _has_ratios(rows)
+        out.append("| section | metric | unit | " + " | ".join(labels) + (" | ratio" if ratios else "") + " | verdict |")
+        out.append("|" + "---|" * (len(labels) + 4 + ratios))
         for r in rows:
             vals = " | ".join(_fmt(r.values.get(lab)) for lab in labels)
-            out.append(f"| {r.section} | {r.metric} | {r.unit} | {vals} | {_ratio(r.ratio)} | {r.verdict} |")
+            ratio = f" {_ratio(r.ratio)} |" if ratios else ""
+            out.append(f"| {r.section} | {r.metric} | {r.unit} | {vals} |{ratio} {r.verdict} |")
         out.append("")
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
@@ -224,13 +232,15 @@ def render_html(title: str, sections: list[tuple[str, list[str], list[Row], str]
         parts.append(f"<h2>{e(heading)}</h2>")
         if note:
             parts.append(f"<p>{e(note)}</p>")
-        parts.append("<table><tr><th>section</th><th>metric</th><th>unit</th>" + "".join(f"<th>{e(lab)}</th>" for lab in labels) + "<th>ratio</th><th>verdict</th></tr>")
+        ratios = _has_ratios(rows)
+        parts.append("<table><tr><th>section</th><th>metric</th><th>unit</th>" + "".join(f"<th>{e(lab)}</th>" for lab in labels)
+                     + ("<th>ratio</th>" if ratios else "") + "<th>verdict</th></tr>")
         for r in rows:
             cls = r.verdict.replace(" ", "")
             parts.append(
                 f"<tr class='{cls}'><td>{e(r.section)}</td><td>{e(r.metric)}</td><td>{e(r.unit)}</td>"
                 + "".join(f"<td class='num'>{e(_fmt(r.values.get(lab)))}</td>" for lab in labels)
-                + f"<td class='num'>{e(_ratio(r.ratio))}</td><td>{e(r.verdict)}</td></tr>"
+                + (f"<td class='num'>{e(_ratio(r.ratio))}</td>" if ratios else "") + f"<td>{e(r.verdict)}</td></tr>"
             )
         parts.append("</table>")
     for p in plots:

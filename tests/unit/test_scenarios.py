@@ -103,3 +103,9 @@ def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Pa
     sc.run_scenarios(["interop"], results)
     build_report([results], tmp_path / "rep")
     assert "## Review questions: Txn-id interop" in (tmp_path / "rep" / "report.md").read_text()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    interop = md.split("## Review questions: Txn-id interop")[1].split("\n## ")[0]
+    header = next(line for line in interop.splitlines() if line.startswith("| section"))
+    assert "| ratio |" not in header and header.endswith("| verdict |")  # scenario rows carry no ratio
+    engines = md.split("\n## ")[1]
+    assert "| ratio | verdict |" in engines  # the engine comparison keeps its ratio column
