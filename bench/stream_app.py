@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
 import uuid
 import warnings
 from typing import Any
@@ -59,16 +61,18 @@ class StreamApp:
             logger = logging.getLogger(name)
             if logger.level == logging.NOTSET:
                 logger.setLevel(logging.ERROR)
+        datadir = tempfile.mkdtemp(prefix="txnbench-faust-")  # faust's default is ./<app id>-data
         try:
-            asyncio.run(self._run(replay, timeout_s))
+            asyncio.run(self._run(replay, timeout_s, datadir))
         finally:
             self.delete_internal_topics()
+            shutil.rmtree(datadir, ignore_errors=True)
 
-    async def _run(self, replay: StreamReplay, timeout_s: float | None) -> None:
+    async def _run(self, replay: StreamReplay, timeout_s: float | None, datadir: str) -> None:
         done = asyncio.Event()
         failure: list[BaseException] = []
         app = faust.App(
-            self.app_id, broker=self.url, store="memory://", web_enabled=False, autodiscover=False,
+            self.app_id, broker=self.url, store="memory://", datadir=datadir, web_enabled=False, autodiscover=False,
             topic_allow_declare=False, topic_partitions=1, topic_replication_factor=1,
             consumer_auto_offset_reset="earliest", broker_commit_every=1000,
             producer_linger=0.02,  # batch the measurement records: one small send each costs ~0.5 ms
