@@ -302,15 +302,17 @@ def check(h: History) -> list[Violation]:
             by_key.setdefault((sub, p.topic, p.key), []).append((seq, p))
     for (sub, ledger), items in by_ledger.items():
         items.sort(key=lambda x: x[0])
-        for (_, a), (_, b) in zip(items, items[1:]):
-            if not a.position < b.position:
-                out.append(Violation("out_of_order", sub, b.msg, b.txn, f"delivered after {a.msg} but stored before it on {ledger}"))
+        for (_, before), (_, after) in zip(items, items[1:]):
+            if not before.position < after.position:
+                out.append(Violation("out_of_order", sub, after.msg, after.txn,
+                                     f"delivered after {before.msg} but stored before it on {ledger}"))
                 break
     for (sub, _topic, key), items in by_key.items():
         items.sort(key=lambda x: x[0])
-        for (_, a), (_, b) in zip(items, items[1:]):
-            if a.ledger != b.ledger and not a.seq < b.seq:
-                out.append(Violation("out_of_order", sub, b.msg, b.txn, f"key {key}: delivered after {a.msg} but published before it"))
+        for (_, before), (_, after) in zip(items, items[1:]):
+            if before.ledger != after.ledger and not before.seq < after.seq:
+                out.append(Violation("out_of_order", sub, after.msg, after.txn,
+                                     f"key {key}: delivered after {before.msg} but published before it"))
                 break
 
     def covered(sub: str, p: _Pub, before: int | None = None) -> bool:
@@ -363,8 +365,7 @@ def check(h: History) -> list[Violation]:
             p = h.pubs.get(msg)
             if p is None:
                 continue
-            later = [seq for seq, _ in per.get((a.sub, msg), ()) if seq > max(ab, a.seq)]
-            if later:
+            if any(seq > max(ab, a.seq) for seq, _ in per.get((a.sub, msg), ())):
                 continue
             if any(covers(b, p) and b.seq > a.seq and (b.txn is None or b.txn not in aborted) for b in candidates(a.sub, p)):
                 continue

@@ -50,9 +50,9 @@ def plan_shards(rows_per_topic: Mapping[str, int], txn_topic_sets: Iterable[Iter
     for topic in rows_per_topic:
         uf.find(topic)
     for topics in txn_topic_sets:
-        first, *rest = list(topics) or [None]
+        first, *rest = list(topics)
         for other in rest:
-            uf.union(first, other)  # type: ignore[arg-type]
+            uf.union(first, other)
     units: dict[str, int] = {}
     for topic, n in rows_per_topic.items():
         root = uf.find(topic)
