@@ -86,7 +86,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.spark:
         from bench.spark import spark_replay
 
-        manifest = spark_replay(args.trace, configs, args.out, master=args.spark)
+        manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
+                                progress=_progress(not args.no_progress))
     else:
         from bench.runner import replay_trace
 

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +39,8 @@ from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards
 from bench.trace import trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError
+
+Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's
 
 OUT_SCHEMA = pa.schema([
     ("kind", pa.string()), ("shard", pa.int32()), ("engine", pa.string()), ("topic", pa.string()),
@@ -79,7 +81,7 @@ def _session(master: str):  # type: ignore[no-untyped-def]
     return spark
 
 
-def _replay_tasks(trace: str, plan_json: str, configs_json: str):  # type: ignore[no-untyped-def]
+def _replay_tasks(trace: str, plan_json: str, configs_json: str, progress_dir: str):  # type: ignore[no-untyped-def]
     """The executor side: a closure for mapInArrow over a frame of shard numbers."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -88,12 +90,13 @@ def _replay_tasks(trace: str, plan_json: str, configs_json: str):  # type: ignor
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 for cfg in configs:
-                    yield from _replay_shard(trace, topic_shard, int(shard), cfg)
+                    yield from _replay_shard(trace, topic_shard, int(shard), cfg, Path(progress_dir))
 
     return run
 
 
-def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig) -> Iterator[pa.RecordBatch]:
+def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig,
+                  progress_dir: Path) -> Iterator[pa.RecordBatch]:
     from bench.replay import Replayer
     from bench.sharding import shard_events
 
@@ -101,9 +104,10 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
     replayer = Replayer(cfg, sink_rows=50_000,
                         delivery_sink=lambda cols: out.append(_batch("delivery", shard, cols)),
                         txn_sink=lambda cols: out.append(_batch("txn", shard, cols)))
-    for _ in replayer.steps(shard_events(trace, topic_shard, shard)):
+    for n in replayer.steps(shard_events(trace, topic_shard, shard)):
         yield from out  # stream the sinks' output while the replay goes on
         out.clear()
+        _note_progress(progress_dir, cfg.label, shard, n)
     result = replayer.result
     assert result is not None
     yield from out
@@ -116,6 +120,30 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
     counts = sorted(result.counts.items())  # summed across shards by Spark SQL
     yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "topic": [k for k, _ in counts],
                                   "messages": [v for _, v in counts]})
+
+
+def _note_progress(progress_dir: Path, label: str, shard: int, events: int) -> None:
+    """Events replayed so far by one shard, for the driver's progress bars (best effort: an
+    executor that cannot reach the driver's spool directory just draws no bar)."""
+    try:
+        tmp = progress_dir / f".{label}.{shard}.tmp"
+        tmp.write_text(str(events))
+        tmp.replace(progress_dir / f"{label}.{shard}")
+    except OSError:
+        pass
+
+
+def _watch_progress(progress_dir: Path, labels: list[str], rows: int, progress: Progress,
+                    stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        for label in labels:
+            done = 0
+            for f in progress_dir.glob(f"{label}.*"):
+                try:
+                    done += int(f.read_text() or 0)
+                except (OSError, ValueError):
+                    pass
+            progress(label, min(done, rows - 1), rows)  # full only once Spark has written the results
 
 
 def _batch(kind: str, shard: int, cols: dict[str, list[Any]]) -> pa.RecordBatch:
@@ -146,7 +174,7 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, master: str = "local[*]",
-                 shards: int | None = None) -> dict[str, Any]:
+                 shards: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
     for cfg in configs:
         if not cfg.ledger_url.startswith("memory://") or not cfg.metadata_url.startswith("memory://"):
             raise ConfigError("Spark replay runs each shard on embedded backends; drop --ledger/--metadata")
@@ -160,16 +188,30 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
         df = spark.read.parquet(trace_path)
         topic_shard = plan_shards(*_aggregates(df), n_shards)
         tasks = spark.range(0, n_shards, 1, numPartitions=n_shards).selectExpr("cast(id as int) as shard")
-        result = tasks.mapInArrow(_replay_tasks(trace_path, json.dumps(topic_shard),
-                                                json.dumps([c.as_dict() for c in configs])), OUT_DDL)
         spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
         try:
+            (spool / "progress").mkdir()
+            result = tasks.mapInArrow(_replay_tasks(trace_path, json.dumps(topic_shard),
+                                                    json.dumps([c.as_dict() for c in configs]), str(spool / "progress")),
+                                      OUT_DDL)
+            stop = threading.Event()
+            watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
+                spool / "progress", [c.label for c in configs], pq.ParquetFile(trace).metadata.num_rows, progress, stop))
+            if progress is not None:
+                watcher.start()
             try:
                 result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "out"))
             except Exception:
                 checked.wait()  # a bad trace fails a task before the validator reaches the row: say why
                 raise
+            finally:
+                stop.set()
+                if watcher.is_alive():
+                    watcher.join()
             rows = checked.wait()
+            for cfg in configs:
+                if progress is not None:
+                    progress(cfg.label, rows, rows)
             counts = _summed_counts(spark, spool / "out")
             return _collect(spool / "out", trace, rows, configs, counts, out, master, n_shards,
                             time.perf_counter() - started)

@@ -46,7 +46,12 @@ def test_spark_replay_of_both_engines_matches_in_process_replay(tmp_path: Path) 
     generate(load_profile("small"), 3000, 11, trace)
     configs = [RunConfig(engine="v4"), RunConfig(engine="v5")]
     replay_trace(trace, configs, tmp_path / "local")
-    spark_replay(trace, configs, tmp_path / "spark", master="local[2]", shards=2)
+    seen: list[tuple[str, int, int]] = []
+    spark_replay(trace, configs, tmp_path / "spark", master="local[2]", shards=2,
+                 progress=lambda label, done, total: seen.append((label, done, total)))
+    rows = pq.ParquetFile(trace).metadata.num_rows
+    assert seen[-2:] == [("v4", rows, rows), ("v5-watch", rows, rows)]  # bars end full, once done
+    assert all(done < total for _, done, total in seen[:-2])
     assert _deliveries(tmp_path / "spark") == _deliveries(tmp_path / "local")
     assert _txns(tmp_path / "spark") == _txns(tmp_path / "local")
     local = json.loads((tmp_path / "local" / "counts.json").read_text())
