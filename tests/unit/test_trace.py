@@ -139,3 +139,34 @@ def test_label_set_keeps_numbered_labels_as_bytes() -> None:
         labels.add(f"m{i}")
     assert "m99999" in labels and "m100000" not in labels and "m01" not in labels
     assert not labels._other and len(labels._bits["m"]) < 300_000
+
+
+_ROW = st.fixed_dictionaries({
+    "ts_us": st.sampled_from([0, 1, 2, 5, 5, 9, -1]),
+    "op": st.sampled_from(["new_txn", "commit", "abort", "publish", "publish", "ack", "ack", "subscribe",
+                           "split", "crash_tc", "bogus"]),
+    "txn": st.sampled_from([None, None, "t1", "t2", "", "t01"]),
+    "topic": st.sampled_from([T, T, None, "", "topic://public/default/s", "orders"]),
+    "msg": st.sampled_from([None, "m1", "m2", "m3", ""]),
+    "subscription": st.sampled_from(["s", None, ""]),
+    "size": st.sampled_from([1, 1, None, -1]),
+    "timeout_ms": st.sampled_from([None, 1000, 0]),
+    "ack_kind": st.sampled_from([None, "individual", "cumulative", "sideways"]),
+})
+
+
+@given(st.lists(_ROW, min_size=1, max_size=14), st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_fast_validate_agrees_with_the_row_by_row_check(tmp_path_factory: pytest.TempPathFactory,
+                                                        rows: list[dict], batch: int) -> None:  # type: ignore[type-arg]
+    rows = sorted(rows, key=lambda r: r["ts_us"]) if batch % 2 else rows  # ordered traces get further
+    path = write(tmp_path_factory.mktemp("v") / "t.parquet", rows)
+
+    def outcome(fn) -> str:  # type: ignore[no-untyped-def]
+        try:
+            return f"ok {fn()}"
+        except TraceError as exc:
+            return str(exc)
+
+    assert outcome(lambda: validate(path, batch_rows=batch)) == \
+        outcome(lambda: sum(1 for _ in read_events(path, batch_rows=batch)))
