@@ -71,3 +71,31 @@ def test_bad_trace_produces_nothing(kafka_url: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"no trace topic {topic}"):
         run_stream(kafka_url, tmp_path / "out", topic=topic)
     assert not (tmp_path / "out").exists()
+
+
+def test_stream_cli_load_then_run(kafka_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    trace = tmp_path / "small.parquet"
+    generate(load_profile("small"), 200, 2, trace)
+    topic = _topic()
+    assert main(["stream", "load", "--trace", str(trace), "--kafka", kafka_url, "--topic", topic]) == 0
+    assert f"into {topic}" in capsys.readouterr().out
+    out = tmp_path / "results"
+    assert main(["stream", "run", "--kafka", kafka_url, "--topic", topic, "--out", str(out), "--no-progress",
+                 "--drain-ms", "500", "--timeout", "60"]) == 0
+    printed = capsys.readouterr().out
+    assert "streamed" in printed and f"results in {out}" in printed
+    counts = json.loads((out / "counts.json").read_text())
+    assert set(counts) == {"v4", "v5-watch"}
+    expected = Replayer(RunConfig(engine="v4")).run(read_events(trace)).counts["deliveries"]
+    assert counts["v4"]["deliveries"] == counts["v5-watch"]["deliveries"] == expected
+
+    # user mistakes: one line on stderr, exit 2, nothing written
+    assert main(["stream", "run", "--kafka", kafka_url, "--topic", topic, "--out", str(tmp_path / "v"),
+                 "--time", "virtual"]) == 2
+    assert main(["stream", "run", "--kafka", "kafka://127.0.0.1:1", "--topic", topic, "--out", str(tmp_path / "u"),
+                 "--timeout", "20"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("txnbench")]
+    assert len(errors) == 2 and "wall time only" in errors[0] and "127.0.0.1:1" in errors[1], errors
+    assert not (tmp_path / "v").exists() and not (tmp_path / "u").exists()
