@@ -205,8 +205,8 @@ class Replayer:
         if label is None:
             return None
         txn = self.txns[label]
-        if txn.id is None:
-            raise TxnbenchError(f"txn {label} was never opened")
+        if txn.id is None:  # its new_txn failed (e.g. transactions disabled): so does every use
+            raise UnsupportedOperation(f"txn {label} was never opened")
         return txn.id
 
     def _op_publish(self, e: Event) -> None:
@@ -268,11 +268,12 @@ class Replayer:
 
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn
+        txn_id = self._txn(e.txn)
+        assert txn_id is not None
         txn = self.txns[e.txn]
         txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
-        assert txn.id is not None
-        self.broker.end_txn(txn.id, action, self._on_end)
+        self.broker.end_txn(txn_id, action, self._on_end)
         if self.history is not None:
             self.history.end(e.txn, action.value)
 
@@ -389,7 +390,10 @@ class Replayer:
         self.txns.pop(txn.label, None)
         if txn.id is not None:
             self.by_id.pop(txn.id, None)
-        outcome = txn.outcome or ("open" if txn.end_requested_us is None else "unfinished")
+        if txn.id is None:
+            outcome = "never_opened"  # its new_txn was refused (transactions disabled)
+        else:
+            outcome = txn.outcome or ("open" if txn.end_requested_us is None else "unfinished")
         if txn.outcome is None and txn.id is not None:
             try:  # e.g. aborted by the coordinator's timeout without a client request
                 status = self.broker.coordinator().status(txn.id)

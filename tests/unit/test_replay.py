@@ -59,3 +59,14 @@ def test_an_ack_after_every_subscription_acked_is_a_counted_no_op(tmp_path: Path
         counts = replayer.run(read_events(trace)).counts
         assert counts["acks.after_all_acked"] == 1, engine  # the second ack of m1
         assert "m2" not in replayer.msgs and not replayer.msgs
+
+
+def test_a_txn_trace_on_a_broker_without_transactions_counts_refusals(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    generate(load_profile("small"), 1500, 4, trace)
+    counts = Replayer(RunConfig(engine="none")).run(read_events(trace)).counts
+    # every new_txn is refused, and so is every later use of that txn, as a client would see it
+    assert counts["txns.never_opened"] == counts["events.new_txn"] > 0
+    txn_uses = counts["events.commit"] + counts.get("events.abort", 0)
+    assert counts["client_errors.UnsupportedOperation"] > counts["events.new_txn"] + txn_uses
+    assert counts["deliveries"] > 0  # non-transactional traffic flows
