@@ -93,7 +93,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
     for label, run in manifest["runs"].items():
-        print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s)")
+        rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
+        print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
+    if "spark" in manifest:
+        s = manifest["spark"]
+        print(f"spark {s['master']}: {s['shards']} shards in {s['wall_seconds']} s; peak RSS per shard task "
+              f"{s['task_peak_rss_mb']:.0f} MB, driver {s['driver_peak_rss_mb']:.0f} MB")
     print(f"results in {args.out}")
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
@@ -19,6 +20,11 @@ METRICS = {
     "end_txn_us": "commit/abort request -> coordinator's answer to the client",
     "time_to_first_dispatch_after_crash_us": "broker crash -> first delivery by the recovered broker",
 }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 class Histograms:

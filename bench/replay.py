@@ -36,7 +36,7 @@ from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
 from bench.config import RunConfig
 from bench.engines import Setup, build
-from bench.measure import Histograms
+from bench.measure import Histograms, peak_rss_mb
 from bench.trace import OPS, Event
 
 CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation)
@@ -68,6 +68,7 @@ class RunResult:
     wall_seconds: float
     events: int
     virtual_end_us: int
+    peak_rss_mb: float = 0.0
 
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
@@ -439,6 +440,7 @@ class Replayer:
             wall_seconds=wall,
             events=n,
             virtual_end_us=self.sched.now_us(),
+            peak_rss_mb=peak_rss_mb(),
         )
 
 

@@ -56,6 +56,7 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             "events": result.events,
             "wall_seconds": round(result.wall_seconds, 3),
             "events_per_second": round(result.events / result.wall_seconds) if result.wall_seconds else None,
+            "peak_rss_mb": result.peak_rss_mb,  # the process's peak so far (runs go one after another)
             "virtual_end_us": result.virtual_end_us,
             "time_mode": cfg.time_mode,
             **(extra_run(result) if extra_run else {}),

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.config import RunConfig
-from bench.measure import Histograms
+from bench.measure import Histograms, peak_rss_mb
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards
 from bench.trace import trace_metadata, validate
@@ -115,7 +115,8 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
         if next(iter(cols.values())):
             yield _batch(kind, shard, cols)
     summary = {"latency": result.latency, "recovery": result.recovery, "events": result.events,
-               "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us}
+               "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us,
+               "peak_rss_mb": result.peak_rss_mb}
     yield _batch("summary", shard, {"engine": [cfg.label], "payload": [json.dumps(summary)]})
     counts = sorted(result.counts.items())  # summed across shards by Spark SQL
     yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "topic": [k for k, _ in counts],
@@ -280,6 +281,7 @@ def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig],
     latency_parts: dict[str, list[dict[str, Any]]] = {}
     recovery: list[dict[str, Any]] = []
     events: dict[str, int] = {}
+    task_rss: list[float] = []
     for part in _parts(root, "summary"):
         t = pq.read_table(part, columns=["engine", "payload"]).to_pydict()
         for label, payload in zip(t["engine"], t["payload"]):
@@ -287,10 +289,14 @@ def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig],
             latency_parts.setdefault(label, []).append(s["latency"])
             recovery.extend(s["recovery"])
             events[label] = events.get(label, 0) + s["events"]
+            task_rss.append(s["peak_rss_mb"])
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
         "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"),
-        "spark": {"master": master, "shards": shards, "wall_seconds": round(wall, 3)}, "runs": {},
+        "spark": {"master": master, "shards": shards, "wall_seconds": round(wall, 3),
+                  # peak RSS of the Python worker that replayed a shard (max over shards), and the driver's
+                  "task_peak_rss_mb": max(task_rss, default=0.0), "driver_peak_rss_mb": peak_rss_mb()},
+        "runs": {},
     }
     with result_dir(out) as writer:
         for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
