@@ -5,7 +5,8 @@ whole by one engine instance. Units are bin-packed into shards by row count (lar
 onto the lightest shard), so a shard is a few large groups, as Spark likes them.
 
 :func:`plan_shards` works on aggregates only (rows per topic, the distinct sets of topics a txn
-touches), whose size depends on the topics, not on the trace's length; Spark computes them.
+touches), whose size depends on the topics, not on the trace's length
+(:func:`trace_aggregates` computes them with Arrow).
 :func:`shard_events` streams one shard's rows out of the trace with vectorised filters.
 """
 
@@ -64,6 +65,26 @@ def plan_shards(rows_per_topic: Mapping[str, int], txn_topic_sets: Iterable[Iter
         unit_shard[unit] = i
         load[i] += n
     return {t: unit_shard[uf.find(t)] for t in sorted(rows_per_topic)}
+
+
+def trace_aggregates(trace: str | Path, batch_rows: int = 262_144) -> tuple[dict[str, int], list[list[str]]]:
+    """What :func:`plan_shards` needs, from the trace with Arrow group-bys: rows per topic and the
+    distinct sets of topics one txn touches (the distinct (txn, topic) pairs are the largest
+    thing held: a few bytes each, in Arrow)."""
+    pf = pq.ParquetFile(trace)
+    rows_per_topic: dict[str, int] = {}
+    pairs = []
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["txn", "topic"]):
+        t = pa.Table.from_batches([batch]).filter(pc.is_valid(batch.column(1)))
+        for row in t.group_by("topic").aggregate([("topic", "count")]).to_pylist():
+            rows_per_topic[row["topic"]] = rows_per_topic.get(row["topic"], 0) + row["topic_count"]
+        pairs.append(t.filter(pc.is_valid(t["txn"])).group_by(["txn", "topic"]).aggregate([]))
+    if not pairs:
+        return rows_per_topic, []
+    per_txn = (pa.concat_tables(pairs).group_by(["txn", "topic"]).aggregate([])
+               .group_by("txn").aggregate([("topic", "list")]))
+    sets = {tuple(sorted(topics)) for topics in per_txn["topic_list"].to_pylist()}
+    return rows_per_topic, [list(s) for s in sorted(sets)]
 
 
 def _shard_txns(pf: pq.ParquetFile, topics: pa.Array, topicless: bool, batch_rows: int) -> pa.Array:

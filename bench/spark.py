@@ -1,8 +1,8 @@
 """Spark batch replay: ``txnbench replay --spark MASTER``.
 
-Plan, with Spark SQL: rows per topic and the distinct sets of topics one txn touches (small
-aggregates, whatever the trace's length); the driver joins topics linked by txns into units and
-bin-packs them onto shards (:mod:`bench.sharding`).
+Plan: rows per topic and the distinct sets of topics one txn touches (small aggregates, whatever
+the trace's length; computed with Arrow while the JVM starts); the driver joins topics linked by
+txns into units and bin-packs them onto shards (:mod:`bench.sharding`).
 
 Replay: one Spark task per shard reads the trace itself with pyarrow, keeps its shard's rows
 with vectorised filters (:func:`bench.sharding.shard_events`) and replays them through each
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 from bench.config import RunConfig
 from bench.measure import Histograms, peak_rss_mb
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
-from bench.sharding import plan_shards
+from bench.sharding import plan_shards, trace_aggregates
 from bench.trace import trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
@@ -182,12 +183,19 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
     trace_path = str(Path(trace).resolve())
     trace_metadata(trace)  # a missing or unreadable file is refused before Spark starts
     started = time.perf_counter()
-    spark = _session(master)
-    checked = _Validation(trace, spark)
+    with ThreadPoolExecutor(1) as pool:  # the plan's aggregates are computed while the JVM starts
+        aggregates = pool.submit(trace_aggregates, trace_path)
+        spark = _session(master)
+        checked = _Validation(trace, spark)
+        try:
+            rows_per_topic, topic_sets = aggregates.result()
+        except BaseException:
+            checked.stop()
+            spark.stop()
+            raise
     try:
         n_shards = shards or max(2, spark.sparkContext.defaultParallelism)
-        df = spark.read.parquet(trace_path)
-        topic_shard = plan_shards(*_aggregates(df), n_shards)
+        topic_shard = plan_shards(rows_per_topic, topic_sets, n_shards)
         tasks = spark.range(0, n_shards, 1, numPartitions=n_shards).selectExpr("cast(id as int) as shard")
         spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
         try:
@@ -248,16 +256,6 @@ class _Validation:
 
     def stop(self) -> None:
         self._thread.join()
-
-
-def _aggregates(df: Any) -> tuple[dict[str, int], list[list[str]]]:
-    """Rows per topic and the distinct sets of topics that one txn touches."""
-    from pyspark.sql import functions as F
-
-    rows_per_topic = {r.topic: int(r["count"]) for r in df.where(F.col("topic").isNotNull()).groupBy("topic").count().collect()}
-    sets = (df.where(F.col("txn").isNotNull() & F.col("topic").isNotNull()).groupBy("txn")
-            .agg(F.array_sort(F.collect_set("topic")).alias("topics")).select("topics").distinct().collect())
-    return rows_per_topic, [list(r.topics) for r in sets]
 
 
 def _summed_counts(spark: Any, root: Path) -> dict[str, dict[str, int]]:
