@@ -1,0 +1,32 @@
+"""Batched HdrHistogram recording gives exactly what one record_value per sample gives."""
+
+from __future__ import annotations
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+from hypothesis import given, settings, strategies as st
+
+from bench.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, Histograms, _counts_indexes
+
+
+@given(st.lists(st.integers(-5, HIGHEST_US + 10**6), min_size=1, max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_batched_recording_matches_one_call_per_sample(values: list[int]) -> None:
+    hist = Histograms()
+    hist._FLUSH_AT = 7  # several flushes on the way
+    reference = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    for v in values:
+        hist.record("x", v)
+        reference.record_value(min(HIGHEST_US, max(LOWEST_US, v)))
+    s = hist.summary()["x"]
+    assert s["count"] == len(values) and s["sum_us"] == sum(values)
+    assert s["min_us"] == reference.get_min_value() and s["max_us"] == reference.get_max_value()
+    for p in (50.0, 90.0, 99.0, 99.9):
+        assert s[f"p{p:g}_us"] == reference.get_value_at_percentile(p)
+    assert hist.clamped == sum(1 for v in values if v > HIGHEST_US)
+
+
+def test_counts_index_matches_hdrhistogram_at_every_bucket_edge() -> None:
+    h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    edges = sorted({v for k in range(37) for v in (2**k - 1, 2**k, 2**k + 1) if LOWEST_US <= v <= HIGHEST_US})
+    assert _counts_indexes(h, np.array(edges, dtype=np.int64)).tolist() == [h._counts_index_for(v) for v in edges]
