@@ -1,7 +1,7 @@
 """The main job's performance figures, measured side by side in one run (a command, not a test)::
 
     .venv/bin/python -m benchmarks.scale --out txnbench-out/scale            # about 20 minutes
-    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale --quick    # 200k/1M only
+    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale --quick    # 200k/2M only
 
 It generates OMB-shaped traces (``omb-1-topic-16-partitions-1kb``, cached in ``--traces``) and
 runs each step as its own ``txnbench`` process, so every peak RSS belongs to that step alone:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="txnbench-out/scale")
     p.add_argument("--traces", default="txnbench-out/traces")
     p.add_argument("--small", type=int, default=200_000)
-    p.add_argument("--middle", type=int, default=1_000_000)
+    p.add_argument("--middle", type=int, default=2_000_000)
     p.add_argument("--big", type=int, default=10_000_000)
     p.add_argument("--quick", action="store_true", help="skip the big Spark run")
     args = p.parse_args(argv)
