@@ -10,15 +10,13 @@ handle opened on the same name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from engine.counters import Counters
 from engine.records import Entry, EntryData, Position
 
 
-@dataclass(frozen=True, slots=True)
-class CursorState:
+class CursorState(NamedTuple):
     """A subscription's durable position: everything at or before ``mark_delete`` is acked, and
     so is each position in ``individually_acked`` (all strictly after ``mark_delete``)."""
 
