@@ -107,10 +107,11 @@ class MLPendingAckStore(PendingAckStore):
         self._clear_useless_log_data()
 
     def is_pending(self, position: Position) -> bool:
-        return self._acks.is_pending(position)
+        return position in self._acks.individual  # PendingAcks.is_pending, inlined (per dispatched entry)
 
     def on_non_txn_ack(self, positions: Iterable[Position]) -> None:
-        self._acks.on_non_txn_ack(positions)
+        if self._acks.individual:  # nothing pending: nothing to clear (per plain ack)
+            self._acks.on_non_txn_ack(positions)
 
     def pending_txns(self) -> list[TxnID]:
         return self._acks.txns()
