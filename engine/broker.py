@@ -37,6 +37,11 @@ from engine.topics import Segment, SegmentLayout, TopicName, key_hash
 from engine.txn_disabled import PendingAckStoreDisabled, TransactionBufferDisabled
 
 
+# Build records without the named tuples' Python-level ``__new__`` (once per publish).
+_entry_data: Callable[[tuple[object, ...]], EntryData] = partial(tuple.__new__, EntryData)  # type: ignore[assignment]
+_message_id: Callable[[tuple[str, Position]], MessageId] = partial(tuple.__new__, MessageId)  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     dispatch: DispatchMode = DispatchMode.POLLING
@@ -83,6 +88,7 @@ class Broker:
         true (default: all); other topics, or all when ``engine`` is None, have them disabled."""
         self.config = config or BrokerConfig()
         self._scope = Scope(scheduler)
+        self._now_us = self._scope.parent.now_us
         self._ledgers = ledgers
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
@@ -176,9 +182,9 @@ class Broker:
     ) -> MessageId:
         if self._closed:
             self._live()
-        ledger_name = self._ledger_for_publish(topic, key, msg)
+        ledger_name = self._plain_topics.get(topic) or self._ledger_for_publish(topic, key, msg)
         part = self._partitions.get(ledger_name) or self._partition(ledger_name)
-        data = EntryData(size, self._scope.now_us(), msg, txn, None, key)
+        data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
         if txn is None:
             pos = part.ledger.append(data)
             part.tb.sync_max_read_position_for_normal_publish(pos)
@@ -188,7 +194,7 @@ class Broker:
             assert self._engine is not None  # part.transactional implies an engine
             self._engine.coordinator().add_produced_partition(txn, ledger_name)
             pos = part.tb.append_buffer_to_txn(txn, data)
-        return MessageId(ledger_name, pos)
+        return _message_id((ledger_name, pos))
 
     # -- consuming ------------------------------------------------------------------------------
 
