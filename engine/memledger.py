@@ -2,6 +2,29 @@
 
 :class:`MemoryLedgerFactory` holds the data (it plays BookKeeper and the metadata store that
 keeps cursor positions); the broker's :class:`MemoryManagedLedger` handles die with the broker.
+
+Consumed ledgers are deleted as Pulsar deletes them with the default retention (time 0, size 0),
+so a long replay keeps only what some subscription still needs (``trims_consumed``). Pulsar,
+``ManagedLedgerImpl`` (managed-ledger/src/main/java/org/apache/bookkeeper/mledger/impl/):
+
+* ``ledgerClosed`` (a rollover) and ``onCursorMarkDeletePositionUpdated`` (the slowest durable
+  cursor moved to another ledger), also ``deleteCursor``, call ``trimConsumedLedgersInBackground``;
+* ``internalTrimLedgers`` deletes, oldest first, every ledger before the one holding the slowest
+  *durable* cursor's mark-delete position (that one too if mark-delete is its last entry), never
+  the current ledger. Non-durable cursors are not in the trimming heap (``addCursor`` gives them no
+  ordering position): they never hold a trim back. Nor does the transaction buffer: its recovery
+  (``TopicTransactionBufferRecover``) opens a *non-durable* cursor at the snapshot's
+  maxReadPosition and simply starts at the first ledger left. Nothing recovery needs is lost:
+  dispatchers read only up to maxReadPosition, which stays before the first entry of every ongoing
+  txn, so the slowest mark-delete does too; a trimmed ledger holds only entries of finished txns,
+  and an abort marker in it covers entries that are gone with it (that is why
+  ``SingleSnapshotAbortedTxnProcessorImpl.trimExpiredAbortedTxns`` can drop those aborts).
+
+Deviation: Pulsar also trims a managed ledger that has *no* durable cursor, down to its current
+ledger. Here a ledger without cursors is kept whole: such ledgers are the system ledgers that
+stand for compacted topics (transaction-buffer snapshots, read whole by the table view) or for
+metadata (scalable-topic layouts), and subscriptions in this model start at the earliest stored
+entry, so a trace may publish before it subscribes.
 """
 
 from __future__ import annotations
@@ -83,6 +106,8 @@ class MemoryLedgerFactory(LedgerFactory):
 
 
 class MemoryManagedLedger(ManagedLedger):
+    trims_consumed = True
+
     def __init__(self, name: str, data: _LedgerData, factory: MemoryLedgerFactory, handle: int) -> None:
         self.name = name
         self.stats = Counters()
@@ -101,6 +126,7 @@ class MemoryManagedLedger(ManagedLedger):
             d.ledger_ids.append(lid)
             current = d.entries[lid] = d.current = []
             d.current_id = lid
+            self._trim_consumed()  # ledgerClosed -> trimConsumedLedgersInBackground
         current.append(data)
         pos = _position((d.current_id, len(current) - 1))
         stats = self.stats
@@ -179,19 +205,42 @@ class MemoryManagedLedger(ManagedLedger):
         return self._d.sealed
 
     def trim(self, before: Position) -> int:
-        d = self._d
-        removed = 0
-        while len(d.ledger_ids) > 1:
-            lid = d.ledger_ids[0]
-            entries = d.entries[lid]
-            if Position(lid, len(entries) - 1) >= before:
-                break
-            removed += len(entries)
-            del d.entries[lid]
-            d.ledger_ids.pop(0)
-            d.trimmed_ids.append(lid)
+        removed = self._delete_ledgers(before, inclusive=False)
         self.stats["trimmed_entries"] += removed
         return removed
+
+    def _delete_ledgers(self, bound: Position, *, inclusive: bool) -> int:
+        """Delete the oldest ledgers whose last entry is before ``bound`` (at or before it when
+        ``inclusive``), never the current one. Counts ``trimmed_ledgers``; returns entries deleted."""
+        d = self._d
+        ids = d.ledger_ids
+        removed = ledgers = 0
+        while len(ids) > 1:
+            lid = ids[0]
+            entries = d.entries[lid]
+            last = (lid, len(entries) - 1)
+            if last > bound or (last == bound and not inclusive):
+                break
+            removed += len(entries)
+            ledgers += 1
+            del d.entries[lid]
+            ids.pop(0)
+            d.trimmed_ids.append(lid)
+        if ledgers:
+            self.stats["trimmed_ledgers"] += ledgers
+        return removed
+
+    def _trim_consumed(self) -> None:
+        """``internalTrimLedgers`` with retention 0: delete every ledger wholly at or before the
+        slowest durable cursor's mark-delete (see the module docstring). Every cursor saved here
+        is durable; a ledger with none is kept (the documented deviation)."""
+        d = self._d
+        if len(d.ledger_ids) < 2 or not d.cursors:
+            return
+        slowest = min(state.mark_delete for state in d.cursors.values())
+        removed = self._delete_ledgers(slowest, inclusive=True)
+        if removed:
+            self.stats["trimmed_entries"] += removed
 
     def is_trimmed(self, position: Position) -> bool:
         ids = self._d.trimmed_ids
@@ -206,14 +255,21 @@ class MemoryManagedLedger(ManagedLedger):
         self._d.relisten()
 
     def save_cursor(self, name: str, state: CursorState) -> None:
-        self._d.cursors[name] = state
+        d = self._d
+        cursors = d.cursors
+        old = cursors.get(name)
+        cursors[name] = state
         self.stats["cursor_writes"] += 1
+        # onCursorMarkDeletePositionUpdated: a trim is due when a mark-delete moves to another ledger.
+        if len(d.ledger_ids) > 1 and old is not None and old.mark_delete[0] != state.mark_delete[0]:
+            self._trim_consumed()
 
     def load_cursor(self, name: str) -> CursorState | None:
         return self._d.cursors.get(name)
 
     def delete_cursor(self, name: str) -> None:
-        self._d.cursors.pop(name, None)
+        if self._d.cursors.pop(name, None) is not None:
+            self._trim_consumed()  # the slowest cursor may be gone
 
     def cursor_names(self) -> list[str]:
         return sorted(self._d.cursors)

@@ -131,7 +131,11 @@ class V4TransactionCoordinator(TransactionCoordinator):
             "ts_us": now,
             **fields,
         }
+        log_stats = self._log.stats
+        trimmed = log_stats["trimmed_entries"]
         pos = self._log.append(EntryData(size=48, publish_ts_us=now, payload=record))
+        if log_stats["trimmed_entries"] != trimmed:  # a rollover trimmed consumed ledgers (trims_consumed)
+            self.stats["log_trimmed_entries"] += log_stats["trimmed_entries"] - trimmed
         meta.log_positions.append(pos)
         self.stats["log_appends"] += 1
         self.stats["log_appends." + op] += 1
@@ -139,11 +143,16 @@ class V4TransactionCoordinator(TransactionCoordinator):
 
     def _delete_positions(self, positions: list[Position]) -> None:
         """``MLTransactionLogImpl.deletePosition``: individual deletes on the log cursor; ledgers
-        entirely behind its mark-delete are trimmed."""
+        entirely behind its mark-delete are trimmed (by the ledger itself where it
+        ``trims_consumed``, as Pulsar's managed ledger does; explicitly otherwise).
+        ``log_trimmed_entries`` counts what left the log either way."""
         assert self._log is not None and self._log_cursor is not None
+        log_stats = self._log.stats
+        trimmed = log_stats["trimmed_entries"]
         self._log_cursor.ack_individual(sorted(positions))
         self.stats["log_deleted_entries"] += len(positions)
-        self.stats["log_trimmed_entries"] += self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        self.stats["log_trimmed_entries"] += log_stats["trimmed_entries"] - trimmed
 
     # -- client API -----------------------------------------------------------------------------
 
