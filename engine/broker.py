@@ -37,6 +37,11 @@ from engine.topics import Segment, SegmentLayout, TopicName, key_hash
 from engine.txn_disabled import PendingAckStoreDisabled, TransactionBufferDisabled
 
 
+# Build records without the named tuples' Python-level ``__new__`` (once per publish).
+_entry_data: Callable[[tuple[object, ...]], EntryData] = partial(tuple.__new__, EntryData)  # type: ignore[assignment]
+_message_id: Callable[[tuple[str, Position]], MessageId] = partial(tuple.__new__, MessageId)  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     dispatch: DispatchMode = DispatchMode.POLLING
@@ -83,6 +88,7 @@ class Broker:
         true (default: all); other topics, or all when ``engine`` is None, have them disabled."""
         self.config = config or BrokerConfig()
         self._scope = Scope(scheduler)
+        self._now_us = self._scope.parent.now_us
         self._ledgers = ledgers
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
@@ -91,6 +97,7 @@ class Broker:
         self._layouts: dict[str, SegmentLayout] = {}
         self._layout_ledgers: dict[str, ManagedLedger] = {}
         self._consumers: dict[tuple[str, str], DeliverFn] = {}
+        self._plain_topics: dict[str, str] = {}  # partition topic as given -> its ledger name
         self._closed = False
         self._retired = Counters()  # counts of components closed before the broker
 
@@ -146,9 +153,13 @@ class Broker:
         return part
 
     def _ledger_for_publish(self, topic: str, key: str | None, msg: str | None) -> str:
+        plain = self._plain_topics.get(topic)
+        if plain is not None:
+            return plain
         name = TopicName.parse(topic)
         if not name.scalable:
-            return str(name)
+            plain = self._plain_topics[topic] = str(name)
+            return plain
         route_key = key if key is not None else (msg or "")
         return self._layout(name).route(key_hash(route_key)).ledger
 
@@ -169,19 +180,21 @@ class Broker:
     def publish(
         self, topic: str, msg: str | None, size: int, *, txn: TxnID | None = None, key: str | None = None
     ) -> MessageId:
-        self._live()
-        ledger_name = self._ledger_for_publish(topic, key, msg)
-        part = self._partition(ledger_name)
-        data = EntryData(size=size, publish_ts_us=self._scope.now_us(), msg=msg, txn=txn, key=key)
+        if self._closed:
+            self._live()
+        ledger_name = self._plain_topics.get(topic) or self._ledger_for_publish(topic, key, msg)
+        part = self._partitions.get(ledger_name) or self._partition(ledger_name)
+        data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
         if txn is None:
             pos = part.ledger.append(data)
             part.tb.sync_max_read_position_for_normal_publish(pos)
         else:
             if not part.transactional:
                 raise UnsupportedOperation(f"transactions are disabled on {topic}; txn {txn} cannot publish")
-            self.coordinator().add_produced_partition(txn, ledger_name)
+            assert self._engine is not None  # part.transactional implies an engine
+            self._engine.coordinator().add_produced_partition(txn, ledger_name)
             pos = part.tb.append_buffer_to_txn(txn, data)
-        return MessageId(ledger_name, pos)
+        return _message_id((ledger_name, pos))
 
     # -- consuming ------------------------------------------------------------------------------
 
@@ -270,29 +283,43 @@ class Broker:
         txn: TxnID | None = None,
     ) -> None:
         """Ack messages on ``subscription``; with ``txn``, a pending (transactional) ack."""
-        self._live()
+        if self._closed:
+            self._live()
+        if type(message_ids) is list and len(message_ids) == 1:  # the common case: one message
+            ledger_name, position = message_ids[0]
+            self._ack_on(subscription, ledger_name, [position], kind, txn)
+            return
         by_ledger: dict[str, list[Position]] = {}
         for mid in message_ids:
             by_ledger.setdefault(mid.ledger, []).append(mid.position)
         for ledger_name, positions in by_ledger.items():
-            if ledger_name not in self._partitions and not self._ledgers.exists(ledger_name):
-                raise TopicError(f"ack on {subscription}: no ledger {ledger_name!r}")
+            self._ack_on(subscription, ledger_name, positions, kind, txn)
+
+    def _ack_on(
+        self, subscription: str, ledger_name: str, positions: list[Position], kind: AckKind, txn: TxnID | None
+    ) -> None:
+        part = self._partitions.get(ledger_name)
+        if part is None and not self._ledgers.exists(ledger_name):
+            raise TopicError(f"ack on {subscription}: no ledger {ledger_name!r}")
+        sub = part.subs.get(subscription) if part is not None else None
+        if sub is None:
             sub = self._sub(ledger_name, subscription)
-            if txn is not None:
-                if not self._partitions[ledger_name].transactional:
-                    raise UnsupportedOperation(f"transactions are disabled on {ledger_name}; txn {txn} cannot ack")
-                self.coordinator().add_acked_subscription(txn, ledger_name, subscription)
-                sub.pending.ack(txn, positions, kind)
-                continue
-            if kind is AckKind.CUMULATIVE:
-                if len(positions) != 1:
-                    raise TopicError(f"a cumulative ack takes one message per ledger, got {len(positions)}")
-                sub.cursor.ack_cumulative(positions[0])
-            else:
-                sub.cursor.ack_individual(positions)
-            sub.pending.on_non_txn_ack(positions)
-            if sub.dispatcher is not None:
-                sub.dispatcher.on_acked(positions)
+        if txn is not None:
+            if not self._partitions[ledger_name].transactional:
+                raise UnsupportedOperation(f"transactions are disabled on {ledger_name}; txn {txn} cannot ack")
+            assert self._engine is not None  # a transactional partition implies an engine
+            self._engine.coordinator().add_acked_subscription(txn, ledger_name, subscription)
+            sub.pending.ack(txn, positions, kind)
+            return
+        if kind is AckKind.CUMULATIVE:
+            if len(positions) != 1:
+                raise TopicError(f"a cumulative ack takes one message per ledger, got {len(positions)}")
+            sub.cursor.ack_cumulative(positions[0])
+        else:
+            sub.cursor.ack_individual(positions)
+        sub.pending.on_non_txn_ack(positions)
+        if sub.dispatcher is not None:
+            sub.dispatcher.on_acked(positions)
 
     def redeliver_unacked(self, topic: str, subscription: str) -> None:
         for ledger_name in self.ledgers_of(topic):

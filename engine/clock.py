@@ -96,12 +96,30 @@ class VirtualScheduler(Scheduler):
     def now_us(self) -> int:
         return self._now
 
+    def call_at(self, when_us: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        now = self._now
+        timer = Timer(when_us if when_us > now else now, fn, args)
+        self._seq += 1
+        heapq.heappush(self._queue, (timer.when_us, self._seq, timer))
+        return timer
+
+    def call_later(self, delay_us: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        now = self._now
+        timer = Timer(now + delay_us if delay_us > 0 else now, fn, args)
+        self._seq += 1
+        heapq.heappush(self._queue, (timer.when_us, self._seq, timer))
+        return timer
+
     def run_until(self, when_us: int) -> int:
         queue = self._queue
+        heappop = heapq.heappop
         ran = 0
         while queue and queue[0][0] <= when_us:
-            due, _, timer = heapq.heappop(queue)
-            if timer.dead:
+            due, _, timer = heappop(queue)
+            if timer.cancelled:
+                continue
+            scope = timer.scope
+            if scope is not None and scope.closed:
                 continue
             self._now = due
             timer.fn(*timer.args)
@@ -159,7 +177,13 @@ class Scope(Scheduler):
         return timer
 
     def call_later(self, delay_us: int, fn: Callable[..., Any], *args: Any) -> Timer:
-        return self.call_at(self.parent.now_us() + delay_us, fn, *args)
+        parent = self.parent
+        now = parent.now_us()
+        timer = Timer(now + delay_us if delay_us > 0 else now, fn, args)
+        timer.scope = self
+        parent._seq += 1
+        heapq.heappush(parent._queue, (timer.when_us, parent._seq, timer))
+        return timer
 
     def pending(self) -> int:
         return self.parent.pending()

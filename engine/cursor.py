@@ -7,15 +7,20 @@ comparable to uncrashed ones, and ``cursor_writes`` counts the cost).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from functools import partial
 from typing import Callable, Iterable
-
-from sortedcontainers import SortedSet
 
 from engine.ledger import CursorState, ManagedLedger
 from engine.records import Position
 
 
 class Cursor:
+    """Individually acked positions live in a sorted ``list`` searched with :mod:`bisect`: acks
+    mostly arrive in order, so inserts land at the end and folds into mark-delete take a prefix;
+    with tuple positions every comparison runs in C (a ``SortedSet`` cost several Python calls
+    per membership test and insert)."""
+
     def __init__(self, ledger: ManagedLedger, name: str) -> None:
         self._ledger = ledger
         self.name = name
@@ -25,7 +30,7 @@ class Cursor:
             state = CursorState(Position(first.ledger_id, first.entry_id - 1))
             ledger.save_cursor(name, state)
         self._mark_delete = state.mark_delete
-        self._acked: SortedSet = SortedSet(state.individually_acked)
+        self._acked: list[Position] = sorted(set(state.individually_acked))
         self.read_position = ledger.next_position(self._mark_delete)
         self.redeliver_hook: Callable[[list[Position]], None] | None = None
 
@@ -34,14 +39,31 @@ class Cursor:
         return self._mark_delete
 
     def is_acked(self, position: Position) -> bool:
-        return position <= self._mark_delete or position in self._acked
+        if position <= self._mark_delete:
+            return True
+        acked = self._acked
+        if not acked:
+            return False
+        i = bisect_left(acked, position)
+        return i < len(acked) and acked[i] == position
 
     def ack_individual(self, positions: Iterable[Position]) -> None:
+        mark_delete = self._mark_delete
+        acked = self._acked
+        if not acked and type(positions) is list and len(positions) == 1:
+            # The common case, an in-order ack of the entry after mark-delete: fold it at once.
+            pos = positions[0]
+            if pos == self._ledger.next_position(mark_delete):
+                self._mark_delete = pos
+                self._save()
+                return
         changed = False
         for pos in positions:
-            if pos > self._mark_delete and pos not in self._acked:
-                self._acked.add(pos)
-                changed = True
+            if pos > mark_delete:
+                i = bisect_left(acked, pos)
+                if i == len(acked) or acked[i] != pos:
+                    acked.insert(i, pos)
+                    changed = True
         if changed:
             self._advance()
             self._save()
@@ -50,8 +72,7 @@ class Cursor:
         if position <= self._mark_delete:
             return
         self._mark_delete = position
-        for pos in list(self._acked.irange(maximum=position)):
-            self._acked.remove(pos)
+        del self._acked[: bisect_right(self._acked, position)]
         self._advance()
         self._save()
 
@@ -65,12 +86,24 @@ class Cursor:
     def _advance(self) -> None:
         # Fold individually acked positions that directly follow mark-delete into it.
         acked = self._acked
-        nxt = self._ledger.next_position(self._mark_delete)
-        while acked and acked[0] <= nxt:
-            head = acked.pop(0)
-            if head == nxt:
-                self._mark_delete = nxt
-                nxt = self._ledger.next_position(nxt)
+        if not acked:
+            return
+        next_position = self._ledger.next_position
+        mark_delete = self._mark_delete
+        nxt = next_position(mark_delete)
+        k, n = 0, len(acked)
+        while k < n and acked[k] <= nxt:
+            if acked[k] == nxt:
+                mark_delete = nxt
+                nxt = next_position(nxt)
+            k += 1
+        if k:
+            del acked[:k]
+            self._mark_delete = mark_delete
 
     def _save(self) -> None:
-        self._ledger.save_cursor(self.name, self.state())
+        self._ledger.save_cursor(self.name, _cursor_state((self._mark_delete, tuple(self._acked))))
+
+
+# Build cursor states without the named tuple's Python-level ``__new__`` (once per ack).
+_cursor_state: Callable[[tuple[Position, tuple[Position, ...]]], CursorState] = partial(tuple.__new__, CursorState)  # type: ignore[assignment]

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from functools import partial
+from typing import Callable, NamedTuple
 
 from sortedcontainers import SortedSet
 
@@ -66,8 +67,10 @@ class PollingPolicy:
         return min(self.first_us << min(consecutive_empty, 20), self.max_us)
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
+    """One message handed to a consumer (a named tuple: built once per delivery, see
+    :mod:`engine.records`)."""
+
     message_id: MessageId
     msg: str | None
     delivered_ts_us: int
@@ -76,6 +79,10 @@ class Delivery:
 
 
 DeliverFn = Callable[[list[Delivery]], None]
+
+# Build records without the named tuples' Python-level ``__new__`` (once per dispatched entry).
+_delivery: Callable[[tuple[MessageId, str | None, int, int, bool]], Delivery] = partial(tuple.__new__, Delivery)  # type: ignore[assignment]
+_message_id: Callable[[tuple[str, Position]], MessageId] = partial(tuple.__new__, MessageId)  # type: ignore[assignment]
 
 
 class Dispatcher:
@@ -117,21 +124,19 @@ class Dispatcher:
         self._drained_listeners: list[Callable[[], None]] = []
         self._drained_fired = False
         cursor.redeliver_hook = self.redeliver
-        ledger.add_listener(self._on_new_entry)
+        ledger.add_listener(self.kick)  # a new entry may be dispatchable
         if mode is DispatchMode.NOTIFY:
             tb.add_max_read_listener(self.kick)
 
     # -- wake-ups ------------------------------------------------------------------------------
 
-    def kick(self) -> None:
-        """Something may be dispatchable now: schedule a read unless one is already scheduled."""
+    def kick(self, _position: Position | None = None) -> None:
+        """Something may be dispatchable now: schedule a read unless one is already scheduled.
+        Also the ledger's new-entry listener (``_position`` is the new entry's)."""
         if self._busy or self._closed:
             return
         self._busy = True
         self._sched.call_later(0, self._try_read)
-
-    def _on_new_entry(self, _position: Position) -> None:
-        self.kick()
 
     def redeliver(self, positions: list[Position]) -> None:
         """Dispatch these positions again (unless acked or pending by then). Positions at or
@@ -230,23 +235,30 @@ class Dispatcher:
         out: list[Delivery] = []
         auto_ack: list[Position] = []
         cursor = self._cursor
-        now = self._sched.now_us()
-        deliver_ts = now + self._deliver_us
-        for entry in entries:
-            data = entry.data
-            pos = entry.position
+        deliver_ts = self._sched.now_us() + self._deliver_us
+        is_aborted = self._tb.is_txn_aborted
+        is_pending = self._pending.is_pending
+        is_acked = cursor.is_acked
+        outstanding = self._outstanding
+        name = self._ledger.name
+        markers = aborted = 0
+        for pos, data in entries:
             if data.marker is not None:
                 auto_ack.append(pos)
-                stats["markers_skipped"] += 1
+                markers += 1
                 continue
-            if data.txn is not None and self._tb.is_txn_aborted(data.txn, pos):
+            if data.txn is not None and is_aborted(data.txn, pos):
                 auto_ack.append(pos)
-                stats["aborted_skipped"] += 1
+                aborted += 1
                 continue
-            if cursor.is_acked(pos) or self._pending.is_pending(pos):
+            if is_acked(pos) or is_pending(pos):
                 continue
-            out.append(Delivery(MessageId(self._ledger.name, pos), data.msg, deliver_ts, data.publish_ts_us, redelivery))
-            self._outstanding.add(pos)
+            out.append(_delivery((_message_id((name, pos)), data.msg, deliver_ts, data.publish_ts_us, redelivery)))
+            outstanding.add(pos)
+        if markers:
+            stats["markers_skipped"] += markers
+        if aborted:
+            stats["aborted_skipped"] += aborted
         if auto_ack:
             cursor.ack_individual(auto_ack)
         if out:

@@ -8,8 +8,8 @@ foreign one with :class:`engine.errors.ForeignTxnId`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from engine.errors import ForeignTxnId
 
@@ -19,8 +19,11 @@ class Design(str, Enum):
     V5 = "v5"
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class TxnID:
+class TxnID(NamedTuple):
+    """Immutable and ordered by ``(design, most_bits, least_bits)``; a named tuple so that the
+    dict and set look-ups a replay does per transactional entry hash in C (see
+    :mod:`engine.records`)."""
+
     design: Design
     most_bits: int  # v4: coordinator id
     least_bits: int  # v4: sequence within that coordinator

@@ -10,15 +10,13 @@ handle opened on the same name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from engine.counters import Counters
 from engine.records import Entry, EntryData, Position
 
 
-@dataclass(frozen=True, slots=True)
-class CursorState:
+class CursorState(NamedTuple):
     """A subscription's durable position: everything at or before ``mark_delete`` is acked, and
     so is each position in ``individually_acked`` (all strictly after ``mark_delete``)."""
 
@@ -32,19 +30,27 @@ class ManagedLedger(ABC):
     walk them with :meth:`next_position`.
 
     Counters (``stats``): ``appends``, ``appends.<kind>`` (data/marker/system), ``reads``,
-    ``entries_read``, ``cursor_writes``, ``trimmed_entries``.
+    ``entries_read``, ``cursor_writes``, ``trimmed_entries``, ``trimmed_ledgers`` (whole-ledger
+    backends).
 
     Capabilities, where backends legitimately differ (callers and tests ask these, never the type):
     ``rolls_over`` -- positions may move to a new ledger id as the log grows (``memory://``, like
     BookKeeper-backed Pulsar); ``False`` means one ledger id for life (``kafka://``).
     ``trims_whole_ledgers`` -- :meth:`trim` deletes whole ledgers and never the current one;
     ``False`` means it deletes every entry before the position (``kafka://`` delete-records).
+    ``trims_consumed`` -- the backend deletes consumed ledgers by itself, as Pulsar does with the
+    default retention: when a ledger rolls over or the slowest saved cursor's mark-delete moves to
+    another ledger, every ledger wholly at or before the slowest mark-delete goes (never the
+    current one; a ledger with no saved cursor keeps everything). Counted in ``trimmed_entries``
+    and ``trimmed_ledgers`` like :meth:`trim`. ``False`` (``kafka://``): only :meth:`trim`
+    deletes (Kafka's own retention is the broker's business).
     """
 
     name: str
     stats: Counters
     rolls_over: bool = True
     trims_whole_ledgers: bool = True
+    trims_consumed: bool = False
 
     @abstractmethod
     def append(self, data: EntryData) -> Position:

@@ -2,18 +2,46 @@
 
 :class:`MemoryLedgerFactory` holds the data (it plays BookKeeper and the metadata store that
 keeps cursor positions); the broker's :class:`MemoryManagedLedger` handles die with the broker.
+
+Consumed ledgers are deleted as Pulsar deletes them with the default retention (time 0, size 0),
+so a long replay keeps only what some subscription still needs (``trims_consumed``). Pulsar,
+``ManagedLedgerImpl`` (managed-ledger/src/main/java/org/apache/bookkeeper/mledger/impl/):
+
+* ``ledgerClosed`` (a rollover) and ``onCursorMarkDeletePositionUpdated`` (the slowest durable
+  cursor moved to another ledger), also ``deleteCursor``, call ``trimConsumedLedgersInBackground``;
+* ``internalTrimLedgers`` deletes, oldest first, every ledger before the one holding the slowest
+  *durable* cursor's mark-delete position (that one too if mark-delete is its last entry), never
+  the current ledger. Non-durable cursors are not in the trimming heap (``addCursor`` gives them no
+  ordering position): they never hold a trim back. Nor does the transaction buffer: its recovery
+  (``TopicTransactionBufferRecover``) opens a *non-durable* cursor at the snapshot's
+  maxReadPosition and simply starts at the first ledger left. Nothing recovery needs is lost:
+  dispatchers read only up to maxReadPosition, which stays before the first entry of every ongoing
+  txn, so the slowest mark-delete does too; a trimmed ledger holds only entries of finished txns,
+  and an abort marker in it covers entries that are gone with it (that is why
+  ``SingleSnapshotAbortedTxnProcessorImpl.trimExpiredAbortedTxns`` can drop those aborts).
+
+Deviation: Pulsar also trims a managed ledger that has *no* durable cursor, down to its current
+ledger. Here a ledger without cursors is kept whole: such ledgers are the system ledgers that
+stand for compacted topics (transaction-buffer snapshots, read whole by the table view) or for
+metadata (scalable-topic layouts), and subscriptions in this model start at the earliest stored
+entry, so a trace may publish before it subscribes.
 """
 
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from bisect import bisect_left, bisect_right
 from typing import Callable
 
 from engine.counters import Counters
 from engine.errors import ConfigError, LedgerSealed
-from engine.ledger import CursorState, LedgerFactory, ManagedLedger, entry_kind
+from engine.ledger import CursorState, LedgerFactory, ManagedLedger
 from engine.records import Entry, EntryData, Position
+
+# Build records without the named tuples' Python-level ``__new__`` (hot paths only).
+_position: Callable[[tuple[int, int]], Position] = partial(tuple.__new__, Position)  # type: ignore[assignment]
+_entry: Callable[[tuple[Position, EntryData]], Entry] = partial(tuple.__new__, Entry)  # type: ignore[assignment]
 
 # Pulsar's managedLedgerMaxEntriesPerLedger default: a ledger rolls over after this many entries.
 DEFAULT_MAX_ENTRIES_PER_LEDGER = 50_000
@@ -22,7 +50,8 @@ DEFAULT_MAX_ENTRIES_PER_LEDGER = 50_000
 class _LedgerData:
     """Durable content of one managed ledger."""
 
-    __slots__ = ("ledger_ids", "entries", "trimmed_ids", "sealed", "cursors", "listeners")
+    __slots__ = ("ledger_ids", "entries", "trimmed_ids", "sealed", "cursors", "listeners", "notify",
+                 "current", "current_id")
 
     def __init__(self, first_ledger_id: int) -> None:
         self.ledger_ids: list[int] = [first_ledger_id]
@@ -32,6 +61,13 @@ class _LedgerData:
         self.cursors: dict[str, CursorState] = {}
         # Volatile, keyed by handle: kept here so every handle sees every append.
         self.listeners: dict[int, list[Callable[[Position], None]]] = {}
+        self.notify: tuple[Callable[[Position], None], ...] = ()  # every listener, flattened
+        # The ledger being written (the last of ledger_ids; trimming never deletes it).
+        self.current_id = first_ledger_id
+        self.current: list[EntryData] = self.entries[first_ledger_id]
+
+    def relisten(self) -> None:
+        self.notify = tuple(f for fs in self.listeners.values() for f in fs)
 
 
 class MemoryLedgerFactory(LedgerFactory):
@@ -70,6 +106,8 @@ class MemoryLedgerFactory(LedgerFactory):
 
 
 class MemoryManagedLedger(ManagedLedger):
+    trims_consumed = True
+
     def __init__(self, name: str, data: _LedgerData, factory: MemoryLedgerFactory, handle: int) -> None:
         self.name = name
         self.stats = Counters()
@@ -82,44 +120,54 @@ class MemoryManagedLedger(ManagedLedger):
         d = self._d
         if d.sealed:
             raise LedgerSealed(f"ledger {self.name} is sealed; append refused")
-        lid = d.ledger_ids[-1]
-        current = d.entries[lid]
+        current = d.current
         if len(current) >= self._max:  # roll over, as a managed ledger does when a ledger is full
             lid = self._factory._new_ledger_id()
             d.ledger_ids.append(lid)
-            current = d.entries[lid] = []
+            current = d.entries[lid] = d.current = []
+            d.current_id = lid
+            self._trim_consumed()  # ledgerClosed -> trimConsumedLedgersInBackground
         current.append(data)
-        pos = Position(lid, len(current) - 1)
-        self.stats["appends"] += 1
-        self.stats["appends." + entry_kind(data)] += 1
-        for listeners in list(d.listeners.values()):
-            for listener in listeners:
-                listener(pos)
+        pos = _position((d.current_id, len(current) - 1))
+        stats = self.stats
+        stats["appends"] += 1
+        if data.marker is not None:
+            stats["appends.marker"] += 1
+        elif data.payload is not None:
+            stats["appends.system"] += 1
+        else:
+            stats["appends.data"] += 1
+        for listener in d.notify:
+            listener(pos)
         return pos
 
     def read(self, start: Position, end: Position, max_entries: int) -> list[Entry]:
         d = self._d
         out: list[Entry] = []
         ids = d.ledger_ids
-        i = bisect_left(ids, start.ledger_id)
+        start_lid, start_eid = start
+        end_lid, end_eid = end
+        i = bisect_left(ids, start_lid) if start_lid != d.current_id else len(ids) - 1
         while i < len(ids) and len(out) < max_entries:
             lid = ids[i]
-            if lid > end.ledger_id:
+            if lid > end_lid:
                 break
             entries = d.entries[lid]
-            first = start.entry_id if lid == start.ledger_id else 0
-            first = max(first, 0)
-            last = len(entries) - 1 if lid < end.ledger_id else min(end.entry_id, len(entries) - 1)
+            first = start_eid if lid == start_lid and start_eid > 0 else 0
+            last = len(entries) - 1 if lid < end_lid else min(end_eid, len(entries) - 1)
             stop = min(last + 1, first + (max_entries - len(out)))
-            for eid in range(first, stop):
-                out.append(Entry(Position(lid, eid), entries[eid]))
+            if first < stop:
+                out += [_entry((_position((lid, eid)), entries[eid])) for eid in range(first, stop)]
             i += 1
-        self.stats["reads"] += 1
-        self.stats["entries_read"] += len(out)
+        stats = self.stats
+        stats["reads"] += 1
+        stats["entries_read"] += len(out)
         return out
 
     def last_confirmed(self) -> Position:
         d = self._d
+        if d.current:
+            return _position((d.current_id, len(d.current) - 1))
         for lid in reversed(d.ledger_ids):
             n = len(d.entries[lid])
             if n:
@@ -135,11 +183,14 @@ class MemoryManagedLedger(ManagedLedger):
 
     def next_position(self, position: Position) -> Position:
         d = self._d
+        lid, eid = position
+        if lid == d.current_id:  # the common case: within the ledger being written
+            return _position((lid, eid + 1))
         ids = d.ledger_ids
-        i = bisect_left(ids, position.ledger_id)
-        if i < len(ids) and ids[i] == position.ledger_id:
-            if position.entry_id + 1 < len(d.entries[ids[i]]) or i == len(ids) - 1:
-                return Position(position.ledger_id, position.entry_id + 1)
+        i = bisect_left(ids, lid)
+        if i < len(ids) and ids[i] == lid:
+            if eid + 1 < len(d.entries[lid]) or i == len(ids) - 1:
+                return Position(lid, eid + 1)
             return Position(ids[i + 1], 0)
         # A trimmed or never-existing ledger id: the next stored position after it.
         if i < len(ids):
@@ -154,19 +205,42 @@ class MemoryManagedLedger(ManagedLedger):
         return self._d.sealed
 
     def trim(self, before: Position) -> int:
-        d = self._d
-        removed = 0
-        while len(d.ledger_ids) > 1:
-            lid = d.ledger_ids[0]
-            entries = d.entries[lid]
-            if Position(lid, len(entries) - 1) >= before:
-                break
-            removed += len(entries)
-            del d.entries[lid]
-            d.ledger_ids.pop(0)
-            d.trimmed_ids.append(lid)
+        removed = self._delete_ledgers(before, inclusive=False)
         self.stats["trimmed_entries"] += removed
         return removed
+
+    def _delete_ledgers(self, bound: Position, *, inclusive: bool) -> int:
+        """Delete the oldest ledgers whose last entry is before ``bound`` (at or before it when
+        ``inclusive``), never the current one. Counts ``trimmed_ledgers``; returns entries deleted."""
+        d = self._d
+        ids = d.ledger_ids
+        removed = ledgers = 0
+        while len(ids) > 1:
+            lid = ids[0]
+            entries = d.entries[lid]
+            last = (lid, len(entries) - 1)
+            if last > bound or (last == bound and not inclusive):
+                break
+            removed += len(entries)
+            ledgers += 1
+            del d.entries[lid]
+            ids.pop(0)
+            d.trimmed_ids.append(lid)
+        if ledgers:
+            self.stats["trimmed_ledgers"] += ledgers
+        return removed
+
+    def _trim_consumed(self) -> None:
+        """``internalTrimLedgers`` with retention 0: delete every ledger wholly at or before the
+        slowest durable cursor's mark-delete (see the module docstring). Every cursor saved here
+        is durable; a ledger with none is kept (the documented deviation)."""
+        d = self._d
+        if len(d.ledger_ids) < 2 or not d.cursors:
+            return
+        slowest = min(state.mark_delete for state in d.cursors.values())
+        removed = self._delete_ledgers(slowest, inclusive=True)
+        if removed:
+            self.stats["trimmed_entries"] += removed
 
     def is_trimmed(self, position: Position) -> bool:
         ids = self._d.trimmed_ids
@@ -178,19 +252,28 @@ class MemoryManagedLedger(ManagedLedger):
 
     def add_listener(self, listener: Callable[[Position], None]) -> None:
         self._d.listeners.setdefault(self._handle, []).append(listener)
+        self._d.relisten()
 
     def save_cursor(self, name: str, state: CursorState) -> None:
-        self._d.cursors[name] = state
+        d = self._d
+        cursors = d.cursors
+        old = cursors.get(name)
+        cursors[name] = state
         self.stats["cursor_writes"] += 1
+        # onCursorMarkDeletePositionUpdated: a trim is due when a mark-delete moves to another ledger.
+        if len(d.ledger_ids) > 1 and old is not None and old.mark_delete[0] != state.mark_delete[0]:
+            self._trim_consumed()
 
     def load_cursor(self, name: str) -> CursorState | None:
         return self._d.cursors.get(name)
 
     def delete_cursor(self, name: str) -> None:
-        self._d.cursors.pop(name, None)
+        if self._d.cursors.pop(name, None) is not None:
+            self._trim_consumed()  # the slowest cursor may be gone
 
     def cursor_names(self) -> list[str]:
         return sorted(self._d.cursors)
 
     def close(self) -> None:
         self._d.listeners.pop(self._handle, None)
+        self._d.relisten()

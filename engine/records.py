@@ -1,16 +1,22 @@
-"""Positions and ledger entries: the records every engine and backend share."""
+"""Positions and ledger entries: the records every engine and backend share.
+
+The records are typed named tuples rather than frozen dataclasses: they are just as immutable
+and typed, but hashing, equality and ordering run in C. A replay creates, hashes and compares
+them several times per trace event (ledger appends and reads, cursor acks, dispatch), and the
+dataclass versions' Python-level ``__init__``/``__hash__``/``__lt__`` were the largest single
+cost of the engine core. Positions compare as ``(ledger_id, entry_id)`` tuples, exactly like the
+``order=True`` dataclass did.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from engine.ids import TxnID
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Position:
+class Position(NamedTuple):
     """A managed-ledger position ``(ledger_id, entry_id)``, ordered like Pulsar's ``Position``.
 
     ``(L, -1)`` is the position just before the first entry of ledger ``L`` (Pulsar's
@@ -38,8 +44,7 @@ class MarkerKind(str, Enum):
     ABORT = "abort"
 
 
-@dataclass(frozen=True, slots=True)
-class EntryData:
+class EntryData(NamedTuple):
     """What a writer appends. ``payload`` carries structured records of system ledgers (txn log,
     snapshots, pending acks, topic layout) and must be JSON-serialisable so that any ledger
     backend can store it; data entries carry only their size."""
@@ -53,14 +58,12 @@ class EntryData:
     payload: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     position: Position
     data: EntryData
 
 
-@dataclass(frozen=True, slots=True)
-class MessageId:
+class MessageId(NamedTuple):
     """A message as a client sees it: the ledger (partition or segment) and its position there."""
 
     ledger: str

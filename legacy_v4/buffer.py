@@ -229,10 +229,13 @@ class TopicTransactionBuffer(TransactionBuffer):
             self._in_lwm = False
 
     def _handle_transaction_message(self, txn: TxnID, pos: Position) -> None:
-        if txn not in self._ongoing and txn not in self._aborts:
-            self._ongoing[txn] = pos
-            first = next(iter(self._ongoing.values()))
-            self._update_max_read(previous(first))
+        ongoing = self._ongoing
+        if txn not in ongoing and txn not in self._aborts:
+            ongoing[txn] = pos
+            first = pos if len(ongoing) == 1 else next(iter(ongoing.values()))
+            new = previous(first)
+            if new != self._max_read:  # equal: _update_max_read would change nothing
+                self._update_max_read(new)
 
     def _remove_txn_and_update_max_read(self, txn: TxnID) -> None:
         self._ongoing.pop(txn, None)

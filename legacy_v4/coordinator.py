@@ -122,27 +122,37 @@ class V4TransactionCoordinator(TransactionCoordinator):
 
     def _append(self, meta: TxnMeta, op: str, **fields: object) -> Position:
         assert self._log is not None
+        now = self._scope.now_us()
         record: dict[str, object] = {
             "op": op,
             "tc": self.tc_id,
             "txn": meta.id.least_bits,
             "max_local_txn_id": self._seq,
-            "ts_us": self._scope.now_us(),
+            "ts_us": now,
             **fields,
         }
-        pos = self._log.append(EntryData(size=48, publish_ts_us=self._scope.now_us(), payload=record))
+        log_stats = self._log.stats
+        trimmed = log_stats["trimmed_entries"]
+        pos = self._log.append(EntryData(size=48, publish_ts_us=now, payload=record))
+        if log_stats["trimmed_entries"] != trimmed:  # a rollover trimmed consumed ledgers (trims_consumed)
+            self.stats["log_trimmed_entries"] += log_stats["trimmed_entries"] - trimmed
         meta.log_positions.append(pos)
         self.stats["log_appends"] += 1
-        self.stats[f"log_appends.{op}"] += 1
+        self.stats["log_appends." + op] += 1
         return pos
 
     def _delete_positions(self, positions: list[Position]) -> None:
         """``MLTransactionLogImpl.deletePosition``: individual deletes on the log cursor; ledgers
-        entirely behind its mark-delete are trimmed."""
+        entirely behind its mark-delete are trimmed (by the ledger itself where it
+        ``trims_consumed``, as Pulsar's managed ledger does; explicitly otherwise).
+        ``log_trimmed_entries`` counts what left the log either way."""
         assert self._log is not None and self._log_cursor is not None
+        log_stats = self._log.stats
+        trimmed = log_stats["trimmed_entries"]
         self._log_cursor.ack_individual(sorted(positions))
         self.stats["log_deleted_entries"] += len(positions)
-        self.stats["log_trimmed_entries"] += self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        self.stats["log_trimmed_entries"] += log_stats["trimmed_entries"] - trimmed
 
     # -- client API -----------------------------------------------------------------------------
 
@@ -176,6 +186,12 @@ class V4TransactionCoordinator(TransactionCoordinator):
         return meta.id
 
     def add_produced_partition(self, txn: TxnID, ledger: str) -> None:
+        meta = self._txns.get(txn.least_bits)
+        if (  # the common case: a registered partition of an open txn of ours (checks of _get)
+            meta is not None and meta.status is TxnStatus.OPEN and ledger in meta.partitions
+            and txn.design is Design.V4 and txn.most_bits == self.tc_id and not self._closed
+        ):
+            return
         meta = self._get(txn)
         if meta.status is not TxnStatus.OPEN:
             raise self._not_open(meta, f"publish to {ledger}")
@@ -453,7 +469,11 @@ class V4CoordinatorService(TransactionCoordinator):
         return tc.new_txn(timeout_ms)
 
     def add_produced_partition(self, txn: TxnID, ledger: str) -> None:
-        self._tc(txn).add_produced_partition(txn, ledger)
+        tcs = self._tcs
+        if txn.design is Design.V4 and 0 <= txn.most_bits < len(tcs):  # _tc, inlined (per txn publish)
+            tcs[txn.most_bits].add_produced_partition(txn, ledger)
+        else:
+            self._tc(txn).add_produced_partition(txn, ledger)
 
     def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
         self._tc(txn).add_acked_subscription(txn, ledger, subscription)

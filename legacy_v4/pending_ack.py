@@ -87,7 +87,10 @@ class MLPendingAckStore(PendingAckStore):
         log = self._open(create=True)
         assert log is not None
         record: dict[str, object] = {"op": op, "txn": txn_out(txn), **fields}
+        trimmed = log.stats["trimmed_entries"]
         pos = log.append(EntryData(size=32, publish_ts_us=self._sched.now_us(), payload=record))
+        if log.stats["trimmed_entries"] != trimmed:  # a rollover trimmed consumed ledgers (trims_consumed)
+            self.stats["log_trimmed_entries"] += log.stats["trimmed_entries"] - trimmed
         self.stats["appends"] += 1
         self.stats[f"appends.{op}"] += 1
         return pos
@@ -107,10 +110,11 @@ class MLPendingAckStore(PendingAckStore):
         self._clear_useless_log_data()
 
     def is_pending(self, position: Position) -> bool:
-        return self._acks.is_pending(position)
+        return position in self._acks.individual  # PendingAcks.is_pending, inlined (per dispatched entry)
 
     def on_non_txn_ack(self, positions: Iterable[Position]) -> None:
-        self._acks.on_non_txn_ack(positions)
+        if self._acks.individual:  # nothing pending: nothing to clear (per plain ack)
+            self._acks.on_non_txn_ack(positions)
 
     def pending_txns(self) -> list[TxnID]:
         return self._acks.txns()
@@ -169,8 +173,10 @@ class MLPendingAckStore(PendingAckStore):
             delete = self._index.pop(0)[1]
         if delete is None or self._log is None or self._log_cursor is None:
             return
-        self._log_cursor.ack_cumulative(delete)
-        self.stats["log_trimmed_entries"] += self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        trimmed = self._log.stats["trimmed_entries"]
+        self._log_cursor.ack_cumulative(delete)  # a ledger that trims_consumed trims here already
+        self._log.trim(self._log.next_position(self._log_cursor.mark_delete))
+        self.stats["log_trimmed_entries"] += self._log.stats["trimmed_entries"] - trimmed
 
     # -- recovery --------------------------------------------------------------------------------
 

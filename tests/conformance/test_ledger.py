@@ -264,6 +264,37 @@ def test_trim_past_the_end_keeps_positions_going(backend: LedgerBackend, factory
     assert after.last_confirmed() == nxt and after.entry_count() == ml.entry_count()
 
 
+def test_consumed_ledgers_are_trimmed_behind_the_slowest_cursor(
+    backend: LedgerBackend, factory: LedgerFactory, prefix: str
+) -> None:
+    """``trims_consumed`` (Pulsar's default retention): at a rollover, or when a mark-delete moves
+    to another ledger, every ledger wholly at or before the slowest cursor's mark-delete goes."""
+    ml = factory.open(prefix + "l")
+    if not ml.trims_consumed:
+        pytest.skip("this backend deletes only on trim()")
+    ps = _fill(ml, 7)  # three entries per ledger: [0 1 2] [3 4 5] [6]
+    assert ps[3].ledger_id != ps[2].ledger_id and ps[6].ledger_id != ps[5].ledger_id
+    start = CursorState(Position(ps[0].ledger_id, -1))
+    ml.save_cursor("fast", start)
+    ml.save_cursor("slow", start)
+    ml.save_cursor("fast", CursorState(ps[5]))
+    assert ml.entry_count() == 7 and not any(ml.is_trimmed(p) for p in ps)  # "slow" holds everything
+    ml.save_cursor("slow", CursorState(ps[4]))  # the slowest moves to the second ledger
+    assert [p for p in ps if ml.is_trimmed(p)] == ps[:3]
+    assert ml.stats["trimmed_entries"] == 3 and ml.stats["trimmed_ledgers"] == 1
+    ml.save_cursor("slow", CursorState(ps[5]))  # same ledger: no trim until the next rollover
+    assert ml.entry_count() == 4
+    ps += _fill(ml, 3)  # ps[9] rolls over: the ledger ending at ps[5] is consumed by both
+    assert [p for p in ps if ml.is_trimmed(p)] == ps[:6]
+    assert ml.stats["trimmed_ledgers"] == 2 and ml.first_position() == ps[6]
+    assert [e.position for e in ml.read(EARLIEST, FAR, 100)] == ps[6:]
+    after = backend.after_crash().open(prefix + "l")
+    assert [p for p in ps if after.is_trimmed(p)] == ps[:6] and after.entry_count() == 4
+    lone = factory.open(prefix + "no-cursor")
+    _fill(lone, 10)  # a ledger nobody subscribes to keeps everything
+    assert lone.entry_count() == 10 and lone.stats["trimmed_entries"] == 0
+
+
 # --- cursors ------------------------------------------------------------------------------------
 
 
