@@ -225,15 +225,30 @@ class IndexSpec:
 
     def entry(self, key: str, fields: Mapping[str, str]) -> tuple[str, int] | None:
         """``(member, score)`` of the record's entry, or ``None``. Numeric indexes: member = key,
-        score = sort key. Lexicographic: member = encoded sort key + ``\\x00`` + key, score 0."""
-        if not self.covers(key):
+        score = sort key. Lexicographic: member = encoded sort key + ``\\x00`` + key, score 0.
+        (Every write computes this for every index: it is ``encode(sort_key(fields))`` without
+        the intermediate tuple, with the same checks in the same order.)"""
+        if not key.startswith(self.prefix):
             return None
-        sk = self.sort_key(fields)
-        if sk is None:
-            return None
-        if isinstance(sk, int):
-            return key, sk
-        return self.encode(sk) + "\x00" + key, 0
+        for name, allowed in self.where:
+            if fields.get(name) not in allowed:
+                return None
+        values: builtins.list[str] = []
+        for name in self.fields:
+            value = fields.get(name)
+            if value is None:
+                return None
+            values.append(value)
+        if self.numeric:
+            return key, _parse_int(self, self.fields[0], values[0], MAX_SCORE)
+        parts = []
+        for name, value in zip(self.fields, values):
+            if name in self.int_fields:
+                parts.append(f"{_parse_int(self, name, value, _INT_OFFSET - 1) + _INT_OFFSET:020d}")
+            else:
+                _check_component(self, value)
+                parts.append(value)
+        return "\x01".join(parts) + "\x00" + key, 0
 
     def encode(self, sort_key: Sequence[str | int]) -> str:
         """Order-preserving string form of a (possibly partial, leading) lexicographic sort key."""
@@ -645,14 +660,17 @@ def validate_user_key(key: str, what: str = "key") -> None:
 
 
 def validate_fields(fields: Mapping[str, str]) -> dict[str, str]:
-    out = {}
+    """``fields`` checked, as a private copy."""
+    check_fields(fields)
+    return dict(fields)
+
+
+def check_fields(fields: Mapping[str, str]) -> None:
     for name, value in fields.items():
         if not isinstance(name, str) or not name or name.startswith("$"):
             raise ValueError(f"field name {name!r} must be a non-empty str not starting with '$'")
         if not isinstance(value, str):
             raise ValueError(f"field {name}={value!r} must be a str")
-        out[name] = value
-    return out
 
 
 def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
@@ -660,7 +678,10 @@ def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
     check = validate_user_key if user else validate_key
     written: set[str] = set()
     for op in ops:
-        if isinstance(op, (Put, Delete, Check)):
+        if isinstance(op, PutSequential):  # first: most writes are op records
+            check(op.prefix, "prefix")
+            check_fields(op.fields)
+        elif isinstance(op, (Put, Delete, Check)):
             check(op.key)
             version = op.version if isinstance(op, Check) else op.expected_version
             if version is not None and (not isinstance(version, int) or version < 0):
@@ -670,11 +691,9 @@ def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
                     raise ValueError(f"batch writes {op.key!r} twice")
                 written.add(op.key)
             if isinstance(op, Put):
-                validate_fields(op.fields)
-        elif isinstance(op, (PutSequential, DeleteSequence)):
+                check_fields(op.fields)
+        elif isinstance(op, DeleteSequence):
             check(op.prefix, "prefix")
-            if isinstance(op, PutSequential):
-                validate_fields(op.fields)
         else:
             raise ValueError(f"not a batch op: {op!r}")
 
@@ -756,16 +775,18 @@ class WatchHub:
                    range_watches: bool = True) -> None:
         """Turn changes into pending events for matching watches (in order)."""
         with self._lock:
-            if self.closed:
+            points, ranges = self._points, self._ranges if range_watches else None
+            if self.closed or not (points or ranges):  # most handles watch nothing
                 return
             for change in changes:
-                for w in self._points.get(change.key, ()):
-                    if w.active and change.version > w.revision:
-                        self._emit(w, WatchEvent(change.key, change.kind, change.version, change.fields))
-                if not range_watches:
+                if points:
+                    for w in points.get(change.key, ()):
+                        if w.active and change.version > w.revision:
+                            self._emit(w, WatchEvent(change.key, change.kind, change.version, change.fields))
+                if not ranges:
                     continue
                 for name, old, new in change.index:
-                    watches = self._ranges.get(name)
+                    watches = ranges.get(name)
                     if not watches:
                         continue
                     for w in watches:
