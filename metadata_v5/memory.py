@@ -24,6 +24,43 @@ from metadata_v5.store import (
     validate_user_key, _Bound, Callback, RESERVED_PREFIX, sequence_of,
 )
 
+class DeferredSortedList:
+    """A ``SortedList`` of unique items whose adds and removes are applied when it is next read.
+    Most index entries are op records' that are written and collected before any query reads
+    their index: such an entry costs two set operations instead of two O(log n) updates."""
+
+    __slots__ = ("_items", "_added", "_removed")
+
+    def __init__(self) -> None:
+        self._items = SortedList()
+        self._added: set[Any] = set()    # not in _items yet
+        self._removed: set[Any] = set()  # still in _items
+
+    def add(self, item: Any) -> None:
+        if item in self._removed:
+            self._removed.remove(item)
+        else:
+            self._added.add(item)
+
+    def remove(self, item: Any) -> None:
+        if item in self._added:
+            self._added.remove(item)
+        else:
+            self._removed.add(item)
+
+    def sorted(self) -> SortedList:
+        """The items, up to date."""
+        items = self._items
+        if self._removed:
+            for item in self._removed:
+                items.remove(item)
+            self._removed.clear()
+        if self._added:
+            items.update(self._added)
+            self._added.clear()
+        return items
+
+
 _Entries = dict[str, tuple[str, int]]  # index name -> (member, score)
 _Step = tuple[Op, str, "dict[str, str] | None", _Entries]  # op, its key, copied fields, new entries
 
@@ -36,8 +73,8 @@ class MemoryData:
         self.lock = threading.RLock()
         self.records: SortedDict = SortedDict()  # key -> Record
         self.specs: dict[str, IndexSpec] = {}
-        # numeric index: SortedList[(score, key)]; lexicographic: SortedList[member]
-        self.index: dict[str, SortedList] = {}
+        # numeric index: (score, key) items; lexicographic: member items
+        self.index: dict[str, DeferredSortedList] = {}
         # key -> {index name: (member, score)} for records with index entries: a write finds the
         # entries it replaces here instead of recomputing them from the old record
         self.entries: dict[str, dict[str, tuple[str, int]]] = {}
@@ -89,7 +126,7 @@ class MemoryData:
     def scan(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool) -> builtins.list[IndexEntry]:
         if bounds.empty():
             return []
-        sl = self.index[spec.name]
+        sl = self.index[spec.name].sorted()
         if spec.numeric:
             lo = None if bounds.lo is None else (bounds.lo,)
             hi = None if bounds.hi is None else (bounds.hi + 1,)  # type: ignore[operator]
@@ -221,7 +258,7 @@ class MemoryData:
                     raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
                 break
             self.specs[spec.name] = spec
-            self.index[spec.name] = SortedList()
+            self.index[spec.name] = DeferredSortedList()
 
     def check(self) -> None:
         """Every index entry is produced by an existing record, and every record's entries are
@@ -235,7 +272,8 @@ class MemoryData:
                 assert self.entries.get(key, {}) == entries, (key, self.entries.get(key), entries)
                 for name, entry in entries.items():
                     expected[name].append((entry[1], entry[0]) if self.specs[name].numeric else entry[0])
-            for name, sl in self.index.items():
+            for name, deferred in self.index.items():
+                sl = deferred.sorted()
                 sl._check()
                 assert list(sl) == sorted(expected[name]), (name, list(sl), sorted(expected[name]))
             assert set(self.index) == set(self.specs)
