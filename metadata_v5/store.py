@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import builtins
 
+import bisect
 import enum
 import json
 import threading
@@ -667,10 +668,11 @@ def validate_fields(fields: Mapping[str, str]) -> dict[str, str]:
 
 def check_fields(fields: Mapping[str, str]) -> None:
     for name, value in fields.items():
+        if isinstance(value, str) and isinstance(name, str) and name and name[0] != "$":
+            continue  # one test for a good field: every write checks each of its fields
         if not isinstance(name, str) or not name or name.startswith("$"):
             raise ValueError(f"field name {name!r} must be a non-empty str not starting with '$'")
-        if not isinstance(value, str):
-            raise ValueError(f"field {name}={value!r} must be a str")
+        raise ValueError(f"field {name}={value!r} must be a str")
 
 
 def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
@@ -729,6 +731,52 @@ class Change:
     index: builtins.list[tuple[str, tuple[str, int] | None, tuple[str, int] | None]] = field(default_factory=list)
 
 
+class _RangeTable:
+    """The range watches of one index, arranged to find those whose bounds contain an entry
+    without testing each: sorted by lower bound, with the running maximum of the upper bounds,
+    so a scan down from the entry stops where no earlier-starting watch reaches it (at once for
+    disjoint ranges such as one prefix per participant). Built for one state of the hub's list:
+    ``current`` says whether that list has changed since (it is only appended to or replaced)."""
+
+    def __init__(self, watches: builtins.list[Watch], numeric: bool) -> None:
+        self.watches = watches
+        self.size = len(watches)
+        self.numeric = numeric
+        bounds = [w.bounds for w in watches]
+        assert all(b is not None for b in bounds)
+        if numeric:  # closed [lo, hi]; None is unbounded
+            lo = [b.lo if b.lo is not None else -_INF for b in bounds]  # type: ignore[union-attr]
+            hi: builtins.list[Any] = [b.hi if b.hi is not None else _INF for b in bounds]  # type: ignore[union-attr]
+        else:  # lo <= member < hi; hi as (0, s), or (1, "") for unbounded, so that maxima compare
+            lo = [b.lo if b.lo is not None else "" for b in bounds]  # type: ignore[union-attr]
+            hi = [(0, b.hi) if b.hi is not None else (1, "") for b in bounds]  # type: ignore[union-attr]
+        self.order = sorted(range(len(watches)), key=lo.__getitem__)
+        self.lo = [lo[i] for i in self.order]
+        self.reach: builtins.list[Any] = []  # running max of hi along self.order
+        for i in self.order:
+            self.reach.append(hi[i] if not self.reach else max(self.reach[-1], hi[i]))
+
+    def current(self, watches: builtins.list[Watch]) -> bool:
+        return watches is self.watches and len(watches) == self.size
+
+    def containing(self, member: str, score: int) -> builtins.list[int]:
+        """Positions (registration order) of the watches whose bounds contain the entry."""
+        x: Any = score if self.numeric else member
+        beyond: Any = x if self.numeric else (0, x)  # reach <= beyond: nothing reaches the entry
+        out = []
+        for j in range(bisect.bisect_right(self.lo, x) - 1, -1, -1):
+            if self.reach[j] < beyond or (self.reach[j] == beyond and not self.numeric):
+                break
+            i = self.order[j]
+            if self.watches[i].bounds.contains(member, score):  # type: ignore[union-attr]
+                out.append(i)
+        out.sort()
+        return out
+
+
+_INF = float("inf")
+
+
 class WatchHub:
     """Watch registry + pending-event queue of one handle (used by every adapter). Thread-safe
     for enqueueing; callbacks run on the thread calling :meth:`drain` or the notifier's."""
@@ -737,6 +785,7 @@ class WatchHub:
         self._counters = counters
         self._points: dict[str, builtins.list[Watch]] = {}
         self._ranges: dict[str, builtins.list[Watch]] = {}
+        self._tables: dict[str, _RangeTable] = {}  # per index, rebuilt when its watches change
         self._pending: deque[Callable[[], None]] = deque()
         self._notifier: Callable[[Callable[[], None]], None] | None = None
         self._lock = threading.RLock()
@@ -789,7 +838,7 @@ class WatchHub:
                     watches = ranges.get(name)
                     if not watches:
                         continue
-                    for w in watches:
+                    for w in self._candidates(name, watches, old, new):
                         if not w.active or change.version <= w.revision:
                             continue
                         assert w.bounds is not None and w.spec is not None
@@ -800,6 +849,20 @@ class WatchHub:
                             e = w.spec.decode(*new)
                             self._emit(w, WatchEvent(e.key, ChangeKind.PUT, change.version, change.fields, name,
                                                      e.sort_key))
+
+    def _candidates(self, name: str, watches: builtins.list[Watch], old: tuple[str, int] | None,
+                    new: tuple[str, int] | None) -> builtins.list[Watch]:
+        """The watches (in registration order) whose bounds contain ``old`` (when it leaves) or
+        ``new``: the only ones the per-watch tests in :meth:`on_changes` can pass."""
+        table = self._tables.get(name)
+        if table is None or not table.current(watches):
+            assert watches[0].spec is not None
+            table = self._tables[name] = _RangeTable(watches, watches[0].spec.numeric)
+        positions = table.containing(*new) if new is not None else []
+        if old is not None and old != new:
+            gone = table.containing(*old)
+            positions = sorted(set(gone).union(positions)) if positions else gone
+        return [watches[i] for i in positions]
 
     def emit(self, watch: Watch, event: WatchEvent) -> None:
         with self._lock:
@@ -850,6 +913,7 @@ class WatchHub:
                         w.active = False
             self._points.clear()
             self._ranges.clear()
+            self._tables.clear()
             self._pending.clear()
 
 
