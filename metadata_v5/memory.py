@@ -62,6 +62,7 @@ class DeferredSortedList:
 
 
 _Entries = dict[str, tuple[str, int]]  # index name -> (member, score)
+_IndexChange = tuple[str, "tuple[str, int] | None", "tuple[str, int] | None"]  # name, old, new
 _Step = tuple[Op, str, "dict[str, str] | None", _Entries]  # op, its key, copied fields, new entries
 
 
@@ -73,6 +74,9 @@ class MemoryData:
         self.lock = threading.RLock()
         self.records: SortedDict = SortedDict()  # key -> Record
         self.specs: dict[str, IndexSpec] = {}
+        # the specs in definition order, runs with the same prefix grouped (one prefix test each)
+        self._by_prefix: builtins.list[tuple[str, builtins.list[IndexSpec]]] = []
+        self._numeric: set[str] = set()
         # numeric index: (score, key) items; lexicographic: member items
         self.index: dict[str, DeferredSortedList] = {}
         # key -> {index name: (member, score)} for records with index entries: a write finds the
@@ -84,40 +88,51 @@ class MemoryData:
 
     # -- index plumbing --
 
-    def _entries(self, key: str, fields: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+    def _entries(self, key: str, fields: Mapping[str, str]) -> _Entries:
         """The record's entries, in index definition order (watch events follow that order)."""
         out = {}
-        for name, spec in self.specs.items():
-            if key.startswith(spec.prefix):
-                entry = spec.entry(key, fields)
-                if entry is not None:
-                    out[name] = entry
+        for prefix, specs in self._by_prefix:
+            if key.startswith(prefix):
+                for spec in specs:
+                    entry = spec.entry(key, fields)
+                    if entry is not None:
+                        out[spec.name] = entry
         return out
 
-    def _reindex(self, key: str, new: dict[str, tuple[str, int]],
-                 counters: dict[str, int]) -> builtins.list[tuple[str, Any, Any]]:
+    def _item(self, name: str, entry: tuple[str, int]) -> Any:
+        """An entry as its index's SortedList holds it."""
+        return (entry[1], entry[0]) if name in self._numeric else entry[0]
+
+    def _reindex(self, key: str, new: _Entries, counters: dict[str, int]) -> builtins.list[_IndexChange]:
         """Replace ``key``'s index entries with ``new``; the per-index changes, for watches."""
         old = self.entries.pop(key, None)
         if new:
             self.entries[key] = new
-        if not old and not new:
-            return []
-        # definition order: the entries dicts are in it, so a one-sided change walks only its side
-        names = new if not old else old if not new else self.specs
-        changes = []
+        index = self.index
+        changes: builtins.list[_IndexChange] = []
+        if not old:  # a new record (the common case): only adds
+            for name, entry in new.items():
+                index[name].add(self._item(name, entry))
+                changes.append((name, None, entry))
+            counters["index_writes"] += len(changes)
+            return changes
+        if not new:  # a deleted record, or one that left every index: only removes
+            for name, entry in old.items():
+                index[name].remove(self._item(name, entry))
+                changes.append((name, entry, None))
+            counters["index_writes"] += len(changes)
+            return changes
         writes = 0
-        for name in names:
-            o = old.get(name) if old else None
-            nw = new.get(name)
+        for name in self.specs:  # definition order
+            o, nw = old.get(name), new.get(name)
             if o is None and nw is None:
                 continue
             if o != nw:
-                numeric = self.specs[name].numeric
                 if o is not None:
-                    self.index[name].remove((o[1], o[0]) if numeric else o[0])
+                    index[name].remove(self._item(name, o))
                     writes += 1
                 if nw is not None:
-                    self.index[name].add((nw[1], nw[0]) if numeric else nw[0])
+                    index[name].add(self._item(name, nw))
                     writes += 1
             changes.append((name, o, nw))
         counters["index_writes"] += writes
@@ -211,7 +226,7 @@ class MemoryData:
         writes nothing). Sequence counters this batch changes (``None``: forgotten) are an
         overlay applied only on success, not a copy of every counter (that made batches O(#txns))."""
         seqs: dict[str, int | None] = {}
-        seen: set[str] = set()
+        seen: set[str] | None = set() if len(ops) > 1 else None  # one op cannot write a key twice
         plan: builtins.list[_Step] = []
         no_entries: dict[str, tuple[str, int]] = {}
         for op in ops:
@@ -234,9 +249,10 @@ class MemoryData:
             else:  # Check
                 plan.append((op, op.key, None, no_entries))
                 continue
-            if key in seen:
-                raise ValueError(f"batch writes {key!r} twice")
-            seen.add(key)
+            if seen is not None:
+                if key in seen:
+                    raise ValueError(f"batch writes {key!r} twice")
+                seen.add(key)
             plan.append((op, key, fields, self._entries(key, fields) if fields is not None else no_entries))
         return plan, seqs
 
@@ -258,6 +274,12 @@ class MemoryData:
                     raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
                 break
             self.specs[spec.name] = spec
+            if self._by_prefix and self._by_prefix[-1][0] == spec.prefix:
+                self._by_prefix[-1][1].append(spec)
+            else:
+                self._by_prefix.append((spec.prefix, [spec]))
+            if spec.numeric:
+                self._numeric.add(spec.name)
             self.index[spec.name] = DeferredSortedList()
 
     def check(self) -> None:
