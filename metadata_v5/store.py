@@ -143,13 +143,19 @@ def sequence_of(prefix: str, key: str) -> int | None:
 # --- records --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Record:
     """A stored record. ``fields`` must not be mutated (adapters hand out private copies)."""
 
     key: str
     fields: Mapping[str, str]
     version: int
+
+    def __init__(self, key: str, fields: Mapping[str, str], version: int) -> None:
+        # Every write builds one: filling __dict__ costs half the generated frozen __init__
+        # (an object.__setattr__ call per field). Still frozen: setting an attribute raises.
+        d = self.__dict__
+        d["key"], d["fields"], d["version"] = key, fields, version
 
     @property
     def partition_key(self) -> str | None:
@@ -425,13 +431,17 @@ class DeleteSequence:
 Op = Union[Check, Put, PutSequential, Delete, DeleteSequence]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class OpResult:
     """Per op of an applied batch: the key (the assigned one for :class:`PutSequential`) and the
     version the record now has (puts), had (deletes; ``None`` if it was absent), or checked."""
 
     key: str
     version: int | None
+
+    def __init__(self, key: str, version: int | None) -> None:
+        d = self.__dict__  # one per op of every batch: see Record.__init__
+        d["key"], d["version"] = key, version
 
 
 class ChangeKind(str, enum.Enum):
