@@ -480,10 +480,14 @@ class Watch:
         self.spec = spec
         self.bounds = bounds
         self.active = True
+        self._on_cancel: Callable[[Watch], None] | None = None  # set by the hub holding it
 
     def cancel(self) -> None:
         """Stop the watch; its undelivered events are dropped. Idempotent."""
         self.active = False
+        on_cancel, self._on_cancel = self._on_cancel, None
+        if on_cancel is not None:
+            on_cancel(self)
 
 
 @dataclass(frozen=True)
@@ -809,7 +813,27 @@ class WatchHub:
                 assert watch.spec is not None
                 self._ranges.setdefault(watch.spec.name, []).append(watch)
             self._counters["watches"] += 1
+            watch._on_cancel = self._discard
         return watch
+
+    def _discard(self, watch: Watch) -> None:
+        """Drop a cancelled watch at once: a participant watches every header it caches and
+        cancels the watch when the txn ends, so lazily pruned tables kept every watch (and its
+        callback's closure) of the run alive, for the garbage collector to walk."""
+        with self._lock:
+            if watch.key is not None:
+                table, name = self._points, watch.key
+            else:
+                assert watch.spec is not None
+                table, name = self._ranges, watch.spec.name
+            watches = table.get(name)
+            if watches is None or watch not in watches:
+                return
+            alive = [w for w in watches if w is not watch]  # a new list: see _RangeTable.current
+            if alive:
+                table[name] = alive
+            else:
+                del table[name]
 
     def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
