@@ -20,9 +20,50 @@ from engine.errors import ConfigError, MetadataError
 from metadata_v5.store import (
     Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
     MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub, condition_error,
-    conditions, count_partitions, new_counters, sequential_key, validate_fields, validate_ops,
+    count_partitions, new_counters, sequential_key, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX, sequence_of,
 )
+
+class DeferredSortedList:
+    """A ``SortedList`` of unique items whose adds and removes are applied when it is next read.
+    Most index entries are op records' that are written and collected before any query reads
+    their index: such an entry costs two set operations instead of two O(log n) updates."""
+
+    __slots__ = ("_items", "_added", "_removed")
+
+    def __init__(self) -> None:
+        self._items = SortedList()
+        self._added: set[Any] = set()    # not in _items yet
+        self._removed: set[Any] = set()  # still in _items
+
+    def add(self, item: Any) -> None:
+        if item in self._removed:
+            self._removed.remove(item)
+        else:
+            self._added.add(item)
+
+    def remove(self, item: Any) -> None:
+        if item in self._added:
+            self._added.remove(item)
+        else:
+            self._removed.add(item)
+
+    def sorted(self) -> SortedList:
+        """The items, up to date."""
+        items = self._items
+        if self._removed:
+            for item in self._removed:
+                items.remove(item)
+            self._removed.clear()
+        if self._added:
+            items.update(self._added)
+            self._added.clear()
+        return items
+
+
+_Entries = dict[str, tuple[str, int]]  # index name -> (member, score)
+_IndexChange = tuple[str, "tuple[str, int] | None", "tuple[str, int] | None"]  # name, old, new
+_Step = tuple[Op, str, "dict[str, str] | None", _Entries]  # op, its key, copied fields, new entries
 
 
 class MemoryData:
@@ -33,40 +74,74 @@ class MemoryData:
         self.lock = threading.RLock()
         self.records: SortedDict = SortedDict()  # key -> Record
         self.specs: dict[str, IndexSpec] = {}
-        # numeric index: SortedList[(score, key)]; lexicographic: SortedList[member]
-        self.index: dict[str, SortedList] = {}
+        # the specs in definition order, runs with the same prefix grouped (one prefix test each)
+        self._by_prefix: builtins.list[tuple[str, builtins.list[IndexSpec]]] = []
+        self._numeric: set[str] = set()
+        # numeric index: (score, key) items; lexicographic: member items
+        self.index: dict[str, DeferredSortedList] = {}
+        # key -> {index name: (member, score)} for records with index entries: a write finds the
+        # entries it replaces here instead of recomputing them from the old record
+        self.entries: dict[str, dict[str, tuple[str, int]]] = {}
         self.seqs: dict[str, int] = {}
         self.revision = 0
         self.hubs: builtins.list[WatchHub] = []
 
     # -- index plumbing --
 
-    def _entries(self, key: str, fields: Mapping[str, str] | None) -> dict[str, tuple[str, int]]:
-        if fields is None:
-            return {}
+    def _entries(self, key: str, fields: Mapping[str, str]) -> _Entries:
+        """The record's entries, in index definition order (watch events follow that order)."""
         out = {}
-        for name, spec in self.specs.items():
-            entry = spec.entry(key, fields)
-            if entry is not None:
-                out[name] = entry
+        for prefix, specs in self._by_prefix:
+            if key.startswith(prefix):
+                for spec in specs:
+                    entry = spec.entry(key, fields)
+                    if entry is not None:
+                        out[spec.name] = entry
         return out
 
-    def _add(self, name: str, entry: tuple[str, int]) -> None:
-        if self.specs[name].numeric:
-            self.index[name].add((entry[1], entry[0]))
-        else:
-            self.index[name].add(entry[0])
+    def _item(self, name: str, entry: tuple[str, int]) -> Any:
+        """An entry as its index's SortedList holds it."""
+        return (entry[1], entry[0]) if name in self._numeric else entry[0]
 
-    def _remove(self, name: str, entry: tuple[str, int]) -> None:
-        if self.specs[name].numeric:
-            self.index[name].remove((entry[1], entry[0]))
-        else:
-            self.index[name].remove(entry[0])
+    def _reindex(self, key: str, new: _Entries, counters: dict[str, int]) -> builtins.list[_IndexChange]:
+        """Replace ``key``'s index entries with ``new``; the per-index changes, for watches."""
+        old = self.entries.pop(key, None)
+        if new:
+            self.entries[key] = new
+        index = self.index
+        changes: builtins.list[_IndexChange] = []
+        if not old:  # a new record (the common case): only adds
+            for name, entry in new.items():
+                index[name].add(self._item(name, entry))
+                changes.append((name, None, entry))
+            counters["index_writes"] += len(changes)
+            return changes
+        if not new:  # a deleted record, or one that left every index: only removes
+            for name, entry in old.items():
+                index[name].remove(self._item(name, entry))
+                changes.append((name, entry, None))
+            counters["index_writes"] += len(changes)
+            return changes
+        writes = 0
+        for name in self.specs:  # definition order
+            o, nw = old.get(name), new.get(name)
+            if o is None and nw is None:
+                continue
+            if o != nw:
+                if o is not None:
+                    index[name].remove(self._item(name, o))
+                    writes += 1
+                if nw is not None:
+                    index[name].add(self._item(name, nw))
+                    writes += 1
+            changes.append((name, o, nw))
+        counters["index_writes"] += writes
+        return changes
 
     def scan(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool) -> builtins.list[IndexEntry]:
         if bounds.empty():
             return []
-        sl = self.index[spec.name]
+        sl = self.index[spec.name].sorted()
         if spec.numeric:
             lo = None if bounds.lo is None else (bounds.lo,)
             hi = None if bounds.hi is None else (bounds.hi + 1,)  # type: ignore[operator]
@@ -78,91 +153,48 @@ class MemoryData:
     # -- writes --
 
     def apply(self, ops: Sequence[Op], counters: dict[str, int]) -> builtins.list[OpResult]:
-        validate_ops(ops, user=False)
+        """Apply a batch the caller has run through :func:`validate_ops` (once: this is the hot
+        path of every write)."""
         with self.lock:
-            conds = conditions(ops)
-            for key, expected in conds:
-                rec = self.records.get(key)
-                actual = rec.version if rec is not None else None
-                if (expected == 0 and rec is not None) or (expected != 0 and actual != expected):
-                    counters["cas_conflict"] += 1
-                    raise condition_error(key, expected, actual)
-            # pass 1: resolve keys and new index entries (ValueError here writes nothing).
-            # Sequence counters this batch changes (None: forgotten) are an overlay applied only on
-            # success, not a copy of every counter (that made batches O(#txns)).
-            seqs: dict[str, int | None] = {}
-            seen: set[str] = set()
-            plan: builtins.list[tuple[Op, str, dict[str, str] | None, dict[str, tuple[str, int]]]] = []
-            for op in ops:
-                if isinstance(op, PutSequential):
-                    current = seqs[op.prefix] if op.prefix in seqs else self.seqs.get(op.prefix)
-                    n = (current if current is not None else self._highest(op.prefix)) + 1
-                    seqs[op.prefix] = n
-                    key = sequential_key(op.prefix, n)
-                    fields: dict[str, str] | None = validate_fields(op.fields)
-                elif isinstance(op, Put):
-                    key, fields = op.key, validate_fields(op.fields)
-                elif isinstance(op, DeleteSequence):
-                    seqs[op.prefix] = None
-                    key, fields = op.prefix, None
-                else:
-                    key, fields = op.key, None
-                if isinstance(op, (Put, PutSequential, Delete)):
-                    if key in seen:
-                        raise ValueError(f"batch writes {key!r} twice")
-                    seen.add(key)
-                plan.append((op, key, fields, self._entries(key, fields)))
-            # pass 2: apply
+            conditional = self._check_conditions(ops, counters)
+            plan, seqs = self._plan(ops)
             revision = self.revision + 1
+            records = self.records
             results: builtins.list[OpResult] = []
             changes: builtins.list[Change] = []
             for op, key, fields, new_entries in plan:
-                if isinstance(op, Check):
-                    rec = self.records.get(key)
-                    results.append(OpResult(key, rec.version if rec is not None else None))
-                    continue
-                if isinstance(op, DeleteSequence):
-                    results.append(OpResult(key, None))
-                    continue
-                old = self.records.get(key)
-                if isinstance(op, Delete) and old is None:
-                    results.append(OpResult(key, None))
-                    continue
-                old_entries = self._entries(key, old.fields) if old is not None else {}
-                index_changes = []
-                for name in self.specs:
-                    o, nw = old_entries.get(name), new_entries.get(name)
-                    if o is None and nw is None:
-                        continue
-                    if o is not None and o != nw:
-                        self._remove(name, o)
-                        counters["index_writes"] += 1
-                    if nw is not None and o != nw:
-                        self._add(name, nw)
-                        counters["index_writes"] += 1
-                    index_changes.append((name, o, nw))
-                if isinstance(op, Delete):
-                    assert old is not None
-                    del self.records[key]
-                    results.append(OpResult(key, old.version))
-                    changes.append(Change(key, ChangeKind.DELETE, revision, None, index_changes))
-                else:
-                    assert fields is not None
-                    self.records[key] = Record(key, fields, revision)
+                if fields is not None:  # Put, PutSequential
+                    index_changes = self._reindex(key, new_entries, counters)
+                    records[key] = Record(key, fields, revision)
                     results.append(OpResult(key, revision))
                     changes.append(Change(key, ChangeKind.PUT, revision, dict(fields), index_changes))
                     if isinstance(op, PutSequential):
                         counters["seq_allocs"] += 1
+                elif isinstance(op, Delete):
+                    old = records.get(key)
+                    if old is None:
+                        results.append(OpResult(key, None))
+                        continue
+                    index_changes = self._reindex(key, {}, counters)
+                    del records[key]
+                    results.append(OpResult(key, old.version))
+                    changes.append(Change(key, ChangeKind.DELETE, revision, None, index_changes))
+                elif isinstance(op, Check):  # the version now, after this batch's earlier ops
+                    rec = records.get(key)
+                    results.append(OpResult(key, rec.version if rec is not None else None))
+                else:  # DeleteSequence
+                    results.append(OpResult(key, None))
             counters["batches"] += 1
-            if conds:
+            if conditional:
                 counters["cas_ok"] += 1
             forgot = any(n is None and p in self.seqs for p, n in seqs.items())
             if changes or forgot:  # a dropped counter is a change too (it takes a revision)
                 self.revision = revision
                 counters["writes"] += len(changes)
-                if count_partitions(c.key for c in changes if not c.key.startswith(RESERVED_PREFIX)) > 1:
+                if len(changes) > 1 and count_partitions(
+                        c.key for c in changes if not c.key.startswith(RESERVED_PREFIX)) > 1:
                     counters["multi_partition_batches"] += 1
-                for hub in list(self.hubs):
+                for hub in tuple(self.hubs):
                     hub.on_changes(changes)
             for prefix, last in seqs.items():
                 if last is None:
@@ -170,6 +202,59 @@ class MemoryData:
                 else:
                     self.seqs[prefix] = last
             return results
+
+    def _check_conditions(self, ops: Sequence[Op], counters: dict[str, int]) -> bool:
+        """Raise for the first failing version condition; whether the batch had any."""
+        conditional = False
+        for op in ops:
+            if isinstance(op, Check):
+                expected = op.version
+            elif isinstance(op, (Put, Delete)) and op.expected_version is not None:
+                expected = op.expected_version
+            else:
+                continue
+            conditional = True
+            rec = self.records.get(op.key)
+            actual = rec.version if rec is not None else None
+            if (expected == 0 and rec is not None) or (expected != 0 and actual != expected):
+                counters["cas_conflict"] += 1
+                raise condition_error(op.key, expected, actual)
+        return conditional
+
+    def _plan(self, ops: Sequence[Op]) -> tuple[builtins.list[_Step], dict[str, int | None]]:
+        """Pass 1: resolve keys, copy fields, compute new index entries (a ``ValueError`` here
+        writes nothing). Sequence counters this batch changes (``None``: forgotten) are an
+        overlay applied only on success, not a copy of every counter (that made batches O(#txns))."""
+        seqs: dict[str, int | None] = {}
+        seen: set[str] | None = set() if len(ops) > 1 else None  # one op cannot write a key twice
+        plan: builtins.list[_Step] = []
+        no_entries: dict[str, tuple[str, int]] = {}
+        for op in ops:
+            fields: dict[str, str] | None = None
+            if isinstance(op, PutSequential):
+                prefix = op.prefix
+                current = seqs[prefix] if prefix in seqs else self.seqs.get(prefix)
+                n = (current if current is not None else self._highest(prefix)) + 1
+                seqs[prefix] = n
+                key = sequential_key(prefix, n)
+                fields = dict(op.fields)
+            elif isinstance(op, Put):
+                key, fields = op.key, dict(op.fields)
+            elif isinstance(op, Delete):
+                key = op.key
+            elif isinstance(op, DeleteSequence):
+                seqs[op.prefix] = None
+                plan.append((op, op.prefix, None, no_entries))
+                continue
+            else:  # Check
+                plan.append((op, op.key, None, no_entries))
+                continue
+            if seen is not None:
+                if key in seen:
+                    raise ValueError(f"batch writes {key!r} twice")
+                seen.add(key)
+            plan.append((op, key, fields, self._entries(key, fields) if fields is not None else no_entries))
+        return plan, seqs
 
     def _highest(self, prefix: str) -> int:
         """Sequence number of the highest key under ``prefix`` (0: none, or not sequential)."""
@@ -189,22 +274,32 @@ class MemoryData:
                     raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
                 break
             self.specs[spec.name] = spec
-            self.index[spec.name] = SortedList()
+            if self._by_prefix and self._by_prefix[-1][0] == spec.prefix:
+                self._by_prefix[-1][1].append(spec)
+            else:
+                self._by_prefix.append((spec.prefix, [spec]))
+            if spec.numeric:
+                self._numeric.add(spec.name)
+            self.index[spec.name] = DeferredSortedList()
 
     def check(self) -> None:
         """Every index entry is produced by an existing record, and every record's entries are
-        in the index; versions are at most the revision."""
+        in the index and in the entries cache; versions are at most the revision."""
         with self.lock:
             expected: dict[str, builtins.list[Any]] = {name: [] for name in self.specs}
             for key, rec in self.records.items():
                 assert rec.key == key, (rec, key)
                 assert 0 < rec.version <= self.revision, (rec, self.revision)
-                for name, entry in self._entries(key, rec.fields).items():
+                entries = self._entries(key, rec.fields)
+                assert self.entries.get(key, {}) == entries, (key, self.entries.get(key), entries)
+                for name, entry in entries.items():
                     expected[name].append((entry[1], entry[0]) if self.specs[name].numeric else entry[0])
-            for name, sl in self.index.items():
+            for name, deferred in self.index.items():
+                sl = deferred.sorted()
                 sl._check()
                 assert list(sl) == sorted(expected[name]), (name, list(sl), sorted(expected[name]))
             assert set(self.index) == set(self.specs)
+            assert set(self.entries) <= set(self.records), set(self.entries) - set(self.records)
             for prefix, n in self.seqs.items():
                 assert n >= 1, (prefix, n)
 
@@ -270,11 +365,13 @@ class MemoryMetadataStore(MetadataStore):
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
-        return self._raw_batch(ops)
+        return self._live().apply(ops, self._counters)
 
     def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         """:meth:`batch` without the reserved-prefix check (for the degraded wrapper)."""
-        return self._live().apply(ops, self._counters)
+        data = self._live()
+        validate_ops(ops, user=False)
+        return data.apply(ops, self._counters)
 
     # -- indexes --
 

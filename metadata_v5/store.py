@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import builtins
 
+import bisect
 import enum
 import json
 import threading
@@ -142,13 +143,19 @@ def sequence_of(prefix: str, key: str) -> int | None:
 # --- records --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Record:
     """A stored record. ``fields`` must not be mutated (adapters hand out private copies)."""
 
     key: str
     fields: Mapping[str, str]
     version: int
+
+    def __init__(self, key: str, fields: Mapping[str, str], version: int) -> None:
+        # Every write builds one: filling __dict__ costs half the generated frozen __init__
+        # (an object.__setattr__ call per field). Still frozen: setting an attribute raises.
+        d = self.__dict__
+        d["key"], d["fields"], d["version"] = key, fields, version
 
     @property
     def partition_key(self) -> str | None:
@@ -225,15 +232,30 @@ class IndexSpec:
 
     def entry(self, key: str, fields: Mapping[str, str]) -> tuple[str, int] | None:
         """``(member, score)`` of the record's entry, or ``None``. Numeric indexes: member = key,
-        score = sort key. Lexicographic: member = encoded sort key + ``\\x00`` + key, score 0."""
-        if not self.covers(key):
+        score = sort key. Lexicographic: member = encoded sort key + ``\\x00`` + key, score 0.
+        (Every write computes this for every index: it is ``encode(sort_key(fields))`` without
+        the intermediate tuple, with the same checks in the same order.)"""
+        if not key.startswith(self.prefix):
             return None
-        sk = self.sort_key(fields)
-        if sk is None:
-            return None
-        if isinstance(sk, int):
-            return key, sk
-        return self.encode(sk) + "\x00" + key, 0
+        for name, allowed in self.where:
+            if fields.get(name) not in allowed:
+                return None
+        values: builtins.list[str] = []
+        for name in self.fields:
+            value = fields.get(name)
+            if value is None:
+                return None
+            values.append(value)
+        if self.numeric:
+            return key, _parse_int(self, self.fields[0], values[0], MAX_SCORE)
+        parts = []
+        for name, value in zip(self.fields, values):
+            if name in self.int_fields:
+                parts.append(f"{_parse_int(self, name, value, _INT_OFFSET - 1) + _INT_OFFSET:020d}")
+            else:
+                _check_component(self, value)
+                parts.append(value)
+        return "\x01".join(parts) + "\x00" + key, 0
 
     def encode(self, sort_key: Sequence[str | int]) -> str:
         """Order-preserving string form of a (possibly partial, leading) lexicographic sort key."""
@@ -409,13 +431,17 @@ class DeleteSequence:
 Op = Union[Check, Put, PutSequential, Delete, DeleteSequence]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class OpResult:
     """Per op of an applied batch: the key (the assigned one for :class:`PutSequential`) and the
     version the record now has (puts), had (deletes; ``None`` if it was absent), or checked."""
 
     key: str
     version: int | None
+
+    def __init__(self, key: str, version: int | None) -> None:
+        d = self.__dict__  # one per op of every batch: see Record.__init__
+        d["key"], d["version"] = key, version
 
 
 class ChangeKind(str, enum.Enum):
@@ -454,10 +480,14 @@ class Watch:
         self.spec = spec
         self.bounds = bounds
         self.active = True
+        self._on_cancel: Callable[[Watch], None] | None = None  # set by the hub holding it
 
     def cancel(self) -> None:
         """Stop the watch; its undelivered events are dropped. Idempotent."""
         self.active = False
+        on_cancel, self._on_cancel = self._on_cancel, None
+        if on_cancel is not None:
+            on_cancel(self)
 
 
 @dataclass(frozen=True)
@@ -645,14 +675,18 @@ def validate_user_key(key: str, what: str = "key") -> None:
 
 
 def validate_fields(fields: Mapping[str, str]) -> dict[str, str]:
-    out = {}
+    """``fields`` checked, as a private copy."""
+    check_fields(fields)
+    return dict(fields)
+
+
+def check_fields(fields: Mapping[str, str]) -> None:
     for name, value in fields.items():
+        if isinstance(value, str) and isinstance(name, str) and name and name[0] != "$":
+            continue  # one test for a good field: every write checks each of its fields
         if not isinstance(name, str) or not name or name.startswith("$"):
             raise ValueError(f"field name {name!r} must be a non-empty str not starting with '$'")
-        if not isinstance(value, str):
-            raise ValueError(f"field {name}={value!r} must be a str")
-        out[name] = value
-    return out
+        raise ValueError(f"field {name}={value!r} must be a str")
 
 
 def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
@@ -660,7 +694,10 @@ def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
     check = validate_user_key if user else validate_key
     written: set[str] = set()
     for op in ops:
-        if isinstance(op, (Put, Delete, Check)):
+        if isinstance(op, PutSequential):  # first: most writes are op records
+            check(op.prefix, "prefix")
+            check_fields(op.fields)
+        elif isinstance(op, (Put, Delete, Check)):
             check(op.key)
             version = op.version if isinstance(op, Check) else op.expected_version
             if version is not None and (not isinstance(version, int) or version < 0):
@@ -670,11 +707,9 @@ def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
                     raise ValueError(f"batch writes {op.key!r} twice")
                 written.add(op.key)
             if isinstance(op, Put):
-                validate_fields(op.fields)
-        elif isinstance(op, (PutSequential, DeleteSequence)):
+                check_fields(op.fields)
+        elif isinstance(op, DeleteSequence):
             check(op.prefix, "prefix")
-            if isinstance(op, PutSequential):
-                validate_fields(op.fields)
         else:
             raise ValueError(f"not a batch op: {op!r}")
 
@@ -710,6 +745,52 @@ class Change:
     index: builtins.list[tuple[str, tuple[str, int] | None, tuple[str, int] | None]] = field(default_factory=list)
 
 
+class _RangeTable:
+    """The range watches of one index, arranged to find those whose bounds contain an entry
+    without testing each: sorted by lower bound, with the running maximum of the upper bounds,
+    so a scan down from the entry stops where no earlier-starting watch reaches it (at once for
+    disjoint ranges such as one prefix per participant). Built for one state of the hub's list:
+    ``current`` says whether that list has changed since (it is only appended to or replaced)."""
+
+    def __init__(self, watches: builtins.list[Watch], numeric: bool) -> None:
+        self.watches = watches
+        self.size = len(watches)
+        self.numeric = numeric
+        bounds = [w.bounds for w in watches]
+        assert all(b is not None for b in bounds)
+        if numeric:  # closed [lo, hi]; None is unbounded
+            lo = [b.lo if b.lo is not None else -_INF for b in bounds]  # type: ignore[union-attr]
+            hi: builtins.list[Any] = [b.hi if b.hi is not None else _INF for b in bounds]  # type: ignore[union-attr]
+        else:  # lo <= member < hi; hi as (0, s), or (1, "") for unbounded, so that maxima compare
+            lo = [b.lo if b.lo is not None else "" for b in bounds]  # type: ignore[union-attr]
+            hi = [(0, b.hi) if b.hi is not None else (1, "") for b in bounds]  # type: ignore[union-attr]
+        self.order = sorted(range(len(watches)), key=lo.__getitem__)
+        self.lo = [lo[i] for i in self.order]
+        self.reach: builtins.list[Any] = []  # running max of hi along self.order
+        for i in self.order:
+            self.reach.append(hi[i] if not self.reach else max(self.reach[-1], hi[i]))
+
+    def current(self, watches: builtins.list[Watch]) -> bool:
+        return watches is self.watches and len(watches) == self.size
+
+    def containing(self, member: str, score: int) -> builtins.list[int]:
+        """Positions (registration order) of the watches whose bounds contain the entry."""
+        x: Any = score if self.numeric else member
+        beyond: Any = x if self.numeric else (0, x)  # reach <= beyond: nothing reaches the entry
+        out = []
+        for j in range(bisect.bisect_right(self.lo, x) - 1, -1, -1):
+            if self.reach[j] < beyond or (self.reach[j] == beyond and not self.numeric):
+                break
+            i = self.order[j]
+            if self.watches[i].bounds.contains(member, score):  # type: ignore[union-attr]
+                out.append(i)
+        out.sort()
+        return out
+
+
+_INF = float("inf")
+
+
 class WatchHub:
     """Watch registry + pending-event queue of one handle (used by every adapter). Thread-safe
     for enqueueing; callbacks run on the thread calling :meth:`drain` or the notifier's."""
@@ -718,6 +799,7 @@ class WatchHub:
         self._counters = counters
         self._points: dict[str, builtins.list[Watch]] = {}
         self._ranges: dict[str, builtins.list[Watch]] = {}
+        self._tables: dict[str, _RangeTable] = {}  # per index, rebuilt when its watches change
         self._pending: deque[Callable[[], None]] = deque()
         self._notifier: Callable[[Callable[[], None]], None] | None = None
         self._lock = threading.RLock()
@@ -731,7 +813,27 @@ class WatchHub:
                 assert watch.spec is not None
                 self._ranges.setdefault(watch.spec.name, []).append(watch)
             self._counters["watches"] += 1
+            watch._on_cancel = self._discard
         return watch
+
+    def _discard(self, watch: Watch) -> None:
+        """Drop a cancelled watch at once: a participant watches every header it caches and
+        cancels the watch when the txn ends, so lazily pruned tables kept every watch (and its
+        callback's closure) of the run alive, for the garbage collector to walk."""
+        with self._lock:
+            if watch.key is not None:
+                table, name = self._points, watch.key
+            else:
+                assert watch.spec is not None
+                table, name = self._ranges, watch.spec.name
+            watches = table.get(name)
+            if watches is None or watch not in watches:
+                return
+            alive = [w for w in watches if w is not watch]  # a new list: see _RangeTable.current
+            if alive:
+                table[name] = alive
+            else:
+                del table[name]
 
     def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
@@ -756,19 +858,21 @@ class WatchHub:
                    range_watches: bool = True) -> None:
         """Turn changes into pending events for matching watches (in order)."""
         with self._lock:
-            if self.closed:
+            points, ranges = self._points, self._ranges if range_watches else None
+            if self.closed or not (points or ranges):  # most handles watch nothing
                 return
             for change in changes:
-                for w in self._points.get(change.key, ()):
-                    if w.active and change.version > w.revision:
-                        self._emit(w, WatchEvent(change.key, change.kind, change.version, change.fields))
-                if not range_watches:
+                if points:
+                    for w in points.get(change.key, ()):
+                        if w.active and change.version > w.revision:
+                            self._emit(w, WatchEvent(change.key, change.kind, change.version, change.fields))
+                if not ranges:
                     continue
                 for name, old, new in change.index:
-                    watches = self._ranges.get(name)
+                    watches = ranges.get(name)
                     if not watches:
                         continue
-                    for w in watches:
+                    for w in self._candidates(name, watches, old, new):
                         if not w.active or change.version <= w.revision:
                             continue
                         assert w.bounds is not None and w.spec is not None
@@ -779,6 +883,20 @@ class WatchHub:
                             e = w.spec.decode(*new)
                             self._emit(w, WatchEvent(e.key, ChangeKind.PUT, change.version, change.fields, name,
                                                      e.sort_key))
+
+    def _candidates(self, name: str, watches: builtins.list[Watch], old: tuple[str, int] | None,
+                    new: tuple[str, int] | None) -> builtins.list[Watch]:
+        """The watches (in registration order) whose bounds contain ``old`` (when it leaves) or
+        ``new``: the only ones the per-watch tests in :meth:`on_changes` can pass."""
+        table = self._tables.get(name)
+        if table is None or not table.current(watches):
+            assert watches[0].spec is not None
+            table = self._tables[name] = _RangeTable(watches, watches[0].spec.numeric)
+        positions = table.containing(*new) if new is not None else []
+        if old is not None and old != new:
+            gone = table.containing(*old)
+            positions = sorted(set(gone).union(positions)) if positions else gone
+        return [watches[i] for i in positions]
 
     def emit(self, watch: Watch, event: WatchEvent) -> None:
         with self._lock:
@@ -829,6 +947,7 @@ class WatchHub:
                         w.active = False
             self._points.clear()
             self._ranges.clear()
+            self._tables.clear()
             self._pending.clear()
 
 

@@ -24,8 +24,8 @@ from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
 from metadata_v5.store import (
-    ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, Record, Watch,
-    WatchEvent, sequential_key,
+    ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, PutSequential, Record,
+    Watch, WatchEvent, sequential_key,
 )
 from metadata_v5.txnrecords import (
     AbortedRange, EventListener, Header, HeaderListener, Op, OpRecord, TxnRecords,
@@ -157,9 +157,10 @@ class StoreTxnRecords(TxnRecords):
             fields["ack_kind"] = op.ack_kind.value
         if txn.design is not Design.V5:  # a txn migrated from v4 keeps its v4 id in the entries
             fields["design"] = txn.design.value
-        rec = self.store.put_sequential(op_prefix(txn), fields)
+        # the batch, not put_sequential: only the assigned key is needed, not a Record copy
+        key = self.store.batch([PutSequential(op_prefix(txn), fields)])[0].key
         self.on_write()
-        return OpRecord(txn, int(rec.key[rec.key.rindex("/") + 1:]), op)
+        return OpRecord(txn, int(key[key.rindex("/") + 1:]), op)
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
         return [_op_record(r) for r in self.store.list(op_prefix(txn))]
