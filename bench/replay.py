@@ -36,6 +36,7 @@ from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
 from bench.config import RunConfig
 from bench.engines import Setup, build
+from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
 from bench.trace import OPS, Event
 
@@ -374,13 +375,14 @@ class Replayer:
         last_ts = 0
         apply = self.apply
         try:
-            for e in events:
-                apply(e)
-                last_ts = e.ts_us
-                n += 1
-                if n % every == 0:
-                    yield n
-            self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
+            with replay_gc():
+                for e in events:
+                    apply(e)
+                    last_ts = e.ts_us
+                    n += 1
+                    if n % every == 0:
+                        yield n
+                self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
             self.result = self._result(n, time.perf_counter() - start)
         finally:
             self.broker.close()

@@ -30,3 +30,19 @@ def test_counts_index_matches_hdrhistogram_at_every_bucket_edge() -> None:
     h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
     edges = sorted({v for k in range(37) for v in (2**k - 1, 2**k, 2**k + 1) if LOWEST_US <= v <= HIGHEST_US})
     assert _counts_indexes(h, np.array(edges, dtype=np.int64)).tolist() == [h._counts_index_for(v) for v in edges]
+
+
+def test_replay_gc_raises_young_threshold_and_restores_everything() -> None:
+    import gc
+
+    from bench.gcpolicy import YOUNG_THRESHOLD, replay_gc
+
+    before = gc.get_threshold()
+    with replay_gc():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, before[1], before[2])
+        assert gc.get_freeze_count() > 0  # the heap that existed at entry is frozen
+        with replay_gc(young=5_000):  # nested: the inner one puts the outer's settings back
+            assert gc.get_threshold()[0] == 5_000
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
