@@ -130,6 +130,7 @@ class Replayer:
             rows = self._deliveries
             if self.history is not None:
                 self.history.deliver(topic, sub, batch)
+            acks: list[tuple[str, str, AckKind]] = []
             for d in batch:
                 msg = d.msg
                 ts = d.delivered_ts_us
@@ -149,7 +150,9 @@ class Replayer:
                 if kind is None:
                     self.received.add(key)
                 else:
-                    self.sched.call_later(0, self._deferred_ack, sub, msg, kind)
+                    acks.append((sub, msg, kind))
+            if acks:  # after this delivery, not inside it (one timer: they run back to back anyway)
+                self.sched.call_later(0, self._deferred_acks, acks)
             self.counts["deliveries"] += len(batch)
             if self._crash_at is not None:
                 self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
@@ -255,18 +258,20 @@ class Replayer:
         if m.acks_left <= 0:
             del self.msgs[msg]
 
-    def _deferred_ack(self, sub: str, msg: str, kind: AckKind) -> None:
-        m = self.msgs.get(msg)
-        if m is None:
-            self.counts["acks.after_all_acked"] += 1
-            return
-        try:
-            self.broker.ack(sub, [m.id], kind)
-            if self.history is not None:
-                self.history.ack(sub, [msg], kind is AckKind.CUMULATIVE, None)
-            self._acked(msg, m)
-        except CLIENT_ERRORS as exc:
-            self.counts["client_errors." + type(exc).__name__] += 1
+    def _deferred_acks(self, acks: list[tuple[str, str, AckKind]]) -> None:
+        msgs = self.msgs
+        for sub, msg, kind in acks:
+            m = msgs.get(msg)
+            if m is None:
+                self.counts["acks.after_all_acked"] += 1
+                continue
+            try:
+                self.broker.ack(sub, [m.id], kind)
+                if self.history is not None:
+                    self.history.ack(sub, [msg], kind is AckKind.CUMULATIVE, None)
+                self._acked(msg, m)
+            except CLIENT_ERRORS as exc:
+                self.counts["client_errors." + type(exc).__name__] += 1
 
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn
@@ -373,11 +378,19 @@ class Replayer:
         start = time.perf_counter()
         n = 0
         last_ts = 0
-        apply = self.apply
+        # apply() inlined: this loop runs once per trace event
+        sched = self.sched
+        ops = self._ops
+        op_counts = self._op_counts
         try:
             with replay_gc():
                 for e in events:
-                    apply(e)
+                    sched.run_until(e.ts_us)
+                    op_counts[e.op] += 1
+                    try:
+                        ops[e.op](e)
+                    except CLIENT_ERRORS as exc:
+                        self.counts["client_errors." + type(exc).__name__] += 1
                     last_ts = e.ts_us
                     n += 1
                     if n % every == 0:

@@ -155,6 +155,44 @@ class MemoryData:
     def apply(self, ops: Sequence[Op], counters: dict[str, int]) -> builtins.list[OpResult]:
         """Apply a batch the caller has run through :func:`validate_ops` (once: this is the hot
         path of every write)."""
+        if len(ops) == 1:
+            return [self._apply_one(ops[0], counters)]
+        for op in ops:
+            if type(op) is not Delete or op.expected_version is not None:  # type: ignore[union-attr]
+                return self._apply_many(ops, counters)
+        return self._delete_all([op.key for op in ops], counters)  # type: ignore[union-attr]
+
+    def _delete_all(self, keys: builtins.list[str], counters: dict[str, int]) -> builtins.list[OpResult]:
+        """:meth:`apply` of unconditional deletes only (collecting a txn's op records): no
+        conditions to check and no entries to compute, so no plan."""
+        with self.lock:
+            records = self.records
+            revision = self.revision + 1
+            results: builtins.list[OpResult] = []
+            deleted: builtins.list[tuple[str, builtins.list[_IndexChange]]] = []
+            for key in keys:
+                old = records.get(key)
+                if old is None:
+                    results.append(OpResult(key, None))
+                    continue
+                deleted.append((key, self._reindex(key, {}, counters)))
+                del records[key]
+                results.append(OpResult(key, old.version))
+            counters["batches"] += 1
+            if deleted:
+                self.revision = revision
+                counters["writes"] += len(deleted)
+                if len(deleted) > 1 and count_partitions(
+                        k for k, _ in deleted if not k.startswith(RESERVED_PREFIX)) > 1:
+                    counters["multi_partition_batches"] += 1
+                hubs = [hub for hub in self.hubs if hub.watching]
+                if hubs:
+                    changes = [Change(k, ChangeKind.DELETE, revision, None, ic) for k, ic in deleted]
+                    for hub in hubs:
+                        hub.on_changes(changes)
+            return results
+
+    def _apply_many(self, ops: Sequence[Op], counters: dict[str, int]) -> builtins.list[OpResult]:
         with self.lock:
             conditional = self._check_conditions(ops, counters)
             plan, seqs = self._plan(ops)
@@ -203,6 +241,81 @@ class MemoryData:
                     self.seqs[prefix] = last
             return results
 
+    def _apply_one(self, op: Op, counters: dict[str, int]) -> OpResult:
+        """:meth:`apply` of a one-op batch (nearly every write: an op record, a header create or
+        CAS, one delete): the same checks, effects, counts and events in one pass, without the
+        plan and the sequence overlay a multi-op batch needs."""
+        kind = type(op)
+        with self.lock:
+            records = self.records
+            if kind is PutSequential:
+                assert isinstance(op, PutSequential)
+                prefix = op.prefix
+                n = self.seqs.get(prefix)
+                n = (n if n is not None else self._highest(prefix)) + 1
+                key = sequential_key(prefix, n)
+                fields = dict(op.fields)
+                result = self._put_one(key, fields, self._entries(key, fields), counters)  # raises before writing
+                self.seqs[prefix] = n
+                counters["seq_allocs"] += 1
+                return result
+            if kind is Put:
+                assert isinstance(op, Put)
+                key = op.key
+                conditional = op.expected_version is not None
+                if conditional:
+                    self._check_version(key, op.expected_version, counters)  # type: ignore[arg-type]
+                fields = dict(op.fields)
+                result = self._put_one(key, fields, self._entries(key, fields), counters)
+                if conditional:
+                    counters["cas_ok"] += 1
+                return result
+            if kind is Delete:
+                assert isinstance(op, Delete)
+                key = op.key
+                conditional = op.expected_version is not None
+                if conditional:
+                    self._check_version(key, op.expected_version, counters)  # type: ignore[arg-type]
+                    counters["cas_ok"] += 1
+                counters["batches"] += 1
+                old = records.get(key)
+                if old is None:
+                    return OpResult(key, None)
+                revision = self.revision = self.revision + 1
+                index_changes = self._reindex(key, {}, counters)
+                del records[key]
+                counters["writes"] += 1
+                self._notify(key, ChangeKind.DELETE, revision, None, index_changes)
+                return OpResult(key, old.version)
+        return self._apply_many([op], counters)[0]  # Check, DeleteSequence: rare
+
+    def _put_one(self, key: str, fields: dict[str, str], entries: _Entries, counters: dict[str, int]) -> OpResult:
+        revision = self.revision = self.revision + 1
+        index_changes = self._reindex(key, entries, counters)
+        self.records[key] = Record(key, fields, revision)
+        counters["batches"] += 1
+        counters["writes"] += 1
+        self._notify(key, ChangeKind.PUT, revision, fields, index_changes)
+        return OpResult(key, revision)
+
+    def _notify(self, key: str, kind: ChangeKind, revision: int, fields: dict[str, str] | None,
+                index_changes: builtins.list[_IndexChange]) -> None:
+        """Hand one change to every hub that watches anything (most handles watch nothing:
+        the change is not even built for them)."""
+        change = None
+        for hub in tuple(self.hubs):  # a synchronous notifier may open or close handles
+            if hub.watching:
+                if change is None:
+                    change = Change(key, kind, revision, dict(fields) if fields is not None else None, index_changes)
+                hub.on_changes((change,))
+
+    def _check_version(self, key: str, expected: int, counters: dict[str, int]) -> None:
+        rec = self.records.get(key)
+        actual = rec.version if rec is not None else None
+        if (expected == 0 and rec is not None) or (expected != 0 and actual != expected):
+            counters["cas_conflict"] += 1
+            raise condition_error(key, expected, actual)
+
     def _check_conditions(self, ops: Sequence[Op], counters: dict[str, int]) -> bool:
         """Raise for the first failing version condition; whether the batch had any."""
         conditional = False
@@ -214,11 +327,7 @@ class MemoryData:
             else:
                 continue
             conditional = True
-            rec = self.records.get(op.key)
-            actual = rec.version if rec is not None else None
-            if (expected == 0 and rec is not None) or (expected != 0 and actual != expected):
-                counters["cas_conflict"] += 1
-                raise condition_error(op.key, expected, actual)
+            self._check_version(op.key, expected, counters)
         return conditional
 
     def _plan(self, ops: Sequence[Op]) -> tuple[builtins.list[_Step], dict[str, int | None]]:

@@ -835,6 +835,11 @@ class WatchHub:
             else:
                 del table[name]
 
+    @property
+    def watching(self) -> bool:
+        """Whether a change could concern this hub (it is open and holds a watch)."""
+        return not self.closed and bool(self._points or self._ranges)
+
     def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
             self._prune()
