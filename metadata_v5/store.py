@@ -389,7 +389,11 @@ class Check:
     version: int
 
 
-@dataclass(frozen=True)
+# The three ops of every transactional write and its collection fill __dict__ directly (see
+# Record.__init__): they stay frozen, without the generated __init__'s setattr per field.
+
+
+@dataclass(frozen=True, init=False)
 class Put:
     """Create or replace ``key`` with ``fields``; with ``expected_version`` a compare-and-set
     (``ABSENT`` = create only)."""
@@ -398,8 +402,12 @@ class Put:
     fields: Mapping[str, str]
     expected_version: int | None = None
 
+    def __init__(self, key: str, fields: Mapping[str, str], expected_version: int | None = None) -> None:
+        d = self.__dict__
+        d["key"], d["fields"], d["expected_version"] = key, fields, expected_version
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class PutSequential:
     """Create ``prefix + seq`` (see :func:`sequential_key`) with the prefix's next sequence number:
     1, 2, ... strictly increasing per prefix, never reused while the prefix's counter exists. With
@@ -410,13 +418,21 @@ class PutSequential:
     prefix: str
     fields: Mapping[str, str]
 
+    def __init__(self, prefix: str, fields: Mapping[str, str]) -> None:
+        d = self.__dict__
+        d["prefix"], d["fields"] = prefix, fields
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Delete:
     """Delete ``key``. Without ``expected_version`` deleting an absent key is a no-op."""
 
     key: str
     expected_version: int | None = None
+
+    def __init__(self, key: str, expected_version: int | None = None) -> None:
+        d = self.__dict__
+        d["key"], d["expected_version"] = key, expected_version
 
 
 @dataclass(frozen=True)

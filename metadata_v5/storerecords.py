@@ -69,10 +69,13 @@ def op_prefix(txn: TxnID) -> str:
     return f"/txn-op/{{{_tag(txn)}}}/"
 
 
+_STATUS = {s.value: s for s in TxnStatus}  # a dict look-up, not the Enum's Python-level call
+
+
 def _header(txn: TxnID, rec: Record) -> Header:
     f = rec.fields
     fin = f.get("finalized_us")
-    return Header(txn, TxnStatus(f["state"]), int(f["timeout_us"]), int(f["created_us"]),
+    return Header(txn, _STATUS[f["state"]], int(f["timeout_us"]), int(f["created_us"]),
                   int(fin) if fin is not None else None, rec.version)
 
 
@@ -82,7 +85,7 @@ def _op_record(rec: Record) -> OpRecord:
     kind = f["kind"]
     op = Op(kind, f["segment"], Position.parse(f["position"]), f.get("subscription"),
             AckKind(f["ack_kind"]) if "ack_kind" in f else None)
-    return OpRecord(_txn_of(_tag_in(rec.key), Design(f.get("design", "v5"))), int(rec.key[prefix_end:]), op)
+    return OpRecord(_txn_of(_tag_in(rec.key), Design(f.get("design", "v5"))), int(rec.key[prefix_end:]), op, rec.key)
 
 
 class StoreTxnRecords(TxnRecords):
@@ -116,9 +119,10 @@ class StoreTxnRecords(TxnRecords):
 
     def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
         fields = {"state": TxnStatus.OPEN.value, "timeout_us": str(timeout_us), "created_us": str(created_us)}
-        rec = self.store.create(header_key(txn), fields)
+        version = self.store.batch([Put(header_key(txn), fields, ABSENT)])[0].version  # create(), minus its Record copy
         self.on_write()
-        return Header(txn, TxnStatus.OPEN, timeout_us, created_us, None, rec.version)
+        assert version is not None
+        return Header(txn, TxnStatus.OPEN, timeout_us, created_us, None, version)
 
     def get_header(self, txn: TxnID) -> Header | None:
         rec = self.store.get(header_key(txn))
@@ -128,11 +132,12 @@ class StoreTxnRecords(TxnRecords):
         fields = {"state": state.value, "timeout_us": str(header.timeout_us), "created_us": str(header.created_us),
                   "finalized_us": str(finalized_us)}
         try:
-            rec = self.store.put(header_key(header.txn), fields, header.version)
+            version = self.store.batch([Put(header_key(header.txn), fields, header.version)])[0].version
         except (BadVersion, NoSuchKey):
             return None
         self.on_write()
-        return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, rec.version)
+        assert version is not None
+        return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, version)
 
     def delete_header(self, txn: TxnID) -> None:
         self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
@@ -160,7 +165,7 @@ class StoreTxnRecords(TxnRecords):
         # the batch, not put_sequential: only the assigned key is needed, not a Record copy
         key = self.store.batch([PutSequential(op_prefix(txn), fields)])[0].key
         self.on_write()
-        return OpRecord(txn, int(key[key.rindex("/") + 1:]), op)
+        return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
         return [_op_record(r) for r in self.store.list(op_prefix(txn))]
@@ -174,7 +179,7 @@ class StoreTxnRecords(TxnRecords):
 
     def delete_ops(self, records: list[OpRecord]) -> None:
         if records:
-            self.store.batch([Delete(sequential_key(op_prefix(r.txn), r.seq)) for r in records])
+            self.store.batch([Delete(r.key or sequential_key(op_prefix(r.txn), r.seq)) for r in records])
             self.on_write()
 
     def count_ops(self) -> int:

@@ -24,16 +24,19 @@ round trip on a remote store) unless its docstring says otherwise.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+# Typed named tuples, not frozen dataclasses: a replay builds several per transactional write
+# (see engine.records for the same choice), and a frozen dataclass's __init__ costs one
+# object.__setattr__ call per field.
+
+
+class Header(NamedTuple):
     txn: TxnID
     state: TxnStatus  # OPEN, COMMITTED or ABORTED (v5 has no COMMITTING/ABORTING)
     timeout_us: int
@@ -42,8 +45,7 @@ class Header:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
     kind: str  # "write" | "ack"
     segment: str
     position: Position
@@ -51,15 +53,14 @@ class Op:
     ack_kind: AckKind | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OpRecord:
+class OpRecord(NamedTuple):
     txn: TxnID
     seq: int
     op: Op
+    key: str = ""  # where the store keeps it ("" for a record not read from or written to a store)
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedRange:
+class AbortedRange(NamedTuple):
     txn: TxnID
     first: Position
     last: Position
