@@ -8,6 +8,8 @@ commits like any other.
 
 from __future__ import annotations
 
+from collections import deque
+
 from engine.counters import Counters
 from engine.ids import Design, TxnID
 from engine.ledger import ManagedLedger
@@ -39,6 +41,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._owned: dict[TxnID, list[OpRecord]] = {}  # op records this buffer wrote
         self._last: dict[TxnID, Position] = {}
         self._aborted: set[TxnID] = set()
+        # Txns materialised here, by their last position here: forgotten once the ledger has
+        # trimmed past it (nothing can read their entries again), so the cache and the aborted
+        # set stay bounded by the untrimmed data, as in Pulsar master's MetadataTransactionBuffer.
+        self._decided: deque[tuple[Position, TxnID]] = deque()
         self._listeners: list[MaxReadListener] = []
         self._ready = False
         self._recovery: RecoveryStats | None = None
@@ -113,7 +119,29 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self.stats["materialised." + state.value] += 1
         if self._opts.variant == "events":
             self._records.delete_event(self._segment, None, txn)
+        if last is not None:
+            self._decided.append((last, txn))
+        self._forget_trimmed()
         self._recompute()
+
+    def _forget_trimmed(self) -> None:
+        """Forget decided txns whose entries here are all trimmed: their cached state, their
+        place in the aborted set and, with the safe GC, their abort-range records (master
+        range-deletes those once the segment trims past them). Decisions arrive roughly in
+        position order, so a look at the oldest ones is enough."""
+        decided = self._decided
+        is_trimmed = self._ledger.is_trimmed
+        gone: list[TxnID] = []
+        while decided and is_trimmed(decided[0][0]):
+            txn = decided.popleft()[1]
+            self._headers.forget(txn)
+            if txn in self._aborted:
+                self._aborted.discard(txn)
+                gone.append(txn)
+            self.stats["decided_forgotten"] += 1
+        if gone and self._opts.gc == "safe":
+            self._records.delete_aborted(self._segment, gone)
+            self.stats["aborted_range_deletes"] += len(gone)
 
     def _on_event(self, txn: TxnID, state: TxnStatus) -> None:
         self.stats["watch_events"] += 1

@@ -304,7 +304,7 @@ class MemoryData:
         the change is not even built for them)."""
         change = None
         for hub in tuple(self.hubs):  # a synchronous notifier may open or close handles
-            if hub.watching:
+            if hub.may_want(key):
                 if change is None:
                     change = Change(key, kind, revision, dict(fields) if fields is not None else None, index_changes)
                 hub.on_changes((change,))

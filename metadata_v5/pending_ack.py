@@ -68,6 +68,10 @@ class MetadataPendingAckStore(PendingAckStore):
         if self._opts.variant == "events":
             self._records.delete_event(self._segment, self._sub, txn)
         self.stats["materialised." + state.value] += 1
+        # Nothing here needs the decision any more (the acks are applied or dropped; a repeated
+        # decision finds no owned records, a late ack reads the header): keep the cache bounded
+        # by the open txns.
+        self._headers.forget(txn)
 
     def _on_event(self, txn: TxnID, state: TxnStatus) -> None:
         self.stats["watch_events"] += 1

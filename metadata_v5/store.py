@@ -856,6 +856,11 @@ class WatchHub:
         """Whether a change could concern this hub (it is open and holds a watch)."""
         return not self.closed and bool(self._points or self._ranges)
 
+    def may_want(self, key: str) -> bool:
+        """Whether a change of ``key`` could concern this hub: a point watch on it, or any range
+        watch (a cheap filter for adapters: most writes are op records nobody watches by key)."""
+        return not self.closed and (key in self._points or bool(self._ranges))
+
     def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
             self._prune()

@@ -203,3 +203,36 @@ def test_bad_options_are_refused() -> None:
         V5Options(variant="gossip")
     with pytest.raises(ConfigError, match="unknown v5 options bogus"):
         V5Options.from_kwargs(bogus=1)
+
+
+@pytest.mark.parametrize("gc", ["pip", "safe"])
+def test_participants_forget_decided_txns_once_their_data_is_trimmed(gc: str) -> None:
+    # Ledgers roll over every 64 entries here and consumed ones are trimmed. What a buffer or a
+    # pending-ack store remembers of decided txns must shrink with them, or a long replay's
+    # memory grows with the trace (master keeps its cache bounded by the open txns).
+    s = v5(gc=gc)
+    s.subscribe(T, "sub")
+    for i in range(300):
+        txn = s.new_txn()
+        s.publish(T, f"t{i}", txn=txn)
+        (s.abort if i % 3 == 0 else s.commit)(txn)
+        s.run(20_000)
+        if i % 3:  # a committed message: ack it in a txn of its own
+            ack = s.new_txn()
+            s.ack("sub", f"t{i}", txn=ack)
+            s.commit(ack)
+            s.run(20_000)
+    s.run(1_000_000)
+    s.broker.check()
+    tb = s.broker.transaction_buffer(T)
+    pending = s.broker.pending_ack_store(T, "sub")
+    st = s.stats()
+    assert st["ledger.trimmed_ledgers"] >= 3 and st["pending_ack.materialised.committed"] == 200
+    assert st["tb.decided_forgotten"] >= 3 * 64
+    assert len(tb._headers.states) <= 64 and len(tb._aborted) <= 32  # type: ignore[attr-defined]
+    assert pending._headers.states == {}  # type: ignore[attr-defined]
+    aborted_records = len(s.durable.extra["store"].list_keys("/txn-aborted/"))
+    if gc == "safe":
+        assert st["tb.aborted_range_deletes"] >= 64 and aborted_records <= 32
+    else:
+        assert aborted_records == 0
