@@ -265,3 +265,31 @@ def test_consumed_ledgers_are_trimmed_and_recovery_after_a_crash_still_works() -
     assert not any(m.startswith("x") and int(m[1:].split(".")[0]) % 3 == 0 for m in msgs if m)  # aborted: never
     assert len(set(m for m in msgs if m)) == 30 * 8 - 10 * 4 + 2
     s.broker.check()
+
+
+def test_the_snapshot_topic_is_compacted_and_recovery_reads_one_record_per_topic() -> None:
+    """Pulsar compacts system topics (threshold 0, checked every 60 s): the namespace's snapshot
+    topic keeps one record per topic, so its table view, and a replay's memory, do not grow
+    with every snapshot taken."""
+    topics = [f"{T}-partition-{i}" for i in range(3)]
+    s = v4(snapshot_max_txn_count=2)
+    for r in range(40):  # 40 commits per topic: a snapshot every 2, over 2+ minutes
+        for topic in topics:
+            t = s.new_txn()
+            s.publish(topic, f"x{r}", txn=t)
+            s.commit(t)
+        s.run(3_000_000)
+    st = s.stats()
+    snapshots = st["tb.snapshot_writes"]
+    assert snapshots >= 60 and st["snapshot.compactions"] >= 2
+    name = snapshot_ledger_name(T)
+    stored = sum(s.durable.ledgers.open(n).entry_count() for n in s.durable.ledgers.names(name))
+    assert stored == snapshots - st["snapshot.compaction_entries_dropped"]
+    assert not s.durable.ledgers.exists(name) and stored < 30  # the base generation is gone
+    expected = {topic: (tb(s, topic).aborted(), tb(s, topic).max_read_position()) for topic in topics}
+    s.crash()
+    for topic in topics:
+        tb(s, topic)
+    s.run()
+    assert {topic: (tb(s, topic).aborted(), tb(s, topic).max_read_position()) for topic in topics} == expected
+    assert s.stats()["snapshot.table_view_entries_read"] == stored
