@@ -6,10 +6,12 @@ txns into units and bin-packs them onto shards (:mod:`bench.sharding`).
 
 Replay: one Spark task per shard reads the trace itself with pyarrow, keeps its shard's rows
 with vectorised filters (:func:`bench.sharding.shard_events`) and replays them through each
-engine config in turn, streaming, so a task's memory does not grow with the trace. Tasks return
-Arrow batches (deliveries, txn rows, a summary per shard and config); Spark writes them once,
-Spark SQL sums the counts, and the driver merges the HdrHistograms and writes the standard
-result directory.
+engine config in turn, streaming, so a task's memory does not grow with the trace. A task
+writes its delivery and txn rows to Parquet itself (in the run's spool directory) and returns
+only a summary and its counts per config as Arrow batches: sending millions of rows through
+the JVM to have Spark write them cost as much CPU as a third of the replay. Spark SQL sums the
+counts, and the driver merges the HdrHistograms and the row files into the standard result
+directory.
 
 Meanwhile the driver validates the whole trace in a thread (the tasks trust it): a bad trace
 cancels the job and is refused with its row number, with nothing written.
@@ -43,16 +45,13 @@ from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's
 
+# What a task returns through Spark: per shard and config, one "summary" row (JSON payload) and
+# one "count" row per exact count (name in ``name``, value in ``value``).
 OUT_SCHEMA = pa.schema([
-    ("kind", pa.string()), ("shard", pa.int32()), ("engine", pa.string()), ("topic", pa.string()),
-    ("subscription", pa.string()), ("msg", pa.string()), ("delivered_ts_us", pa.int64()),
-    ("redelivery", pa.bool_()), ("txn", pa.string()), ("outcome", pa.string()), ("end_ts_us", pa.int64()),
-    ("visible_ts_us", pa.int64()), ("commit_requested_ts_us", pa.int64()), ("messages", pa.int64()),
-    ("payload", pa.string()),
+    ("kind", pa.string()), ("shard", pa.int32()), ("engine", pa.string()), ("name", pa.string()),
+    ("value", pa.int64()), ("payload", pa.string()),
 ])
-OUT_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(OUT_SCHEMA, (
-    "string", "int", "string", "string", "string", "string", "long", "boolean", "string", "string",
-    "long", "long", "long", "long", "string")))
+OUT_DDL = "kind string, shard int, engine string, name string, value long, payload string"
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
 
@@ -82,7 +81,10 @@ def _session(master: str):  # type: ignore[no-untyped-def]
     return spark
 
 
-def _replay_tasks(trace: str, plan_json: str, configs_json: str, progress_dir: str):  # type: ignore[no-untyped-def]
+ROW_FILES = {"delivery": DELIVERY_SCHEMA, "txn": TXN_SCHEMA}  # spool/rows/<kind>/shard-<n>-<engine>.parquet
+
+
+def _replay_tasks(trace: str, plan_json: str, configs_json: str, spool: str):  # type: ignore[no-untyped-def]
     """The executor side: a closure for mapInArrow over a frame of shard numbers."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -91,37 +93,59 @@ def _replay_tasks(trace: str, plan_json: str, configs_json: str, progress_dir: s
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 for cfg in configs:
-                    yield from _replay_shard(trace, topic_shard, int(shard), cfg, Path(progress_dir))
+                    yield from _replay_shard(trace, topic_shard, int(shard), cfg, Path(spool))
 
     return run
 
 
+class _RowFiles:
+    """One shard's delivery and txn rows for one config, written straight to Parquet under a
+    name unique to this attempt, renamed into place when complete (a retried task rewrites
+    them whole)."""
+
+    def __init__(self, spool: Path, shard: int, label: str) -> None:
+        self._final: dict[str, Path] = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        for kind, schema in ROW_FILES.items():
+            final = spool / "rows" / kind / f"shard-{shard}-{label}.parquet"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}")
+            self._final[kind] = final
+            self._writers[kind] = pq.ParquetWriter(tmp, schema, compression="zstd")
+
+    def write(self, kind: str, cols: dict[str, list[Any]]) -> None:
+        if next(iter(cols.values())):
+            writer = self._writers[kind]
+            writer.write_table(pa.table(cols, schema=writer.schema))
+
+    def close(self) -> None:
+        for kind, writer in self._writers.items():
+            writer.close()
+            Path(writer.where).replace(self._final[kind])
+
+
 def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig,
-                  progress_dir: Path) -> Iterator[pa.RecordBatch]:
+                  spool: Path) -> Iterator[pa.RecordBatch]:
     from bench.replay import Replayer
     from bench.sharding import shard_events
 
-    out: list[pa.RecordBatch] = []
-    replayer = Replayer(cfg, sink_rows=50_000,
-                        delivery_sink=lambda cols: out.append(_batch("delivery", shard, cols)),
-                        txn_sink=lambda cols: out.append(_batch("txn", shard, cols)))
+    files = _RowFiles(spool, shard, cfg.label)
+    replayer = Replayer(cfg, sink_rows=50_000, delivery_sink=lambda cols: files.write("delivery", cols),
+                        txn_sink=lambda cols: files.write("txn", cols))
     for n in replayer.steps(shard_events(trace, topic_shard, shard)):
-        yield from out  # stream the sinks' output while the replay goes on
-        out.clear()
-        _note_progress(progress_dir, cfg.label, shard, n)
+        _note_progress(spool / "progress", cfg.label, shard, n)
     result = replayer.result
     assert result is not None
-    yield from out
-    for kind, cols in (("delivery", result.deliveries), ("txn", result.txns)):
-        if next(iter(cols.values())):
-            yield _batch(kind, shard, cols)
+    files.write("delivery", result.deliveries)
+    files.write("txn", result.txns)
+    files.close()
     summary = {"latency": result.latency, "recovery": result.recovery, "events": result.events,
                "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us,
                "peak_rss_mb": result.peak_rss_mb}
     yield _batch("summary", shard, {"engine": [cfg.label], "payload": [json.dumps(summary)]})
     counts = sorted(result.counts.items())  # summed across shards by Spark SQL
-    yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "topic": [k for k, _ in counts],
-                                  "messages": [v for _, v in counts]})
+    yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "name": [k for k, _ in counts],
+                                  "value": [v for _, v in counts]})
 
 
 def _note_progress(progress_dir: Path, label: str, shard: int, events: int) -> None:
@@ -196,12 +220,13 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
     try:
         n_shards = shards or max(2, spark.sparkContext.defaultParallelism)
         topic_shard = plan_shards(rows_per_topic, topic_sets, n_shards)
+        planned = time.perf_counter()
         tasks = spark.range(0, n_shards, 1, numPartitions=n_shards).selectExpr("cast(id as int) as shard")
         spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
         try:
             (spool / "progress").mkdir()
             result = tasks.mapInArrow(_replay_tasks(trace_path, json.dumps(topic_shard),
-                                                    json.dumps([c.as_dict() for c in configs]), str(spool / "progress")),
+                                                    json.dumps([c.as_dict() for c in configs]), str(spool)),
                                       OUT_DDL)
             stop = threading.Event()
             watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
@@ -209,7 +234,7 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
             if progress is not None:
                 watcher.start()
             try:
-                result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "out"))
+                result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "meta"))
             except Exception:
                 checked.wait()  # a bad trace fails a task before the validator reaches the row: say why
                 raise
@@ -217,13 +242,15 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
                 stop.set()
                 if watcher.is_alive():
                     watcher.join()
+            replayed = time.perf_counter()
             rows = checked.wait()
             for cfg in configs:
                 if progress is not None:
                     progress(cfg.label, rows, rows)
-            counts = _summed_counts(spark, spool / "out")
-            return _collect(spool / "out", trace, rows, configs, counts, out, master, n_shards,
-                            time.perf_counter() - started)
+            counts = _summed_counts(spark, spool / "meta")
+            phases = {"start_and_plan": round(planned - started, 2), "replay": round(replayed - planned, 2),
+                      "validate_and_count": round(time.perf_counter() - replayed, 2)}
+            return _collect(spool, trace, rows, configs, counts, out, master, n_shards, started, phases)
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     finally:
@@ -262,51 +289,61 @@ def _summed_counts(spark: Any, root: Path) -> dict[str, dict[str, int]]:
     """Every shard's exact counts, summed per engine and name with Spark SQL."""
     from pyspark.sql import functions as F
 
-    rows = (spark.read.parquet(str(root)).where(F.col("kind") == "count").groupBy("engine", "topic")
-            .agg(F.sum("messages").alias("n")).collect())
+    rows = (spark.read.parquet(str(root)).where(F.col("kind") == "count").groupBy("engine", "name")
+            .agg(F.sum("value").alias("n")).collect())
     counts: dict[str, dict[str, int]] = {}
     for r in rows:
-        counts.setdefault(r.engine, {})[r.topic] = int(r.n)
+        counts.setdefault(r.engine, {})[r["name"]] = int(r.n)
     return {label: dict(sorted(c.items())) for label, c in counts.items()}
 
 
-def _parts(root: Path, kind: str) -> list[Path]:
-    return sorted((root / f"kind={kind}").glob("*.parquet"))
+def _parts(spool: Path, kind: str) -> list[Path]:
+    if kind in ROW_FILES:  # written by the tasks themselves
+        return sorted((spool / "rows" / kind).glob("*.parquet"))
+    return sorted((spool / "meta" / f"kind={kind}").glob("*.parquet"))  # written by Spark
 
 
-def _collect(root: Path, trace: str | Path, rows: int, configs: list[RunConfig], counts: dict[str, dict[str, int]],
-             out: str | Path, master: str, shards: int, wall: float) -> dict[str, Any]:
+def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig], counts: dict[str, dict[str, int]],
+             out: str | Path, master: str, shards: int, started: float, phases: dict[str, float]) -> dict[str, Any]:
     latency_parts: dict[str, list[dict[str, Any]]] = {}
     recovery: list[dict[str, Any]] = []
     events: dict[str, int] = {}
     task_rss: list[float] = []
-    for part in _parts(root, "summary"):
-        t = pq.read_table(part, columns=["engine", "payload"]).to_pydict()
-        for label, payload in zip(t["engine"], t["payload"]):
+    shard_seconds: dict[str, dict[int, float]] = {}
+    for part in _parts(spool, "summary"):
+        t = pq.read_table(part, columns=["shard", "engine", "payload"]).to_pydict()
+        for shard, label, payload in zip(t["shard"], t["engine"], t["payload"]):
             s = json.loads(payload)
             latency_parts.setdefault(label, []).append(s["latency"])
             recovery.extend(s["recovery"])
             events[label] = events.get(label, 0) + s["events"]
             task_rss.append(s["peak_rss_mb"])
+            shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
         "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"),
-        "spark": {"master": master, "shards": shards, "wall_seconds": round(wall, 3),
+        "spark": {"master": master, "shards": shards, "wall_seconds": 0.0,
                   # peak RSS of the Python worker that replayed a shard (max over shards), and the driver's
-                  "task_peak_rss_mb": max(task_rss, default=0.0), "driver_peak_rss_mb": peak_rss_mb()},
+                  "task_peak_rss_mb": max(task_rss, default=0.0), "driver_peak_rss_mb": peak_rss_mb(),
+                  # where the time went: driver phases, and each shard's replay per engine
+                  "phases_seconds": phases,
+                  "shard_replay_seconds": {k: [v[i] for i in sorted(v)] for k, v in sorted(shard_seconds.items())}},
         "runs": {},
     }
     with result_dir(out) as writer:
         for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
                                     ("txn", TXN_SCHEMA, writer.txns_table)):
-            for part in _parts(root, kind):
+            for part in _parts(spool, kind):
                 for batch in pq.ParquetFile(part).iter_batches(100_000, columns=schema.names):
                     write(pa.Table.from_batches([batch]).cast(schema))
+        latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
+        phases["collect"] = round(time.perf_counter() - started - sum(phases.values()), 2)
+        wall = time.perf_counter() - started
+        manifest["spark"]["wall_seconds"] = round(wall, 3)
         for cfg in configs:
             manifest["runs"][cfg.label] = {
                 "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
                 "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
             }
-        latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
         writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
