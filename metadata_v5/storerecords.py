@@ -69,7 +69,10 @@ def op_prefix(txn: TxnID) -> str:
     return f"/txn-op/{{{_tag(txn)}}}/"
 
 
-_STATUS = {s.value: s for s in TxnStatus}  # a dict look-up, not the Enum's Python-level call
+# Enum members by value: a dict look-up, not the Enum's Python-level call (per record read)
+_STATUS = {s.value: s for s in TxnStatus}
+_DESIGN = {d.value: d for d in Design}
+_ACK_KIND = {k.value: k for k in AckKind}
 
 
 def _header(txn: TxnID, rec: Record) -> Header:
@@ -81,11 +84,13 @@ def _header(txn: TxnID, rec: Record) -> Header:
 
 def _op_record(rec: Record) -> OpRecord:
     f = rec.fields
-    prefix_end = rec.key.rindex("/") + 1
-    kind = f["kind"]
-    op = Op(kind, f["segment"], Position.parse(f["position"]), f.get("subscription"),
-            AckKind(f["ack_kind"]) if "ack_kind" in f else None)
-    return OpRecord(_txn_of(_tag_in(rec.key), Design(f.get("design", "v5"))), int(rec.key[prefix_end:]), op, rec.key)
+    key = rec.key
+    ledger, _, entry = f["position"].partition(":")
+    ack_kind = f.get("ack_kind")
+    op = Op(f["kind"], f["segment"], Position(int(ledger), int(entry)), f.get("subscription"),
+            _ACK_KIND[ack_kind] if ack_kind is not None else None)
+    txn = _txn_of(_tag_in(key), _DESIGN[f.get("design", "v5")])
+    return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
 
 
 class StoreTxnRecords(TxnRecords):
@@ -226,7 +231,7 @@ class StoreTxnRecords(TxnRecords):
     def watch_events(self, segment: str, subscription: str | None, owner: object, listener: EventListener) -> None:
         def changed(event: WatchEvent) -> None:
             if event.kind is ChangeKind.PUT and event.fields is not None:
-                listener(_txn_of(event.fields["txn"]), TxnStatus(event.fields["state"]))
+                listener(_txn_of(event.fields["txn"]), _STATUS[event.fields["state"]])
 
         key = (("events", segment, subscription), owner)
         old = self._watches.pop(key, None)
@@ -236,7 +241,7 @@ class StoreTxnRecords(TxnRecords):
 
     def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
         recs = self.store.query_records("events-by-participant", prefix=(segment, subscription or ""))
-        return [(_txn_of(r.fields["txn"]), TxnStatus(r.fields["state"])) for r in recs]
+        return [(_txn_of(r.fields["txn"]), _STATUS[r.fields["state"]]) for r in recs]
 
     def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None:
         keys = [e.key for e in self.store.query("events-by-participant", prefix=(segment, subscription or ""))
