@@ -262,6 +262,9 @@ class MemoryData:
             if kind is Put:
                 assert isinstance(op, Put)
                 key = op.key
+                existing = records.get(key)
+                if existing is not None:  # one copy of a rewritten key (a header's CAS), not two
+                    key = existing.key
                 conditional = op.expected_version is not None
                 if conditional:
                     self._check_version(key, op.expected_version, counters)  # type: ignore[arg-type]
