@@ -52,6 +52,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=int, default=None,
                    help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time)")
+    p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
+    p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a v5 setting (metadata_v5/options.py), e.g. retention_ms=60000; repeatable")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -61,12 +65,47 @@ def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-u
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
     time_mode = args.time or ("wall" if real else "virtual")
     drain_ms = args.drain_ms if args.drain_ms is not None else (5_000 if time_mode == "wall" else 70_000)
+    options = {"v4": _engine_options("v4", args.v4_option), "v5": _engine_options("v5", args.v5_option)}
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
                   polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
-                  drain_ms=drain_ms)
+                  drain_ms=drain_ms, options=options.get(e, {}))
         for e in engines
     ]
+
+
+def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` settings of one engine, typed like the option's default and checked by the
+    engine's own options class (a bad one is a ConfigError naming it)."""
+    import dataclasses
+
+    from engine.errors import ConfigError
+    from legacy_v4.options import V4Options
+    from metadata_v5.options import V5Options
+
+    cls = V4Options if engine == "v4" else V5Options
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"--{engine}-option {pair!r}: expected KEY=VALUE")
+        if engine == "v5" and key in ("variant", "gc"):
+            raise ConfigError(f"--v5-option {key}: use --v5-{key}")
+        default = defaults.get(key)
+        value: object = text
+        if isinstance(default, bool):
+            if text not in ("true", "false"):
+                raise ConfigError(f"--{engine}-option {key}={text!r}: expected true or false")
+            value = text == "true"
+        elif isinstance(default, int) or (default is None and text.lstrip("-").isdigit()):
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(f"--{engine}-option {key}={text!r}: expected an integer") from None
+        out[key] = value
+    cls.from_kwargs(**out)  # unknown keys and bad values are refused here, before anything runs
+    return out
 
 
 # -- verbs --------------------------------------------------------------------------------------

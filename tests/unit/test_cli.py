@@ -65,6 +65,16 @@ def test_results_of_different_options_are_marked_not_comparable(tmp_path: Path, 
         (["replay", "--trace", "{trace}", "--engine", "none", "--ledger", "bogus://x", "--out", "{tmp}/out"], "unknown ledger URL 'bogus://x'"),
         (["report", "--results", "{tmp}", "--out", "{tmp}/out"], "not a txnbench result directory"),
         (["generate", "--profile", "nope", "--events", "10", "--out", "{tmp}/out/t.parquet"], "unknown profile 'nope'"),
+        (["replay", "--trace", "{trace}", "--engine", "v5", "--v5-option", "retention_ms=soon", "--out", "{tmp}/out"],
+         "--v5-option retention_ms='soon': expected an integer"),
+        (["replay", "--trace", "{trace}", "--engine", "v5", "--v5-option", "retention_ms=-1", "--out", "{tmp}/out"],
+         "retention_ms must be >= 0"),
+        (["replay", "--trace", "{trace}", "--engine", "v4", "--v4-option", "bogus=1", "--out", "{tmp}/out"],
+         "unknown v4 option(s) bogus"),
+        (["replay", "--trace", "{trace}", "--engine", "v5", "--v5-option", "variant=events", "--out", "{tmp}/out"],
+         "use --v5-variant"),
+        (["replay", "--trace", "{trace}", "--engine", "v4", "--v4-option", "snapshot_max_txn_count", "--out", "{tmp}/out"],
+         "expected KEY=VALUE"),
     ],
 )
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str],
@@ -94,3 +104,19 @@ def test_demo_prints_deliveries_and_counters(capsys: pytest.CaptureFixture[str])
     assert code == 0
     assert "split topic://public/demo/events" in out
     assert "received 6 messages" in out and "dispatch.entries_dispatched      12" in out
+
+
+def test_engine_options_reach_the_engine_and_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.parquet"
+    assert run(capsys, "generate", "--profile", "small", "--events", "2000", "--seed", "1", "--out", str(trace))[0] == 0
+    snapshots = {}
+    for every in ("1000", "5"):
+        res = tmp_path / f"res-{every}"
+        code, _, err = run(capsys, "replay", "--trace", str(trace), "--engine", "both", "--out", str(res), "--no-progress",
+                           "--v4-option", f"snapshot_max_txn_count={every}", "--v5-option", "retention_ms=1000")
+        assert code == 0, err
+        manifest = json.loads((res / "manifest.json").read_text())
+        assert manifest["runs"]["v4"]["config"]["options"] == {"snapshot_max_txn_count": int(every)}
+        assert manifest["runs"]["v5-watch"]["config"]["options"] == {"retention_ms": 1000}
+        snapshots[every] = json.loads((res / "counts.json").read_text())["v4"].get("tb.snapshot_writes.by_count", 0)
+    assert snapshots["5"] > snapshots["1000"]
