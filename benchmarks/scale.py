@@ -1,17 +1,22 @@
 """The main job's performance figures, measured side by side in one run (a command, not a test)::
 
-    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale            # about 20 minutes
-    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale --quick    # 200k/2M only
+    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale            # about 25 minutes
+    .venv/bin/python -m benchmarks.scale --out txnbench-out/scale --quick    # about 5 minutes
 
 It generates OMB-shaped traces (``omb-1-topic-16-partitions-1kb``, cached in ``--traces``) and
 runs each step as its own ``txnbench`` process, so every peak RSS belongs to that step alone:
 
-1. in-process virtual-time replay speed per engine (one core), on the small trace;
-2. peak RSS of in-process replays of the small and the middle trace (bounded memory);
-3. Spark ``local[1]`` against ``local[2]`` on the middle trace (scaling);
-4. Spark ``local[2]`` on the big trace (10M events by default), with per-task peak RSS.
+1. in-process virtual-time replay speed per engine (one core) on the small trace, ``--repeats``
+   times each (median, min and max: this machine's timings vary by several percent);
+2. peak RSS of in-process replays against trace length (small, middle, big): v4, v5 with
+   PIP-473's retention (900 s: its finished headers stay in the store, so its memory grows until
+   the trace is longer than that) and v5 with a 30 s retention (the same code once GC keeps up);
+3. Spark ``local[1]`` against ``local[2]`` on the big trace (scaling: the fixed costs, JVM start
+   and first job, weigh least there), with each run's phases and per-shard replay times;
+4. so the big run is the 10M-event ``local[2]`` replay of both engines.
 
-Writes ``scale.json`` and ``scale.md`` (each figure with the command that produced it).
+``--quick`` uses 200k/1M/2M events and skips nothing else. Writes ``scale.json`` and ``scale.md``,
+each figure with the command that produced it, and the machine it ran on.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -28,14 +35,21 @@ from typing import Any
 PROFILE = "omb-1-topic-16-partitions-1kb"
 ENGINES = {"v4": ["--engine", "v4"], "v5-watch": ["--engine", "v5"],
            "v5-events": ["--engine", "v5", "--v5-variant", "events"]}
+SHORT_RETENTION = ["--v5-option", "retention_ms=30000", "--v5-option", "gc_sweep_ms=10000"]
+MEMORY = {"v4": ENGINES["v4"], "v5-watch": ENGINES["v5-watch"],
+          "v5-watch retention 30 s": ENGINES["v5-watch"] + SHORT_RETENTION}
 
 
 def _txnbench(*args: str) -> list[str]:
     return [sys.executable, "-m", "bench", *args]
 
 
+def _shown(cmd: list[str]) -> str:
+    return " ".join(["txnbench", *cmd[3:]])
+
+
 def _run(cmd: list[str]) -> float:
-    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    print("$", _shown(cmd), file=sys.stderr, flush=True)
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return round(time.perf_counter() - started, 1)
@@ -52,6 +66,16 @@ def _manifest(out: Path) -> dict[str, Any]:
     return json.loads((out / "manifest.json").read_text())
 
 
+def _machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "platform": platform.platform()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="txnbench-out/scale")
@@ -59,48 +83,53 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=200_000)
     p.add_argument("--middle", type=int, default=2_000_000)
     p.add_argument("--big", type=int, default=10_000_000)
-    p.add_argument("--quick", action="store_true", help="skip the big Spark run")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="200k / 1M / 2M events")
     args = p.parse_args(argv)
+    if args.quick:
+        args.middle, args.big = 1_000_000, 2_000_000
     out, traces = Path(args.out), Path(args.traces)
     out.mkdir(parents=True, exist_ok=True)
     traces.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    small, middle = _trace(traces, args.small), _trace(traces, args.middle)
-    figures: dict[str, Any] = {"profile": PROFILE, "cpus": os.cpu_count(), "speed": {}, "memory": {}, "spark": {}}
+    sizes = (args.small, args.middle, args.big)
+    trace = {n: _trace(traces, n) for n in sizes}
+    figures: dict[str, Any] = {"profile": PROFILE, "machine": _machine(), "speed": {}, "memory": {}, "spark": {}}
     commands: dict[str, str] = {}
 
     for label, opts in ENGINES.items():  # 1. speed
-        res = out / f"speed-{label}"
-        cmd = _txnbench("replay", "--trace", str(small), "--out", str(res), "--no-progress", *opts)
-        _run(cmd)
-        run = _manifest(res)["runs"][label]
-        figures["speed"][label] = {"events": run["events"], "wall_seconds": run["wall_seconds"],
-                                   "events_per_second": run["events_per_second"]}
-        commands[f"speed {label}"] = " ".join(["txnbench", *cmd[3:]])
-
-    for trace, events in ((small, args.small), (middle, args.middle)):  # 2. memory
-        for label in ("v4", "v5-watch"):
-            res = out / f"memory-{label}-{events}"
-            cmd = _txnbench("replay", "--trace", str(trace), "--out", str(res), "--no-progress", *ENGINES[label])
+        rates = []
+        for i in range(args.repeats):
+            res = out / f"speed-{label}"
+            cmd = _txnbench("replay", "--trace", str(trace[args.small]), "--out", str(res), "--no-progress", *opts)
             _run(cmd)
-            figures["memory"].setdefault(label, {})[str(events)] = _manifest(res)["runs"][label]["peak_rss_mb"]
-            commands[f"memory {label} {events}"] = " ".join(["txnbench", *cmd[3:]])
+            rates.append(_manifest(res)["runs"][label]["events_per_second"])
+        figures["speed"][label] = {"events": args.small, "median": int(statistics.median(rates)),
+                                   "min": min(rates), "max": max(rates), "runs": rates}
+        commands[f"speed {label}"] = _shown(cmd)
 
-    runs = [("local[1]", middle, args.middle), ("local[2]", middle, args.middle)]
-    if not args.quick:
-        runs.append(("local[2]", _trace(traces, args.big), args.big))
-    for master, trace, events in runs:  # 3. and 4. Spark
-        res = out / f"spark-{master.strip('local[]')}-{events}"
-        cmd = _txnbench("replay", "--trace", str(trace), "--engine", "both", "--out", str(res), "--no-progress",
-                        "--spark", master)
+    for label, opts in MEMORY.items():  # 2. memory against trace length
+        for n in sizes:
+            res = out / f"memory-{label.replace(' ', '-')}-{n}"
+            cmd = _txnbench("replay", "--trace", str(trace[n]), "--out", str(res), "--no-progress", *opts)
+            _run(cmd)
+            run = next(iter(_manifest(res)["runs"].values()))
+            figures["memory"].setdefault(label, {})[str(n)] = run["peak_rss_mb"]
+            commands[f"memory {label} {n}"] = _shown(cmd)
+
+    for master in ("local[1]", "local[2]"):  # 3. and 4. Spark, both engines
+        res = out / f"spark-{master.strip('local[]')}-{args.big}"
+        cmd = _txnbench("replay", "--trace", str(trace[args.big]), "--engine", "both", "--out", str(res),
+                        "--no-progress", "--spark", master)
         wall = _run(cmd)
         s = _manifest(res)["spark"]
-        figures["spark"][f"{master} {events}"] = {
-            "events": events, "command_seconds": wall, "spark_seconds": s["wall_seconds"], "shards": s["shards"],
+        figures["spark"][master] = {
+            "events": args.big, "command_seconds": wall, "spark_seconds": s["wall_seconds"], "shards": s["shards"],
+            "phases_seconds": s["phases_seconds"], "shard_replay_seconds": s["shard_replay_seconds"],
             "task_peak_rss_mb": s["task_peak_rss_mb"], "driver_peak_rss_mb": s["driver_peak_rss_mb"]}
-        commands[f"spark {master} {events}"] = " ".join(["txnbench", *cmd[3:]])
-    one, two = figures["spark"][f"local[1] {args.middle}"], figures["spark"][f"local[2] {args.middle}"]
-    figures["spark"]["scaling_2_vs_1"] = round(one["command_seconds"] / two["command_seconds"], 2)
+        commands[f"spark {master} {args.big}"] = _shown(cmd)
+    one, two = figures["spark"]["local[1]"], figures["spark"]["local[2]"]
+    figures["spark_scaling_2_vs_1"] = round(one["command_seconds"] / two["command_seconds"], 2)
     figures["commands"] = commands
     (out / "scale.json").write_text(json.dumps(figures, indent=2) + "\n")
     (out / "scale.md").write_text(_markdown(figures))
@@ -109,18 +138,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _markdown(f: dict[str, Any]) -> str:
-    lines = [f"# txnbench scale figures ({f['profile']}, {f['cpus']} CPUs)", "",
-             "| engine | events | wall s | events/s (one core) |", "| --- | --- | --- | --- |"]
-    lines += [f"| {k} | {v['events']:,} | {v['wall_seconds']} | {v['events_per_second']:,} |" for k, v in f["speed"].items()]
+    m = f["machine"]
+    lines = [f"# txnbench scale figures ({f['profile']})", "",
+             f"Machine: {m['cpus']} CPUs ({m['cpu'] or 'unknown model'}), Python {m['python']}, {m['platform']}.", "",
+             "In-process virtual-time replay, one core:", "",
+             "| engine | events | events/s (median) | min | max |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {k} | {v['events']:,} | {v['median']:,} | {v['min']:,} | {v['max']:,} |" for k, v in f["speed"].items()]
     sizes = sorted({int(n) for v in f["memory"].values() for n in v})
-    lines += ["", "| engine | " + " | ".join(f"peak RSS MB at {n:,} events" for n in sizes) + " |",
+    lines += ["", "Peak RSS of an in-process replay against trace length:", "",
+              "| engine | " + " | ".join(f"MB at {n:,} events" for n in sizes) + " |",
               "| --- |" + " --- |" * len(sizes)]
     lines += [f"| {k} | " + " | ".join(str(v.get(str(n), "–")) for n in sizes) + " |" for k, v in f["memory"].items()]
-    lines += ["", "| Spark run | command s | Spark s | shards | task peak RSS MB | driver peak RSS MB |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {k} | {v['command_seconds']} | {v['spark_seconds']} | {v['shards']} | {v['task_peak_rss_mb']} | "
-              f"{v['driver_peak_rss_mb']} |" for k, v in f["spark"].items() if isinstance(v, dict)]
-    lines += ["", f"Scaling, local[2] against local[1] on the same trace: **{f['spark']['scaling_2_vs_1']}x**.", "",
+    lines += ["", "Spark replay of both engines (v4 and v5-watch):", "",
+              "| master | events | command s | Spark s | shards | replay phase s | shard replay s (v4 / v5) "
+              "| task peak RSS MB | driver peak RSS MB |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for k, v in f["spark"].items():
+        shards = v["shard_replay_seconds"]
+        per = " / ".join(", ".join(str(x) for x in shards.get(e, [])) for e in ("v4", "v5-watch"))
+        lines.append(f"| {k} | {v['events']:,} | {v['command_seconds']} | {v['spark_seconds']} | {v['shards']} | "
+                     f"{v['phases_seconds'].get('replay')} | {per} | {v['task_peak_rss_mb']} | {v['driver_peak_rss_mb']} |")
+    lines += ["", f"Scaling, local[2] against local[1] on the same trace: **{f['spark_scaling_2_vs_1']}x**.", "",
               "Commands:", ""] + [f"- {k}: `{v}`" for k, v in f["commands"].items()]
     return "\n".join(lines) + "\n"
 
