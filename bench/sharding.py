@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.trace import COLUMNS, Event
+from bench.trace import COLUMNS, Event, event_of_row
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
 _OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")
@@ -114,7 +114,6 @@ def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
     pf = pq.ParquetFile(trace)
     topics = pa.array(sorted(t for t, s in topic_shard.items() if s == shard), pa.string())
     txns = _shard_txns(pf, topics, shard == 0, batch_rows)
-    make = Event._make
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
         topic, txn = batch.column(_TOPIC), batch.column(_TXN)
@@ -124,5 +123,5 @@ def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
         rows = pc.add(pc.indices_nonzero(keep), row).to_pylist()
         mine = batch.filter(keep)
         cols = [mine.column(i).to_pylist() for i in range(len(COLUMNS))]
-        yield from map(make, zip(rows, *cols))
+        yield from map(event_of_row, zip(rows, *cols))
         row += batch.num_rows

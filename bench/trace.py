@@ -8,8 +8,8 @@ the file, the 0-based row number and the reason.
 
 from __future__ import annotations
 
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 import pyarrow as pa
@@ -61,7 +61,7 @@ class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build
 
 
 # An Event from a row tuple without ``Event._make``'s Python-level call (once per trace row).
-_event: Callable[[tuple[Any, ...]], Event] = partial(tuple.__new__, Event)  # type: ignore[assignment]
+event_of_row: Callable[[tuple[Any, ...]], Event] = partial(tuple.__new__, Event)  # type: ignore[assignment]
 
 
 class LabelSet:
@@ -227,7 +227,7 @@ def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool =
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
         cols = [batch.column(i).to_pylist() for i in range(len(COLUMNS))]
-        events = map(_event, zip(range(row, row + batch.num_rows), *cols))
+        events = map(event_of_row, zip(range(row, row + batch.num_rows), *cols))
         if check is None:
             yield from events
         else:

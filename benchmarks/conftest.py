@@ -1,15 +1,20 @@
-"""pytest-benchmark suites: every scenario x every engine configuration, grouped by engine.
+"""pytest-benchmark suites: every scenario x every engine x every backend, grouped by engine.
 
 Not part of the test suite (``testpaths = tests``). Run::
 
     .venv/bin/python -m pytest benchmarks --benchmark-save=mine --benchmark-group-by=param:engine
     .venv/bin/python -m pytest-benchmark compare 0001 0002   # two saved runs, side by side
 
-Each benchmark times the engine code (CPU per operation in virtual time, embedded backends) with
-warm-up and repeated rounds; the exact counts of the operation go into ``extra_info``.
+Each benchmark times the engine code in virtual time (the CPU and round trips per operation) with
+warm-up and repeated rounds; the exact counts of the operation go into ``extra_info``. Backends:
+the embedded ones always; v4 on a real Kafka broker and v5 on a real redis-server when
+``TXNBENCH_KAFKA_URL`` / ``TXNBENCH_REDIS_URL`` are set (``scripts/kafka.sh`` / ``scripts/redis.sh``
+start them), skipped otherwise.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -24,6 +29,23 @@ ENGINES = {
     "v5-watch": RunConfig(engine="v5", v5_variant="watch"),
     "v5-events": RunConfig(engine="v5", v5_variant="events"),
 }
+# The real backend each engine can run on besides the embedded one: v4's ledgers on Kafka, v5's
+# metadata on Redis (the URL field of RunConfig it replaces, and the variable that names it).
+REAL_BACKEND = {"v4": ("kafka", "ledger_url"), "v5-watch": ("redis", "metadata_url"),
+                "v5-events": ("redis", "metadata_url")}
+
+
+def config(engine: str, backend: str) -> RunConfig:
+    """The run config of ``engine`` on ``backend`` (``memory`` or its real backend; skips when the
+    real one's URL is not set)."""
+    cfg = ENGINES[engine]
+    if backend == "memory":
+        return cfg
+    name, field = REAL_BACKEND[engine]
+    url = os.environ.get(f"TXNBENCH_{name.upper()}_URL")
+    if not url:
+        pytest.skip(f"no {name}: set TXNBENCH_{name.upper()}_URL to benchmark {engine} on it")
+    return RunConfig(**{**{f: getattr(cfg, f) for f in ("engine", "v5_variant")}, field: url})
 
 
 class Rig:
@@ -46,13 +68,18 @@ class Rig:
         self.setup.close()
 
 
-@pytest.fixture(params=sorted(ENGINES))
-def engine(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every benchmark that takes ``engine`` runs on each engine x backend (ids like
+    ``v4-kafka``); ``--benchmark-group-by=param:engine`` groups them by engine."""
+    if "engine" in metafunc.fixturenames:
+        combos = [(e, b) for e in sorted(ENGINES) for b in ("memory", REAL_BACKEND[e][0])]
+        names = ("engine", "backend") if "backend" in metafunc.fixturenames else ("engine",)
+        values = combos if len(names) == 2 else [(e,) for e in sorted(ENGINES)]
+        metafunc.parametrize(names, values, ids=["-".join(v) for v in values])
 
 
 @pytest.fixture
-def rig(engine: str):  # type: ignore[no-untyped-def]
-    r = Rig(ENGINES[engine])
+def rig(engine: str, backend: str):  # type: ignore[no-untyped-def]
+    r = Rig(config(engine, backend))
     yield r
     r.close()

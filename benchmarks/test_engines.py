@@ -1,4 +1,4 @@
-"""Publish, end-txn, dispatch read and recovery, per engine."""
+"""Publish, end-txn, dispatch read and recovery, per engine and backend."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from benchmarks.conftest import ENGINES, Rig
+from benchmarks.conftest import Rig, config
 from engine.ports import TxnAction
 
 T = "persistent://public/bench/t"
@@ -67,9 +67,9 @@ def test_dispatch_read(benchmark, rig: Rig, engine: str) -> None:  # type: ignor
 
 
 @pytest.mark.parametrize("entries", [1_000, 10_000])
-def test_recovery(benchmark, engine: str, entries: int) -> None:  # type: ignore[no-untyped-def]
+def test_recovery(benchmark, engine: str, backend: str, entries: int) -> None:  # type: ignore[no-untyped-def]
     """Crash a broker whose topic holds N entries (one txn left open) and recover its buffer."""
-    rig = Rig(ENGINES[engine])
+    rig = Rig(config(engine, backend))
     try:
         for i in range(entries):
             rig.broker.publish(T, f"m{i}", 100)

@@ -303,8 +303,8 @@ class MemoryData:
 
     def _notify(self, key: str, kind: ChangeKind, revision: int, fields: dict[str, str] | None,
                 index_changes: builtins.list[_IndexChange]) -> None:
-        """Hand one change to every hub that watches anything (most handles watch nothing:
-        the change is not even built for them)."""
+        """Hand one change to every hub that may want it (most writes are op records nobody
+        point-watches: for them the change is not even built)."""
         change = None
         for hub in tuple(self.hubs):  # a synchronous notifier may open or close handles
             if hub.may_want(key):
