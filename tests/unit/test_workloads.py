@@ -42,3 +42,22 @@ def test_bad_profiles_are_refused(tmp_path: Path) -> None:
         Profile.from_dict({"name": "x", "abort_ratio": 2})
     with pytest.raises(ConfigError, match="--events"):
         generate(load_profile("small"), 0, 1, tmp_path / "x.parquet")
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "datasets" / "samples"
+
+
+def test_every_profile_has_a_committed_sample_that_the_generator_reproduces(tmp_path: Path) -> None:
+    """``datasets/samples/<profile>.parquet`` is exactly what ``txnbench generate --profile
+    <profile> --events 2000 --seed 1`` writes; regenerate them with that command after changing
+    the generator or a profile."""
+    import pyarrow.parquet as pq
+
+    assert sorted(p.stem for p in SAMPLES.glob("*.parquet")) == list_profiles()
+    for sample in sorted(SAMPLES.glob("*.parquet")):
+        meta = trace_metadata(sample)
+        assert meta == {"profile": sample.stem, "seed": "1", "events": "2000"}, sample
+        again = tmp_path / sample.name
+        generate(load_profile(sample.stem), 2000, 1, again)
+        assert pq.read_table(sample).equals(pq.read_table(again)), f"{sample} is stale: regenerate it"
+        assert validate(sample) > 0
