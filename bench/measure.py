@@ -15,6 +15,8 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
 # What each histogram measures, for reports.
 METRICS = {
+    "publish_nontxn_us": "publish request -> broker's answer, non-transactional (virtual time: the modelled hops and append)",
+    "publish_txn_us": "publish request -> answer inside a txn: plus v4's partition registration at the TC, v5's header read and op-record write",
     "dispatch_nontxn_us": "publish -> first delivery, non-transactional messages (head-of-line blocking shows here)",
     "dispatch_txn_us": "publish -> first delivery, messages of committed transactions",
     "commit_to_visible_us": "commit request -> every message of the txn delivered at least once",

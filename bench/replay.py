@@ -90,6 +90,7 @@ class Replayer:
         self.history = history  # optional bench.checker.History recording ops, faults, deliveries
         self.label = cfg.label
         wall = cfg.time_mode == "wall"
+        self._wall = wall
         self.sched: Scheduler = WallScheduler() if wall else VirtualScheduler()
         latency = LatencyModel.zero() if wall else cfg.latency
         self.broker_config = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=latency)
@@ -217,7 +218,14 @@ class Replayer:
     def _op_publish(self, e: Event) -> None:
         assert e.topic and e.msg
         txn_id = self._txn(e.txn)
-        mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+        if self._wall:  # what the real backends took
+            started = time.perf_counter_ns()
+            mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+            took_us = (time.perf_counter_ns() - started) // 1000
+        else:  # what the modelled operations on the publish's path take
+            mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+            took_us = self.broker.last_publish_us
+        self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
             self.history.publish(e.msg, e.topic, e.txn, e.key, mid)

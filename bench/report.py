@@ -259,7 +259,7 @@ def _plots(sets: list[dict[str, Any]], out: Path) -> list[str]:
     files: list[str] = []
     rs = sets[-1]
     labels = list(rs["manifest"].get("runs", {}))
-    for name in ("dispatch_nontxn_us", "dispatch_txn_us", "commit_to_visible_us", "end_txn_us"):
+    for name in ("publish_txn_us", "dispatch_nontxn_us", "dispatch_txn_us", "commit_to_visible_us", "end_txn_us"):
         have = [(lab, rs["latency"].get(lab, {}).get(name)) for lab in labels]
         have = [(lab, s) for lab, s in have if s and s["count"]]
         if not have:

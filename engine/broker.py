@@ -91,6 +91,10 @@ class Broker:
         self._now_us = self._scope.parent.now_us
         self._ledgers = ledgers
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
+        lat = self.config.latency
+        # What every publish waits for: the request hop, the ledger append, the answer hop.
+        self._publish_us = 2 * lat.of("rpc") + lat.of("ledger.append")
+        self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
         self._transactional = transactional or (lambda _topic: True)
         self._partitions: dict[str, _Partition] = {}
@@ -184,6 +188,8 @@ class Broker:
             self._live()
         ledger_name = self._plain_topics.get(topic) or self._ledger_for_publish(topic, key, msg)
         part = self._partitions.get(ledger_name) or self._partition(ledger_name)
+        request = self._ctx.request
+        request.us = self._publish_us
         data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
         if txn is None:
             pos = part.ledger.append(data)
@@ -194,6 +200,7 @@ class Broker:
             assert self._engine is not None  # part.transactional implies an engine
             self._engine.coordinator().add_produced_partition(txn, ledger_name)
             pos = part.tb.append_buffer_to_txn(txn, data)
+        self.last_publish_us = request.us
         return _message_id((ledger_name, pos))
 
     # -- consuming ------------------------------------------------------------------------------

@@ -240,3 +240,23 @@ class LatencyModel:
     def zero(cls) -> LatencyModel:
         """For wall time: real calls already take real time."""
         return cls({k: 0 for k in DEFAULT_LATENCIES_US})
+
+
+class RequestCost:
+    """The modelled latency of the client request a broker is serving (a publish), for what the
+    client waits in virtual time: the broker opens it per request with its own part (request and
+    answer hops, the ledger append); engine code that blocks the request adds each modelled
+    operation it does on the way (a coordinator round trip, a header read, an op-record write)."""
+
+    __slots__ = ("us", "_latency")
+
+    def __init__(self, latency: LatencyModel) -> None:
+        self.us = 0
+        self._latency = dict(latency.latencies_us)
+
+    def charge(self, kind: str, times: int = 1) -> None:
+        """Add ``times`` x the latency of operation ``kind`` to the request in progress."""
+        try:
+            self.us += self._latency[kind] * times
+        except KeyError:
+            raise ConfigError(f"latency model has no operation kind {kind!r}") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Protocol
 
-from engine.clock import LatencyModel, Scheduler
+from engine.clock import LatencyModel, RequestCost, Scheduler
 from engine.counters import Counters
 from engine.ids import Design, TxnID
 from engine.ledger import LedgerFactory, ManagedLedger
@@ -226,13 +226,18 @@ class Participants(Protocol):
 
 @dataclass
 class EngineContext:
-    """What a broker hands an engine: time, the durable ledger store, the participants."""
+    """What a broker hands an engine: time, the durable ledger store, the participants, and the
+    cost meter of the client request in progress (engine code charges what it blocks on)."""
 
     scheduler: Scheduler
     latency: LatencyModel
     ledgers: LedgerFactory
     participants: Participants
     stats: Counters = field(default_factory=Counters)
+    request: RequestCost = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.request = RequestCost(self.latency)
 
 
 class Engine(ABC):

@@ -91,6 +91,7 @@ class TopicTransactionBuffer(TransactionBuffer):
     ) -> None:
         self._ledger = ledger
         self._scope = Scope(ctx.scheduler)
+        self._request = ctx.request
         self._read_us = ctx.latency.of("ledger.read")
         self._snapshots = snapshots
         self._opts = options
@@ -146,6 +147,7 @@ class TopicTransactionBuffer(TransactionBuffer):
             raise ParticipantClosed(f"transaction buffer of {self._ledger.name} is {self.state.value}")
         if self.state is TBState.NO_SNAPSHOT:
             self._take_first_snapshot()
+            self._request.charge("ledger.append")  # the append waits for the snapshot write
         lwm = self._lwm.get(txn.most_bits)
         if lwm is not None and lwm >= txn.least_bits:  # internalAppendBufferToTxn
             self.stats["appends.refused_lwm"] += 1

@@ -199,6 +199,10 @@ class V4TransactionCoordinator(TransactionCoordinator):
             return
         self._append(meta, "add_partition", partition=ledger)
         meta.partitions.append(ledger)
+        # The producer's send waits for addPublishPartitionToTxn: a round trip to the TC and
+        # its log append.
+        self._ctx.request.charge("rpc", 2)
+        self._ctx.request.charge("ledger.append")
 
     def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
         meta = self._get(txn)

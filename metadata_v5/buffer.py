@@ -33,8 +33,9 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._segment = ledger.name
         self._opts = opts
         self.stats = Counters()
+        self._request = ctx.request
         self._headers = HeaderCache(records, self, self._segment, self.stats, self._materialise,
-                                    watch=opts.variant == "watch")
+                                    watch=opts.variant == "watch", request=ctx.request)
         # OPEN txns in first-append order -> their first position here (append order is
         # position order, so the first item holds the smallest position).
         self._ongoing: dict[TxnID, Position] = {}
@@ -69,6 +70,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
             pos = self._ledger.append(data)
             rec = self._records.add_op(txn, Op("write", self._segment, pos))
         self.stats["op_writes"] += 1
+        self._request.charge("meta.write")  # the op record is on the publish's path (before or after the append)
         self._owned.setdefault(txn, []).append(rec)
         self._last[txn] = pos
         if txn not in self._ongoing:

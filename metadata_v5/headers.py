@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from engine.clock import RequestCost
 from engine.counters import Counters
 from engine.errors import TxnNotFound, TxnNotOpen
 from engine.ids import Design, TxnID
@@ -14,8 +15,9 @@ from metadata_v5.txnrecords import Header, TxnRecords
 
 class HeaderCache:
     def __init__(self, records: TxnRecords, owner: object, where: str, stats: Counters,
-                 on_final: Callable[[TxnID, TxnStatus], None], watch: bool) -> None:
+                 on_final: Callable[[TxnID, TxnStatus], None], watch: bool, request: RequestCost | None = None) -> None:
         self._records = records
+        self._request = request  # the client request a cache miss's header read holds up
         self._owner = owner
         self._where = where
         self._stats = stats
@@ -30,6 +32,8 @@ class HeaderCache:
         if state is None:
             header = self._records.get_header(txn)
             self._stats["header_reads"] += 1
+            if self._request is not None:
+                self._request.charge("meta.read")
             if header is None:
                 raise TxnNotFound(f"{self._where}: no header for {txn}")
             state = header.state
