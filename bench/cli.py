@@ -294,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", required=True)
     p.add_argument("--engine", default="both", choices=["v4", "v5", "both", "none"])
     p.add_argument("--out", required=True)
-    p.add_argument("--spark", default=None, metavar="MASTER", help="replay on Spark (e.g. local[2], spark://host:7077)")
+    p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
+                   help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
+                        "spark://host:7077")
     _add_run_options(p)
     p.set_defaults(fn=cmd_replay)
 

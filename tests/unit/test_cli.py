@@ -120,3 +120,13 @@ def test_engine_options_reach_the_engine_and_the_manifest(tmp_path: Path, capsys
         assert manifest["runs"]["v5-watch"]["config"]["options"] == {"retention_ms": 1000}
         snapshots[every] = json.loads((res / "counts.json").read_text())["v4"].get("tb.snapshot_writes.by_count", 0)
     assert snapshots["5"] > snapshots["1000"]
+
+
+def test_spark_alone_means_every_local_core() -> None:
+    from bench.cli import build_parser
+
+    parse = build_parser().parse_args
+    base = ["replay", "--trace", "t.parquet", "--engine", "v4", "--out", "o"]
+    assert parse([*base, "--spark"]).spark == "local[*]"
+    assert parse([*base, "--spark", "local[2]"]).spark == "local[2]"
+    assert parse(base).spark is None
