@@ -4,7 +4,7 @@ variant, listing the txn's ops and writing one event record per participant)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 from engine.clock import Timer
 from engine.counters import Counters
@@ -12,7 +12,7 @@ from engine.errors import InvalidTxnState, TxnNotFound
 from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
 from metadata_v5.options import V5Options
-from metadata_v5.txnrecords import Header, TxnRecords
+from metadata_v5.txnrecords import Header, SweepCursor, TxnRecords
 
 FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
@@ -111,8 +111,7 @@ class CoordinatorV5(TransactionCoordinator):
         if self._closed:
             return
         now = self._sched.now_us()
-        expired = self._query(lambda: self._records.expired(now, self._opts.sweep_limit))
-        for txn in expired:
+        for txn in self._scan(lambda after: self._records.expired(now, self._opts.sweep_limit, after)):
             header = self._records.get_header(txn)
             self.stats["header_reads"] += 1
             if header is not None and self._finalize(header, TxnStatus.ABORTED) is not None:
@@ -125,8 +124,7 @@ class CoordinatorV5(TransactionCoordinator):
         if self._closed:
             return
         horizon = self._sched.now_us() - self._opts.retention_ms * 1000
-        done = self._query(lambda: self._records.finalized_before(horizon, self._opts.sweep_limit))
-        for txn in done:
+        for txn in self._scan(lambda after: self._records.finalized_before(horizon, self._opts.sweep_limit, after)):
             leftovers = self._records.ops_of_txn(txn)
             self.stats["op_lists"] += 1
             if leftovers:
@@ -140,14 +138,21 @@ class CoordinatorV5(TransactionCoordinator):
             self.stats["gc.headers_deleted"] += 1
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)
 
-    def _query(self, fn: Callable[[], list[TxnID]]) -> list[TxnID]:
+    def _scan(self, page: Callable[[SweepCursor | None], tuple[list[TxnID], SweepCursor | None]]) -> Iterator[TxnID]:
+        """Everything a sweep's range holds, a page (one index query) at a time, as master's
+        sweeps scan the whole range: a sweep that stopped at one page would fall behind for good
+        once more txns end per sweep interval than a page holds."""
         import time
 
-        start = time.perf_counter()
-        out = fn()
-        self._observe(time.perf_counter() - start)
-        self.stats["index_queries"] += 1
-        return out
+        after: SweepCursor | None = None
+        while True:
+            start = time.perf_counter()
+            txns, after = page(after)
+            self._observe(time.perf_counter() - start)
+            self.stats["index_queries"] += 1
+            yield from txns
+            if after is None:
+                return
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

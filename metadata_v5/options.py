@@ -25,7 +25,7 @@ class V5Options:
     timeout_sweep_ms: int = 60_000  # master: sweeps every 60 s
     gc_sweep_ms: int = 300_000  # master: GC every 300 s
     retention_ms: int = 900_000  # master: retention 900 s
-    sweep_limit: int = 10_000  # rows per index query of a sweep
+    sweep_limit: int = 10_000  # rows per index query of a sweep (a sweep pages through its whole range)
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:

@@ -28,7 +28,7 @@ from metadata_v5.store import (
     Watch, WatchEvent, sequential_key,
 )
 from metadata_v5.txnrecords import (
-    AbortedRange, EventListener, Header, HeaderListener, Op, OpRecord, TxnRecords,
+    AbortedRange, EventListener, Header, HeaderListener, Op, OpRecord, SweepCursor, TxnRecords,
 )
 
 ID_BLOCK = 1_000  # ids reserved per CAS on the coordinator's counter (lost on a crash: gaps only)
@@ -148,11 +148,24 @@ class StoreTxnRecords(TxnRecords):
         self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
         self.on_write()
 
-    def expired(self, now_us: int, limit: int) -> list[TxnID]:
-        return [_txn_of(_tag_in(e.key)) for e in self.store.query("txn-by-deadline", maximum=now_us, limit=limit)]
+    def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        return self._page("txn-by-deadline", now_us, limit, after)
 
-    def finalized_before(self, before_us: int, limit: int) -> list[TxnID]:
-        return [_txn_of(_tag_in(e.key)) for e in self.store.query("txn-by-final-state", maximum=before_us, limit=limit)]
+    def finalized_before(self, before_us: int, limit: int,
+                         after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        return self._page("txn-by-final-state", before_us, limit, after)
+
+    def _page(self, index: str, maximum: int, limit: int,
+              after: SweepCursor | None) -> tuple[list[TxnID], SweepCursor | None]:
+        """Entries ordered by (score, key) up to ``maximum``, the first ``limit`` past ``after``."""
+        while True:
+            got = self.store.query(index, minimum=after[0] if after else None, maximum=maximum, limit=limit)
+            entries = [e for e in got if after is None or (e.sort_key, e.key) > after]
+            if entries or len(got) < limit:
+                break
+            limit *= 2  # a whole page shared the cursor's score and was seen: look further
+        cursor = (int(got[-1].sort_key), got[-1].key) if len(got) == limit else None  # type: ignore[arg-type]
+        return [_txn_of(_tag_in(e.key)) for e in entries], cursor
 
     def count_headers(self) -> int:
         return len(self.store.list_keys("/txn/"))

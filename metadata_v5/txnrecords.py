@@ -67,6 +67,7 @@ class AbortedRange(NamedTuple):
 
 
 HeaderListener = Callable[[Header | None], None]  # None: the header was deleted
+SweepCursor = tuple[int, str]  # (sort score, key) of the last index entry a sweep's page returned
 EventListener = Callable[[TxnID, TxnStatus], None]
 
 
@@ -98,12 +99,17 @@ class TxnRecords(ABC):
         """Delete the header and its index entries (idempotent)."""
 
     @abstractmethod
-    def expired(self, now_us: int, limit: int) -> list[TxnID]:
-        """OPEN txns whose deadline is ``<= now_us``, earliest first (index range query)."""
+    def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        """One page of the OPEN txns whose deadline is ``<= now_us``, earliest first: at most
+        ``limit``, after ``after`` (the cursor the previous page returned). Returns the page and
+        the cursor of the next one, ``None`` after the last (one index range query, more only
+        when a page's worth of entries share a deadline)."""
 
     @abstractmethod
-    def finalized_before(self, before_us: int, limit: int) -> list[TxnID]:
-        """Final txns finalized at or before ``before_us`` (index range query, both states)."""
+    def finalized_before(self, before_us: int, limit: int,
+                         after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        """One page of the final txns finalized at or before ``before_us`` (both states), as
+        :meth:`expired` pages."""
 
     @abstractmethod
     def count_headers(self) -> int: ...
