@@ -445,6 +445,7 @@ class Replayer:
         self._collect_recovery()
         counts = Counters(self._retired)
         counts.update(self.broker.stats())  # before the harness asks the coordinator about open txns
+        counts.update(self.broker.backlog())
         for txn in list(self.txns.values()):
             self._retire(txn)
         self.counts.update({"events." + op: c for op, c in self._op_counts.items() if c})

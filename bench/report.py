@@ -48,6 +48,8 @@ COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
     ("Polling", "empty reads per blocked second", "derived.empty_reads_per_blocked_s", "reads/s", True),
     ("Notifications", "watch events delivered (v5)", "meta.watch_events", "events", True),
     ("GC", "headers collected (v5)", "tc.gc.headers_deleted", "txns", False),
+    ("GC", "finished txns still stored at the end, the GC backlog (v5)", "gc.finished_headers_kept", "txns", True),
+    ("GC", "op records not collected at the end (v5)", "gc.op_records_outstanding", "records", True),
     ("GC", "op records force-deleted by GC (v5, PIP sweep)", "tc.gc.forced_op_deletes", "records", True),
     ("GC", "txns kept for slow participants (v5, safe sweep)", "tc.gc.waiting_for_participants", "txns", True),
     ("Recovery", "entries replayed at recovery", "derived.recovery_entries", "entries", True),

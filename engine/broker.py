@@ -457,6 +457,10 @@ class Broker:
             total.update(self._engine.stats())
         return total
 
+    def backlog(self) -> dict[str, int]:
+        """The engine's :meth:`~engine.ports.Engine.backlog` (empty without transactions)."""
+        return self._engine.backlog() if self._engine is not None else {}
+
     def recovery_stats(self) -> list[RecoveryStats]:
         out: list[RecoveryStats] = []
         for part in self._partitions.values():

@@ -265,6 +265,11 @@ class Engine(ABC):
         """Engine-wide counts (coordinator, metadata store...)."""
         return Counters()
 
+    def backlog(self) -> dict[str, int]:
+        """What the design still stores of finished txns, counted once at the end of a run (it
+        may read every record: not for a hot path). Names start with ``gc.``."""
+        return {}
+
     @abstractmethod
     def close(self) -> None:
         """Drop every volatile component (a crash calls this too: nothing is flushed)."""

@@ -127,6 +127,13 @@ class V5Engine(Engine):
         for result in ("ok", "conflict", "reject"):
             m.header_cas.labels(result=result)._value.set(total.get(f"tc.header_cas.{result}", 0))
 
+    def backlog(self) -> dict[str, int]:
+        """The GC backlog: finished txns whose header the store still keeps (GC collects them
+        after the retention), and op records not yet collected (open txns, or participants
+        that have not materialised)."""
+        return {"gc.finished_headers_kept": self.records.count_finished(),
+                "gc.op_records_outstanding": self.outstanding_op_records()}
+
     def outstanding_op_records(self) -> int:
         n = self.records.count_ops()
         self.metrics.outstanding.set(n)

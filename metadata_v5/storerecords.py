@@ -170,6 +170,9 @@ class StoreTxnRecords(TxnRecords):
     def count_headers(self) -> int:
         return len(self.store.list_keys("/txn/"))
 
+    def count_finished(self) -> int:
+        return len(self.store.query("txn-by-final-state"))
+
     # -- op records -------------------------------------------------------------------------------
 
     def add_op(self, txn: TxnID, op: Op) -> OpRecord:

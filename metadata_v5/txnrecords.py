@@ -114,6 +114,10 @@ class TxnRecords(ABC):
     @abstractmethod
     def count_headers(self) -> int: ...
 
+    @abstractmethod
+    def count_finished(self) -> int:
+        """Headers in a final state (what GC has yet to collect)."""
+
     # -- op records ---------------------------------------------------------------------------
 
     @abstractmethod

@@ -252,3 +252,17 @@ def test_a_gc_sweep_collects_everything_due_not_one_page() -> None:
     assert st["tc.gc.headers_deleted"] == 40
     assert st["tc.index_queries"] >= 40 // 7 + 1  # page by page
     assert s.durable.extra["store"].list_keys("/txn/") == []
+
+
+def test_the_gc_backlog_is_what_retention_keeps() -> None:
+    s = v5(retention_ms=5_000, gc_sweep_ms=10_000)
+    for i in range(3):
+        txn = s.new_txn()
+        s.publish(T, f"m{i}", txn=txn)
+        s.commit(txn)
+    open_txn = s.new_txn()
+    s.publish(T, "open", txn=open_txn)
+    s.run(1_000_000)
+    assert s.broker.backlog() == {"gc.finished_headers_kept": 3, "gc.op_records_outstanding": 1}
+    s.run(10_000_000)  # a sweep past the retention
+    assert s.broker.backlog() == {"gc.finished_headers_kept": 0, "gc.op_records_outstanding": 1}
