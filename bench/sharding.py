@@ -67,24 +67,49 @@ def plan_shards(rows_per_topic: Mapping[str, int], txn_topic_sets: Iterable[Iter
     return {t: unit_shard[uf.find(t)] for t in sorted(rows_per_topic)}
 
 
+END_OPS = pa.array(["commit", "abort"])
+
+
 def trace_aggregates(trace: str | Path, batch_rows: int = 262_144) -> tuple[dict[str, int], list[list[str]]]:
-    """What :func:`plan_shards` needs, from the trace with Arrow group-bys: rows per topic and the
-    distinct sets of topics one txn touches (the distinct (txn, topic) pairs are the largest
-    thing held: a few bytes each, in Arrow)."""
+    """What :func:`plan_shards` needs, from the trace with Arrow group-bys in one streaming pass:
+    rows per topic and the distinct sets of topics one txn touches. Only the (txn, topic) pairs
+    of txns still open at the end of a batch are carried to the next, and a txn's set becomes a
+    string of sorted topic numbers of which only the distinct ones (a handful) become Python
+    objects: the driver's memory does not grow with the trace."""
     pf = pq.ParquetFile(trace)
     rows_per_topic: dict[str, int] = {}
-    pairs = []
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=["txn", "topic"]):
-        t = pa.Table.from_batches([batch]).filter(pc.is_valid(batch.column(1)))
-        for row in t.group_by("topic").aggregate([("topic", "count")]).to_pylist():
+    topic_ids: dict[str, int] = {}
+    sets: set[tuple[int, ...]] = set()
+    carry: pa.Table | None = None  # (txn, n) pairs of txns not ended yet
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["op", "txn", "topic"]):
+        t = pa.Table.from_batches([batch])
+        on_topic = t.filter(pc.is_valid(t["topic"]))
+        for row in on_topic.group_by("topic").aggregate([("topic", "count")]).to_pylist():
             rows_per_topic[row["topic"]] = rows_per_topic.get(row["topic"], 0) + row["topic_count"]
-        pairs.append(t.filter(pc.is_valid(t["txn"])).group_by(["txn", "topic"]).aggregate([]))
-    if not pairs:
-        return rows_per_topic, []
-    per_txn = (pa.concat_tables(pairs).group_by(["txn", "topic"]).aggregate([])
-               .group_by("txn").aggregate([("topic", "list")]))
-    sets = {tuple(sorted(topics)) for topics in per_txn["topic_list"].to_pylist()}
-    return rows_per_topic, [list(s) for s in sorted(sets)]
+            topic_ids.setdefault(row["topic"], len(topic_ids))
+        in_txn = on_topic.filter(pc.is_valid(on_topic["txn"]))
+        numbers = pc.index_in(in_txn["topic"], value_set=pa.array(list(topic_ids), pa.string()))
+        pairs = pa.table({"txn": in_txn["txn"], "n": numbers})
+        if carry is not None:
+            pairs = pa.concat_tables([carry, pairs])
+        pairs = pairs.group_by(["txn", "n"]).aggregate([])
+        ended = pc.is_in(pairs["txn"], value_set=t.filter(pc.is_in(t["op"], value_set=END_OPS))["txn"])
+        sets.update(_topic_sets(pairs.filter(ended)))
+        carry = pairs.filter(pc.invert(ended))
+    if carry is not None:
+        sets.update(_topic_sets(carry))  # txns still open when the trace ends
+    names = list(topic_ids)
+    return rows_per_topic, sorted(sorted(names[i] for i in s) for s in sets)
+
+
+def _topic_sets(pairs: pa.Table) -> set[tuple[int, ...]]:
+    """The distinct sets of topic numbers of the txns in ``pairs`` (txn, n)."""
+    if pairs.num_rows == 0:
+        return set()
+    ordered = pairs.sort_by([("txn", "ascending"), ("n", "ascending")])
+    per_txn = ordered.group_by("txn", use_threads=False).aggregate([("n", "list")])
+    keys = pc.binary_join(pc.cast(per_txn["n_list"], pa.list_(pa.string())), ",")
+    return {tuple(int(i) for i in key.split(",")) for key in pc.unique(keys).to_pylist()}
 
 
 def _shard_txns(pf: pq.ParquetFile, topics: pa.Array, topicless: bool, batch_rows: int) -> pa.Array:

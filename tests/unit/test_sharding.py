@@ -18,6 +18,12 @@ def test_shards_split_the_trace_by_unit_and_keep_its_order(tmp_path: Path, profi
     events = list(read_events(trace))
     rows_per_topic, topic_sets = trace_aggregates(trace, batch_rows=1000)
     assert rows_per_topic == {t: sum(1 for e in events if e.topic == t) for t in rows_per_topic}
+    by_txn: dict[str, set[str]] = {}
+    for e in events:
+        if e.txn is not None and e.topic is not None:
+            by_txn.setdefault(e.txn, set()).add(e.topic)
+    assert topic_sets == sorted(sorted(s) for s in {frozenset(s) for s in by_txn.values()})  # txns cross batches
+    assert trace_aggregates(trace, batch_rows=97) == (rows_per_topic, topic_sets)
     topic_shard = plan_shards(rows_per_topic, topic_sets, 3)
     shards = [list(shard_events(trace, topic_shard, s, batch_rows=777)) for s in range(3)]
 
