@@ -8,14 +8,16 @@ runs each step as its own ``txnbench`` process, so every peak RSS belongs to tha
 
 1. in-process virtual-time replay speed per engine (one core) on the small trace, ``--repeats``
    times each (median, min and max: this machine's timings vary by several percent);
-2. peak RSS of in-process replays against trace length (small, middle, big): v4, v5 with
-   PIP-473's retention (900 s: its finished headers stay in the store, so its memory grows until
-   the trace is longer than that) and v5 with a 30 s retention (the same code once GC keeps up);
+2. peak RSS of in-process replays against trace length (small, middle, big, and twice big for
+   the bounded ones): v4, v5 with PIP-473's retention (900 s of finished headers stay in the
+   store: at this profile's ~110k events per virtual second that is 100M events before GC
+   deletes any, so its memory grows over any trace here) and v5 with a 10 s retention (the same
+   code once GC keeps up);
 3. Spark ``local[1]`` against ``local[2]`` on the big trace (scaling: the fixed costs, JVM start
    and first job, weigh least there), with each run's phases and per-shard replay times;
-4. so the big run is the 10M-event ``local[2]`` replay of both engines.
+4. which makes the ``local[2]`` run the 10M-event replay of both engines.
 
-``--quick`` uses 200k/1M/2M events and skips nothing else. Writes ``scale.json`` and ``scale.md``,
+``--quick`` uses 200k/1M/2M (and 4M) events and skips nothing else. Writes ``scale.json`` and ``scale.md``,
 each figure with the command that produced it, and the machine it ran on.
 """
 
@@ -35,9 +37,10 @@ from typing import Any
 PROFILE = "omb-1-topic-16-partitions-1kb"
 ENGINES = {"v4": ["--engine", "v4"], "v5-watch": ["--engine", "v5"],
            "v5-events": ["--engine", "v5", "--v5-variant", "events"]}
-SHORT_RETENTION = ["--v5-option", "retention_ms=30000", "--v5-option", "gc_sweep_ms=10000"]
-MEMORY = {"v4": ENGINES["v4"], "v5-watch": ENGINES["v5-watch"],
-          "v5-watch retention 30 s": ENGINES["v5-watch"] + SHORT_RETENTION}
+SHORT_RETENTION = ["--v5-option", "retention_ms=10000", "--v5-option", "gc_sweep_ms=5000"]
+# label -> (options, whether it should be flat: then it also runs on a trace twice the big one)
+MEMORY = {"v4": (ENGINES["v4"], True), "v5-watch": (ENGINES["v5-watch"], False),
+          "v5-watch retention 10 s": (ENGINES["v5-watch"] + SHORT_RETENTION, True)}
 
 
 def _txnbench(*args: str) -> list[str]:
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     traces.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sizes = (args.small, args.middle, args.big)
-    trace = {n: _trace(traces, n) for n in sizes}
+    trace = {n: _trace(traces, n) for n in (*sizes, 2 * args.big)}
     figures: dict[str, Any] = {"profile": PROFILE, "machine": _machine(), "speed": {}, "memory": {}, "spark": {}}
     commands: dict[str, str] = {}
 
@@ -108,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "min": min(rates), "max": max(rates), "runs": rates}
         commands[f"speed {label}"] = _shown(cmd)
 
-    for label, opts in MEMORY.items():  # 2. memory against trace length
-        for n in sizes:
+    for label, (opts, flat) in MEMORY.items():  # 2. memory against trace length
+        for n in (*sizes, 2 * args.big) if flat else sizes:
             res = out / f"memory-{label.replace(' ', '-')}-{n}"
             cmd = _txnbench("replay", "--trace", str(trace[n]), "--out", str(res), "--no-progress", *opts)
             _run(cmd)
