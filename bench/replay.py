@@ -5,8 +5,10 @@ maps trace labels to txn ids and message ids, keeps consumers subscribed (re-sub
 broker crash) and records deliveries, txn outcomes, latencies and exact counts.
 
 A consumer acks only what it has received: a plain ack whose message has not reached that
-subscription yet waits for the delivery and is applied then (``acks.deferred``); acks inside a
-txn are applied as written (``acks.txn_before_delivery`` counts those ahead of their message).
+subscription yet waits for the delivery and is applied then (``acks.deferred``); the acks that
+waited for one delivery go out as one request, as the Java client groups acks by default
+(``acks.grouped_requests``; the cursor saves once per request). Acks inside a txn are applied as
+written (``acks.txn_before_delivery`` counts those ahead of their message).
 
 Memory stays flat on long traces: a message's id is dropped once every subscription of its
 topic has acked it (a txn ack counts when the txn commits), and a txn's row leaves for the sink
@@ -267,19 +269,37 @@ class Replayer:
             del self.msgs[msg]
 
     def _deferred_acks(self, acks: list[tuple[str, str, AckKind]]) -> None:
+        """The acks that waited for one delivery (one subscription, one ledger), sent as the Java
+        client sends acks by default: individual acks grouped into one request
+        (``acknowledgementsGroupTime``), each cumulative ack on its own, in trace order."""
         msgs = self.msgs
-        for sub, msg, kind in acks:
+        group: list[tuple[str, _Msg]] = []
+        sub = acks[0][0]
+        for _sub, msg, kind in acks:
             m = msgs.get(msg)
             if m is None:
                 self.counts["acks.after_all_acked"] += 1
-                continue
-            try:
-                self.broker.ack(sub, [m.id], kind)
-                if self.history is not None:
-                    self.history.ack(sub, [msg], kind is AckKind.CUMULATIVE, None)
-                self._acked(msg, m)
-            except CLIENT_ERRORS as exc:
-                self.counts["client_errors." + type(exc).__name__] += 1
+            elif kind is AckKind.INDIVIDUAL:
+                group.append((msg, m))
+            else:
+                self._ack_request(sub, group)
+                group = []
+                self._ack_request(sub, [(msg, m)], AckKind.CUMULATIVE)
+        self._ack_request(sub, group)
+
+    def _ack_request(self, sub: str, acked: list[tuple[str, _Msg]], kind: AckKind = AckKind.INDIVIDUAL) -> None:
+        if not acked:
+            return
+        try:
+            self.broker.ack(sub, [m.id for _, m in acked], kind)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
+            return
+        self.counts["acks.grouped_requests"] += 1
+        if self.history is not None:
+            self.history.ack(sub, [msg for msg, _ in acked], kind is AckKind.CUMULATIVE, None)
+        for msg, m in acked:
+            self._acked(msg, m)
 
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn

@@ -61,6 +61,24 @@ def test_an_ack_after_every_subscription_acked_is_a_counted_no_op(tmp_path: Path
         assert "m2" not in replayer.msgs and not replayer.msgs
 
 
+def test_acks_that_waited_for_one_delivery_go_out_grouped(tmp_path: Path) -> None:
+    # Four messages stored before the subscription exists arrive in one delivery; their acks,
+    # all in the trace before it, wait for it and then go out as the Java client sends them:
+    # individual acks grouped into one request, a cumulative ack on its own, in trace order.
+    rows = [{"ts_us": i, "op": "publish", "topic": T, "msg": f"m{i}", "size": 1} for i in range(4)]
+    rows += [{"ts_us": 1_000, "op": "subscribe", "topic": T, "subscription": "s"}]
+    rows += [{"ts_us": 1_000, "op": "ack", "topic": T, "msg": f"m{i}", "subscription": "s", "ack_kind": kind}
+             for i, kind in enumerate(["individual", "individual", "cumulative", "individual"])]
+    trace = write(tmp_path / "t.parquet", rows)
+    for engine in ("v4", "v5", "none"):
+        replayer = Replayer(RunConfig(engine=engine))
+        counts = replayer.run(read_events(trace)).counts
+        assert counts["deliveries"] == 4 and counts["acks.deferred"] == 4, engine
+        assert counts["acks.grouped_requests"] == 3, engine  # [m0, m1], [m2 cumulative], [m3]
+        assert counts["ledger.cursor_writes"] == 1 + 3, engine  # the subscription's creation, one per request
+        assert not replayer.msgs and not replayer.deferred, engine
+
+
 def test_a_txn_trace_on_a_broker_without_transactions_counts_refusals(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     generate(load_profile("small"), 1500, 4, trace)
