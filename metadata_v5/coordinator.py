@@ -142,13 +142,14 @@ class CoordinatorV5(TransactionCoordinator):
         """Everything a sweep's range holds, a page (one index query) at a time, as master's
         sweeps scan the whole range: a sweep that stopped at one page would fall behind for good
         once more txns end per sweep interval than a page holds."""
-        import time
-
         after: SweepCursor | None = None
         while True:
-            start = time.perf_counter()
+            # The query's latency by the injected clock: measured in wall time, where the model
+            # is all zeros; the modelled list latency in virtual time, where a call takes none.
+            start = self._sched.now_us()
             txns, after = page(after)
-            self._observe(time.perf_counter() - start)
+            took_us = max(self._sched.now_us() - start, self._lat.of("meta.list"))
+            self._observe(took_us / 1e6)
             self.stats["index_queries"] += 1
             yield from txns
             if after is None:
