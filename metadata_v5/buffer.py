@@ -172,8 +172,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
     # -- recovery -----------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Rebuild from the store only: one index query for this segment's write records, one
-        header read per txn found, and (safe GC) one query for the abort ranges."""
+        """Rebuild from the store only: one index query for this segment's write records, the
+        headers of the txns found (read at once), and (safe GC) one query for the abort ranges."""
         records = self._records.writes_on(self._segment)
         queries = 1
         by_txn: dict[TxnID, list[OpRecord]] = {}
@@ -202,7 +202,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
             for txn, state in self._records.events_for(self._segment, None):
                 decided.append((txn, state))
             queries += 1
-        modelled = queries * self._lat.of("meta.list") + headers_read * self._lat.of("meta.read")
+        # master reads every header it found at once, after the scans (FutureUtil.waitForAll)
+        modelled = queries * self._lat.of("meta.list") + self._lat.concurrent("meta.read", headers_read)
         self._recovery = RecoveryStats(f"tb-v5:{self._segment}", records_read=len(records) + headers_read,
                                        queries=queries, modelled_us=modelled)
         self.stats["recovery_records_read"] += len(records) + headers_read

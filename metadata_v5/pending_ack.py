@@ -113,7 +113,8 @@ class MetadataPendingAckStore(PendingAckStore):
             self._headers.final(txn, state)
         self._recovery = RecoveryStats(
             f"pending-ack-v5:{self._segment}[{self._sub}]", records_read=len(records) + headers_read, queries=queries,
-            modelled_us=queries * self._lat.of("meta.list") + headers_read * self._lat.of("meta.read"),
+            # the headers are read at once after the scan, as master's replayAsync does
+            modelled_us=queries * self._lat.of("meta.list") + self._lat.concurrent("meta.read", headers_read),
         )
 
     def recovery_stats(self) -> RecoveryStats | None:
