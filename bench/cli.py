@@ -169,6 +169,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     checked = check_trace(trace, configs)  # the report shows it beside the numbers
     checked.write(out / "check.json")
     print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
+    if not args.no_scenarios:  # the review questions, with their plots, in the same report
+        from bench.scenarios import run_scenarios, save
+
+        done = run_scenarios()
+        save(done, out / "scenarios.json")
+        print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
     report = build_report([out / "results"], out / "report", title=f"txnbench compare: {args.profile}")
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
@@ -221,6 +227,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         params["endtxn"] = {"sizes": tuple(args.participants)}
     if args.sizes:
         params["recovery"] = {"sizes": tuple(args.sizes)}
+    if args.open_txns or args.open_log:
+        params["recovery-open"] = {k: v for k, v in (("open_txns", tuple(args.open_txns or ())), ("n", args.open_log)) if v}
     started = time.perf_counter()
     run_scenarios(args.names or None, args.out, large=args.large, params=params, progress=print)
     print(f"done in {time.perf_counter() - started:.1f} s")
@@ -310,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, default=50_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="txnbench-out/compare")
+    p.add_argument("--no-scenarios", action="store_true",
+                   help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
     p.set_defaults(fn=cmd_compare)
 
@@ -346,13 +356,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
-    p.add_argument("names", nargs="*", metavar="NAME", help="sealed, polling, endtxn, recovery, gc, interop (default: all)")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, migration (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
     p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
     p.add_argument("--window-s", type=int, default=30, help="sealed: seconds of virtual time after the commit")
     p.add_argument("--hold-s", type=float, default=5.0, help="polling: seconds the txn stays open")
     p.add_argument("--participants", type=int, nargs="+", default=None, help="endtxn: participant counts")
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="recovery: log lengths")
+    p.add_argument("--open-txns", type=int, nargs="+", default=None, help="recovery-open: txns open at the crash")
+    p.add_argument("--open-log", type=int, default=None, help="recovery-open: entries in the log (default 10000)")
     p.set_defaults(fn=cmd_scenarios)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")

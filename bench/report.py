@@ -1,5 +1,5 @@
 """Comparison reports: load result sets, classify rows, render Markdown and HTML from the same
-rows, draw PNG plots and write ``summary.json``.
+rows, add the plots (:mod:`bench.plots`) and write ``summary.json``.
 
 Within one result set, engines are compared side by side (the ratio is other/first engine).
 Across result sets (e.g. two commits), each engine is compared with the baseline set and only
@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.measure import METRICS, histogram_from_summary
+from bench.measure import METRICS
+from bench.plots import render_figures, result_set_plots
 from bench.results import load
 
 DETERMINISTIC_NOISE = 0.01
@@ -252,73 +253,6 @@ def render_html(title: str, sections: list[tuple[str, list[str], list[Row], str]
     return "\n".join(parts)
 
 
-def _plots(sets: list[dict[str, Any]], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files: list[str] = []
-    rs = sets[-1]
-    labels = list(rs["manifest"].get("runs", {}))
-    for name in ("publish_txn_us", "dispatch_nontxn_us", "dispatch_txn_us", "commit_to_visible_us", "end_txn_us"):
-        have = [(lab, rs["latency"].get(lab, {}).get(name)) for lab in labels]
-        have = [(lab, s) for lab, s in have if s and s["count"]]
-        if not have:
-            continue
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for lab, s in have:
-            h = histogram_from_summary(s)
-            qs = [i / 2 for i in range(1, 200)] + [99.9, 99.99, 100.0]
-            ax.plot([h.get_value_at_percentile(q) / 1000 for q in qs], [q / 100 for q in qs], label=lab)
-        ax.set_xscale("log")
-        ax.set_xlabel("ms (log)")
-        ax.set_ylabel("fraction ≤ x")
-        ax.set_title(f"CDF of {name[:-3]}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fname = f"cdf_{name[:-3]}.png"
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=90)
-        plt.close(fig)
-        files.append(fname)
-    bars = [
-        ("polling.png", "Dispatcher reads while blocked", [("empty reads", "dispatch.empty_reads"), ("blocked s", "dispatch.blocked_us")]),
-        ("writes.png", "Writes by kind", [("data", "ledger.appends.data"), ("markers", "ledger.appends.marker"),
-                                          ("txn log", "tc.log_appends"), ("snapshots", "snapshot.writes"),
-                                          ("pending-ack log", "pending_ack.appends"), ("metadata", "meta.writes")]),
-    ]
-    for fname, title, series in bars:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        width = 0.8 / max(1, len(labels))
-        for i, lab in enumerate(labels):
-            c = rs["counts"].get(lab, {})
-            vals = [c.get(k, 0) / (1e6 if k.endswith("_us") else 1) for _, k in series]
-            ax.bar([j + i * width for j in range(len(series))], vals, width, label=lab)
-        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(series))], [s for s, _ in series])
-        ax.set_title(title)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=90)
-        plt.close(fig)
-        files.append(fname)
-    if rs["recovery"]:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        comps = sorted({r["component"] for r in rs["recovery"]})
-        width = 0.8 / max(1, len(labels))
-        for i, lab in enumerate(labels):
-            vals = [sum(r["entries_replayed"] + r["records_read"] for r in rs["recovery"] if r["engine"] == lab and r["component"] == c) for c in comps]
-            ax.bar([j + i * width for j in range(len(comps))], vals, width, label=lab)
-        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(comps))], comps, rotation=20)
-        ax.set_title("Recovery: entries + records read, by component")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "recovery.png", dpi=90)
-        plt.close(fig)
-        files.append("recovery.png")
-    return files
-
-
 def build_report(results: list[str | Path], out: str | Path, title: str = "txnbench comparison") -> Path:
     sets = [load(p) for p in results]
     outdir = Path(out)
@@ -346,16 +280,20 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
                          flagged or rows[:0], note + ("" if flagged else " No change beyond noise.")))
         summary["comparisons"].append({"baseline": sets[0]["path"], "new": other["path"], "comparable": why is None,
                                        "why_not": why, "changes": [asdict(r) for r in flagged]})
-    for found in sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
-                         if q.is_file()}):  # `txnbench scenarios` output next to the results
-        from bench.scenarios import load_sections
+    scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
+                             if q.is_file()})  # `txnbench scenarios` output next to the results
+    if scenario_files:
+        from bench.scenarios import load_figures, load_sections
 
-        sections += load_sections(found)
+        for found in scenario_files:
+            sections += load_sections(found)
     for found in sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
                          if q.is_file()}):  # `txnbench check` output next to the results
         sections.append(check_section(found))
         summary.setdefault("checks", []).append(json.loads(found.read_text()))
-    plots = _plots(sets, outdir)
+    plots = result_set_plots(sets[-1], outdir)
+    for found in scenario_files:
+        plots += render_figures(load_figures(found), outdir)
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))
     summary["plots"] = plots

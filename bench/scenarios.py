@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from bench.config import RunConfig
 from bench.engines import Setup, build
+from bench.plots import Figure, render_figures
 from bench.report import Row, render_html, render_markdown
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel, VirtualScheduler
@@ -130,6 +131,7 @@ class Scenario:
     note: str = ""
     findings: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
+    figures: list[Figure] = field(default_factory=list)  # drawn by bench.plots.render_figures
 
 
 def _row(metric: str, unit: str, values: dict[str, float | None], verdict: str = "n/a") -> Row:
@@ -203,6 +205,9 @@ def sealed(window_s: int = 30) -> Scenario:
 # -- 2. dispatcher polling while blocked ----------------------------------------------------------
 
 
+POLLING_SAMPLES = 25  # points per curve of the empty-reads plot
+
+
 def polling(hold_s: float = 5.0) -> Scenario:
     """A txn stays open ``hold_s`` seconds while plain messages pile up behind it."""
     modes = [("pulsar", DispatchMode.POLLING), ("shared-backoff", DispatchMode.POLLING),
@@ -211,6 +216,7 @@ def polling(hold_s: float = 5.0) -> Scenario:
     lat = LatencyModel()
     empty_us, read_us = lat.of("cursor.empty_read"), lat.of("ledger.read")
     vals: dict[str, dict[str, float | None]] = {}
+    curve: dict[str, list[list[float]]] = {}
     for label in labels:
         eng, preset = label.split(" ")
         mode = DispatchMode.NOTIFY if preset == "notify" else DispatchMode.POLLING
@@ -222,7 +228,11 @@ def polling(hold_s: float = 5.0) -> Scenario:
             r.publish(T, f"plain{i}")
         r.run(1_000)
         before = r.stats()
-        r.run(int(hold_s * 1e6))
+        curve[label] = [[0.0, 0]]
+        for i in range(1, POLLING_SAMPLES + 1):  # the dispatcher is blocked all along: sample its empty reads
+            r.run(int(hold_s * 1e6 / POLLING_SAMPLES))
+            curve[label].append([round(hold_s * i / POLLING_SAMPLES, 3),
+                                 r.stats().get("dispatch.empty_reads", 0) - before.get("dispatch.empty_reads", 0)])
         t0 = r.end(txn)
         r.run(1_000_000)
         st = r.stats()
@@ -247,11 +257,16 @@ def polling(hold_s: float = 5.0) -> Scenario:
         f"commit-to-visible pulsar {vals[f'{eng} pulsar']['visible_ms']} ms vs notify {vals[f'{eng} notify']['visible_ms']} ms"
         for eng in ("v4", "v5-watch")
     ]
+    figure: Figure = {
+        "file": "empty_reads_vs_blocked_time.png", "title": "Empty dispatcher reads vs time blocked by an open txn",
+        "x": "seconds blocked at maxReadPosition", "x_scale": "linear",
+        "panels": [{"title": eng, "y": "empty reads so far", "y_scale": "symlog",
+                    "lines": {m: curve[f"{eng} {m}"] for m, _ in modes}} for eng in ("v4", "v5-watch")]}
     return Scenario("polling", "Dispatcher polling: what does a subscription blocked at maxReadPosition by a long-open txn cost?",
                     labels, rows, f"txnbench scenarios polling --hold-s {hold_s:g}",
                     f"One txn entry then 10 plain entries; the txn stays open {hold_s:g} s. CPU model: "
                     f"empty read = cursor.empty_read ({empty_us} µs), other read = ledger.read ({read_us} µs), "
-                    "summed and divided by blocked seconds (1000 ms/s = one core).", findings)
+                    "summed and divided by blocked seconds (1000 ms/s = one core).", findings, figures=[figure])
 
 
 # -- 3. end-txn cost vs participants --------------------------------------------------------------
@@ -303,61 +318,71 @@ def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
                 f"{vals[f'v4 N={big}']['end_ms']} ms; v5-watch {vals[f'v5-watch N={big}']['cas']:g} CAS, "
                 f"{vals[f'v5-watch N={big}']['writes']:g} writes, {vals[f'v5-watch N={big}']['end_ms']} ms; v5-events "
                 f"{vals[f'v5-events N={big}']['events']:g} event records, {vals[f'v5-events N={big}']['end_ms']} ms"]
+
+    def lines(key: str) -> dict[str, list[list[float]]]:  # a None (not reached in time) leaves a gap
+        return {e: [[n, y] for n in sizes if (y := vals[f"{e} N={n}"][key]) is not None] for e in engines}
+
+    figure: Figure = {
+        "file": "endtxn_vs_participants.png", "title": "End-txn cost vs participants (N partitions + N subscriptions)",
+        "x": "N", "x_scale": "log2",
+        "panels": [{"title": "writes a commit causes", "y": "ledger + metadata writes", "y_scale": "log", "lines": lines("writes")},
+                   {"title": "end-txn latency (client answer)", "y": "ms", "lines": lines("end_ms")},
+                   {"title": "commit to visible (last participant)", "y": "ms", "lines": lines("visible_ms")}]}
     return Scenario("endtxn", "End-txn cost vs participants: writes, RPCs and latency of a commit over N partitions + N subscriptions",
                     labels, rows, "txnbench scenarios endtxn --participants " + " ".join(map(str, sizes)),
                     "Writes count everything a commit adds (for v5 this includes the participants deleting their "
-                    "op records after materialising), measured from the commit call to 5 s later.", findings)
+                    "op records after materialising), measured from the commit call to 5 s later.", findings,
+                    figures=[figure])
 
 
 # -- 4. recovery vs log length --------------------------------------------------------------------
 
 
-def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
-    """``n`` entries on one topic: one txn per 10 entries writes 5 of them and acks one
-    earlier message of the subscription; 1 txn in 10 aborts; one last txn is still open. Then the
-    broker crashes and the subscription reconnects; recovery figures are per component."""
-    engines = ["v4", "v5-watch"]
-    labels = [f"{e} n={n:,}" for n in sizes for e in engines]
-    vals: dict[str, dict[str, float | None]] = {}
-    for n in sizes:
-        for eng in engines:
-            started = time.perf_counter()
-            r = Run(_cfg(eng))
-            r.subscribe(T, "sub")
-            k = 0
-            while k < n:
-                txn = r.broker.new_txn(600_000)
-                for j in range(5):
-                    r.publish(T, f"m{k}", txn=txn)
-                    k += 1
-                for j in range(5):
-                    r.publish(T, f"m{k}")
-                    k += 1
-                r.ack("sub", f"m{k - 1}", txn=txn)
-                r.end(txn, TxnAction.ABORT if (k // 10) % 10 == 9 else TxnAction.COMMIT)
-                r.run(2_000)
-            open_txn = r.broker.new_txn(600_000)  # one txn still open at the crash
-            r.publish(T, "open", txn=open_txn)
-            r.run(1_000_000)
-            r.crash()
-            r.broker.coordinator()
-            r.run(600_000_000 if eng == "v4" else 5_000_000)
-            rec: dict[str, dict[str, int]] = {}
-            for s in r.broker.recovery_stats():
-                kind = s.component.split(":")[0].removesuffix("-v5")
-                agg = rec.setdefault(kind, {"entries": 0, "records": 0, "us": 0})
-                agg["entries"] += s.entries_replayed
-                agg["records"] += s.records_read
-                agg["us"] = max(agg["us"], s.modelled_us)
-            tot_e = sum(a["entries"] for a in rec.values())
-            tot_r = sum(a["records"] for a in rec.values())
-            vals[f"{eng} n={n:,}"] = {"entries": tot_e, "records": tot_r,
-                                      "us": _ms(max((a["us"] for a in rec.values()), default=0)),
-                                      "components": len(rec), "wall": round(time.perf_counter() - started, 2),
-                                      **{f"{c}.entries": a["entries"] for c, a in rec.items()},
-                                      **{f"{c}.records": a["records"] for c, a in rec.items()},
-                                      **{f"{c}.ms": _ms(a["us"]) for c, a in rec.items()}}
-            r.close()
+def _recovery_run(eng: str, n: int, open_txns: int) -> dict[str, float | None]:
+    """``n`` entries on one topic: one txn per 10 entries writes 5 of them and acks one earlier
+    message of the subscription; 1 txn in 10 aborts. Then ``open_txns`` txns each write one entry
+    and ack one unacked message, and stay open: the broker crashes and the subscription
+    reconnects. Recovery figures per component kind (tb, pending-ack, tc) and in all."""
+    started = time.perf_counter()
+    r = Run(_cfg(eng))
+    r.subscribe(T, "sub")
+    k = 0
+    while k < n:
+        txn = r.broker.new_txn(600_000)
+        for j in range(5):
+            r.publish(T, f"m{k}", txn=txn)
+            k += 1
+        for j in range(5):
+            r.publish(T, f"m{k}")
+            k += 1
+        r.ack("sub", f"m{k - 1}", txn=txn)
+        r.end(txn, TxnAction.ABORT if (k // 10) % 10 == 9 else TxnAction.COMMIT)
+        r.run(2_000)
+    for j in range(open_txns):  # still open at the crash
+        txn = r.broker.new_txn(600_000)
+        r.publish(T, f"open{j}", txn=txn)
+        r.ack("sub", f"m{10 * j + 5}", txn=txn)  # a plain message nobody acked (the txns above ack m<10i+9>)
+    r.run(1_000_000)
+    r.crash()
+    r.broker.coordinator()
+    r.run(600_000_000 if eng == "v4" else 5_000_000)
+    rec: dict[str, dict[str, int]] = {}
+    for st in r.broker.recovery_stats():
+        kind = st.component.split(":")[0].removesuffix("-v5")
+        agg = rec.setdefault(kind, {"entries": 0, "records": 0, "us": 0})
+        agg["entries"] += st.entries_replayed
+        agg["records"] += st.records_read
+        agg["us"] = max(agg["us"], st.modelled_us)
+    r.close()
+    return {"entries": sum(a["entries"] for a in rec.values()), "records": sum(a["records"] for a in rec.values()),
+            "us": _ms(max((a["us"] for a in rec.values()), default=0)),
+            "components": len(rec), "wall": round(time.perf_counter() - started, 2),
+            **{f"{c}.entries": a["entries"] for c, a in rec.items()},
+            **{f"{c}.records": a["records"] for c, a in rec.items()},
+            **{f"{c}.ms": _ms(a["us"]) for c, a in rec.items()}}
+
+
+def _recovery_rows(vals: dict[str, dict[str, float | None]], labels: list[str]) -> list[Row]:
     comps = sorted({k.rsplit(".", 1)[0] for v in vals.values() for k in v if "." in k})
     spec = [("entries replayed (all components)", "entries", "entries"), ("metadata records read (all)", "records", "records"),
             ("modelled recovery time (slowest component)", "ms", "us")]
@@ -365,9 +390,33 @@ def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
         spec += [(f"{c}: entries replayed", "entries", f"{c}.entries"), (f"{c}: records read", "records", f"{c}.records"),
                  (f"{c}: modelled time", "ms", f"{c}.ms")]
     spec.append(("wall time of this run (build + recovery)", "s", "wall"))
-    rows = [_row(m, u, {lab: vals[lab].get(k) for lab in labels}) for m, u, k in spec]
-    for r_ in rows:
-        r_.verdict = "n/a"
+    return [_row(m, u, {lab: vals[lab].get(k) for lab in labels}) for m, u, k in spec]
+
+
+def _recovery_figure(file: str, title: str, x: str, points: dict[str, list[tuple[int, dict[str, float | None]]]]) -> Figure:
+    """Read cost and modelled time against the swept quantity, one line per engine."""
+    def lines(key: str) -> dict[str, list[list[float]]]:
+        return {eng: [[x_, (v["entries"] or 0) + (v["records"] or 0) if key == "read" else v[key] or 0.0]
+                      for x_, v in pts] for eng, pts in points.items()}
+
+    return {"file": file, "title": title, "x": x, "x_scale": "log",
+            "panels": [{"title": "entries replayed + records read", "y": "entries + records", "y_scale": "log",
+                        "lines": lines("read")},
+                       {"title": "modelled recovery time (slowest component)", "y": "ms", "lines": lines("us")}]}
+
+
+RECOVERY_NOTE = ("Components: tb (transaction buffer), pending-ack store, tc (coordinator). Modelled time is the "
+                 "virtual time the component stays unready (v4: ceil(entries/100) reads + log replay; v5: index "
+                 "queries, then the headers of the txns found, read at once as master does: one meta.read plus "
+                 "meta.pipelined per further header).")
+
+
+def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
+    """Recovery against the log's length, with one txn open at the crash (:func:`_recovery_run`)."""
+    engines = ["v4", "v5-watch"]
+    labels = [f"{e} n={n:,}" for n in sizes for e in engines]
+    vals = {f"{e} n={n:,}": _recovery_run(e, n, 1) for n in sizes for e in engines}
+    rows = _recovery_rows(vals, labels)
     lo, hi = sizes[0], sizes[-1]
     findings = [f"v4 replays {vals[f'v4 n={lo:,}']['entries']:g} → {vals[f'v4 n={hi:,}']['entries']:g} entries "
                 f"({vals[f'v4 n={lo:,}']['us']} → {vals[f'v4 n={hi:,}']['us']} ms modelled) from n={lo:,} to n={hi:,}; "
@@ -375,13 +424,36 @@ def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
                 f"({vals[f'v5-watch n={lo:,}']['us']} → {vals[f'v5-watch n={hi:,}']['us']} ms), replays 0 entries. "
                 f"Wall time per run at n={hi:,}: v4 {vals[f'v4 n={hi:,}']['wall']} s, v5 {vals[f'v5-watch n={hi:,}']['wall']} s "
                 "(building the log dominates and grows faster than n here, so 10^6 and 10^7 sit behind --large)."]
+    figure = _recovery_figure("recovery_vs_log_length.png", "Recovery vs log length (one txn open at the crash)",
+                              "entries in the topic's log", {e: [(n, vals[f"{e} n={n:,}"]) for n in sizes] for e in engines})
     return Scenario("recovery", "Recovery vs log length: what does a broker restart cost as the topic grows?",
                     labels, rows, "txnbench scenarios recovery --sizes " + " ".join(map(str, sizes)),
-                    "Components: tb (transaction buffer), pending-ack store, tc (coordinator). Modelled time is the "
-                    "virtual time the component stays unready (v4: ceil(entries/100) reads + log replay; v5: index "
-                    "queries + header reads). Sizes 10^6 and 10^7 are behind --large: building the log dominates the "
-                    "wall time (last row: ≈0.5 s at 10^4, ≈15 s at 10^5 per engine on a 2-core machine, faster than "
-                    "linear), so expect tens of minutes per engine at 10^6 and hours at 10^7.", findings)
+                    RECOVERY_NOTE + " One txn (one entry, one ack) is open at the crash. Sizes 10^6 and 10^7 are "
+                    "behind --large: building the log dominates the wall time (last row: ≈0.5 s at 10^4, ≈15 s at "
+                    "10^5 per engine on a 2-core machine, faster than linear), so expect tens of minutes per engine "
+                    "at 10^6 and hours at 10^7.", findings, figures=[figure])
+
+
+def recovery_open(open_txns: tuple[int, ...] = (1, 10, 100, 1_000), n: int = 10_000) -> Scenario:
+    """Recovery against the txns open at the crash (each wrote one entry and acked one message),
+    on a log of ``n`` entries (:func:`_recovery_run`)."""
+    if 10 * max(open_txns) > n:
+        raise ConfigError(f"recovery-open: {max(open_txns)} open txns need a log of at least {10 * max(open_txns)} entries")
+    engines = ["v4", "v5-watch"]
+    labels = [f"{e} open={k:,}" for k in open_txns for e in engines]
+    vals = {f"{e} open={k:,}": _recovery_run(e, n, k) for k in open_txns for e in engines}
+    rows = _recovery_rows(vals, labels)
+    lo, hi = open_txns[0], open_txns[-1]
+    findings = [f"{e}: {vals[f'{e} open={lo:,}']['entries']:g} → {vals[f'{e} open={hi:,}']['entries']:g} entries replayed, "
+                f"{vals[f'{e} open={lo:,}']['records']:g} → {vals[f'{e} open={hi:,}']['records']:g} records read, "
+                f"{vals[f'{e} open={lo:,}']['us']} → {vals[f'{e} open={hi:,}']['us']} ms modelled, "
+                f"from {lo:,} to {hi:,} open txns" for e in engines]
+    figure = _recovery_figure("recovery_vs_open_txns.png", f"Recovery vs txns open at the crash (log of {n:,} entries)",
+                              "txns open at the crash", {e: [(k, vals[f"{e} open={k:,}"]) for k in open_txns] for e in engines})
+    return Scenario("recovery-open", "Recovery vs open txns: what does a broker restart cost with many txns in flight?",
+                    labels, rows, f"txnbench scenarios recovery-open --open-txns {' '.join(map(str, open_txns))} "
+                    f"--open-log {n}", RECOVERY_NOTE + f" The log holds {n:,} entries of finished txns and plain "
+                    "messages; each open txn wrote one entry and acked one message.", findings, figures=[figure])
 
 
 # -- 5. GC vs a slow participant, GC vs retention ----------------------------------------------------
@@ -618,8 +690,8 @@ def migration(txns: int = 30) -> Scenario:
 # -- running and writing ------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
-    "sealed": sealed, "polling": polling, "endtxn": endtxn, "recovery": recovery, "gc": gc, "interop": interop,
-    "migration": migration,
+    "sealed": sealed, "polling": polling, "endtxn": endtxn, "recovery": recovery, "recovery-open": recovery_open,
+    "gc": gc, "interop": interop, "migration": migration,
 }
 LARGE_SIZES = (1_000_000, 10_000_000)
 
@@ -649,15 +721,24 @@ def run_scenarios(names: list[str] | None = None, out: str | Path | None = None,
     return done
 
 
-def write(scenarios: list[Scenario], out: str | Path) -> Path:
-    outdir = Path(out)
-    outdir.mkdir(parents=True, exist_ok=True)
+def save(scenarios: list[Scenario], path: str | Path) -> Path:
+    """Write ``scenarios.json``: every scenario's rows, findings and figures."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     data = {"scenarios": [{**asdict(s), "rows": [asdict(r) for r in s.rows]} for s in scenarios]}
-    (outdir / "scenarios.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+
+
+def write(scenarios: list[Scenario], out: str | Path) -> Path:
+    """``scenarios.json`` and a report (Markdown, HTML, plots) of its own in ``out``."""
+    outdir = Path(out)
+    save(scenarios, outdir / "scenarios.json")
     sections = sections_of(scenarios)
+    plots = render_figures([f for s in scenarios for f in s.figures], outdir)
     title = "txnbench: PIP-473 review questions"
-    (outdir / "report.md").write_text(render_markdown(title, sections, []))
-    (outdir / "report.html").write_text(render_html(title, sections, []))
+    (outdir / "report.md").write_text(render_markdown(title, sections, plots))
+    (outdir / "report.html").write_text(render_html(title, sections, plots))
     return outdir / "report.html"
 
 
@@ -670,6 +751,11 @@ def sections_of(scenarios: list[Scenario]) -> list[tuple[str, list[str], list[Ro
     return out
 
 
+def load_figures(path: str | Path) -> list[Figure]:
+    """The figures of a ``scenarios.json`` (for ``build_report``)."""
+    return [f for s in json.loads(Path(path).read_text())["scenarios"] for f in s.get("figures", [])]
+
+
 def load_sections(path: str | Path) -> list[tuple[str, list[str], list[Row], str]]:
     """Sections from a ``scenarios.json`` (for ``build_report``)."""
     data = json.loads(Path(path).read_text())
@@ -680,4 +766,4 @@ def load_sections(path: str | Path) -> list[tuple[str, list[str], list[Row], str
     return sections_of(scenarios)
 
 
-__all__ = ["Run", "Scenario", "SCENARIOS", "run_scenarios", "write", "load_sections", "TxnbenchError"]
+__all__ = ["Run", "Scenario", "SCENARIOS", "run_scenarios", "save", "write", "load_figures", "load_sections", "TxnbenchError"]

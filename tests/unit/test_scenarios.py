@@ -52,6 +52,22 @@ def test_recovery_v5_reads_do_not_grow_with_the_log() -> None:
     assert entries["v4 n=2,000"] > entries["v4 n=200"]
 
 
+def test_recovery_v5_reads_grow_with_open_txns_at_one_round_trip() -> None:
+    s = sc.recovery_open(open_txns=(1, 10, 50), n=500)
+    entries, records = _v(s, "entries replayed (all"), _v(s, "metadata records read (all")
+    for k in (1, 10, 50):
+        assert entries[f"v5-watch open={k:,}"] == 0
+        # per open txn, buffer and pending-ack store each read its op record and its header
+        assert records[f"v5-watch open={k:,}"] == 4 * k
+    # the buffer's two index queries (writes, abort ranges), then the 50 headers at once
+    assert _v(s, "tb: modelled time")["v5-watch open=50"] == (2 * 500 + 300 + 49 * 20) / 1000
+    tc = _v(s, "tc: entries replayed")  # v4's coordinator replays each open txn's log entries
+    assert tc["v4 open=1"] < tc["v4 open=10"] < tc["v4 open=50"]
+    assert [f["file"] for f in s.figures] == ["recovery_vs_open_txns.png"]
+    with pytest.raises(ConfigError, match="need a log of at least"):
+        sc.recovery_open(open_txns=(100,), n=500)
+
+
 def test_gc_pip_loses_a_slow_ack_and_committed_data_safe_does_not() -> None:
     s = sc.gc()
     assert _v(s, "slow participant: committed ack lost") == {"v4": 0, "v5-watch gc=pip": 1, "v5-watch gc=safe": 0}
@@ -99,9 +115,12 @@ def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Pa
     from bench.report import build_report
 
     results = tmp_path / "results"
-    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress"]) == 0
-    sc.run_scenarios(["interop"], results)
+    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress", "--no-scenarios"]) == 0
+    assert not (tmp_path / "scenarios.json").exists()
+    sc.run_scenarios(["interop", "endtxn"], results, params={"endtxn": {"sizes": (1, 2)}})
     build_report([results], tmp_path / "rep")
+    assert "![endtxn_vs_participants.png](endtxn_vs_participants.png)" in (tmp_path / "rep" / "report.md").read_text()
+    assert (tmp_path / "rep" / "endtxn_vs_participants.png").stat().st_size > 10_000
     assert "## Review questions: Txn-id interop" in (tmp_path / "rep" / "report.md").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()
     interop = md.split("## Review questions: Txn-id interop")[1].split("\n## ")[0]
@@ -109,3 +128,16 @@ def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Pa
     assert "| ratio |" not in header and header.endswith("| verdict |")  # scenario rows carry no ratio
     engines = md.split("\n## ")[1]
     assert "| ratio | verdict |" in engines  # the engine comparison keeps its ratio column
+
+
+def test_compare_answers_the_review_questions_in_its_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the main job runs every scenario (here two, small) and its report draws their figures
+    quick = {"polling": lambda: sc.polling(hold_s=0.05), "recovery": lambda: sc.recovery(sizes=(100, 300))}
+    monkeypatch.setattr(sc, "SCENARIOS", quick)
+    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert [s["name"] for s in json.loads((tmp_path / "scenarios.json").read_text())["scenarios"]] == list(quick)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("## Review questions:") == 2
+    for png in ("empty_reads_vs_blocked_time.png", "recovery_vs_log_length.png"):
+        assert f"![{png}]({png})" in md and (tmp_path / "report" / png).is_file()
+    assert "recovery.png" not in md  # the replay had no crash: no empty recovery chart
