@@ -293,7 +293,7 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
         summary.setdefault("checks", []).append(json.loads(found.read_text()))
     plots = result_set_plots(sets[-1], outdir)
     for found in scenario_files:
-        plots += render_figures(load_figures(found), outdir)
+        plots += [f for f in render_figures(load_figures(found), outdir) if f not in plots]
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))
     summary["plots"] = plots

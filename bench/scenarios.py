@@ -35,7 +35,7 @@ from engine.clock import LatencyModel, VirtualScheduler
 from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
-from engine.ports import AckKind, TxnAction, TxnStatus
+from engine.ports import AckKind, RecoveryStats, TxnAction, TxnStatus
 from engine.records import MessageId
 
 SECTION = "Review questions"
@@ -368,8 +368,7 @@ def _recovery_run(eng: str, n: int, open_txns: int) -> dict[str, float | None]:
     r.run(600_000_000 if eng == "v4" else 5_000_000)
     rec: dict[str, dict[str, int]] = {}
     for st in r.broker.recovery_stats():
-        kind = st.component.split(":")[0].removesuffix("-v5")
-        agg = rec.setdefault(kind, {"entries": 0, "records": 0, "us": 0})
+        agg = rec.setdefault(RecoveryStats.kind_of(st.component), {"entries": 0, "records": 0, "us": 0})
         agg["entries"] += st.entries_replayed
         agg["records"] += st.records_read
         agg["us"] = max(agg["us"], st.modelled_us)

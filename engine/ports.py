@@ -60,6 +60,12 @@ class RecoveryStats:
     queries: int = 0  # metadata-store index queries
     modelled_us: int = 0  # virtual time the recovery took under the latency model
 
+    @staticmethod
+    def kind_of(component: str) -> str:
+        """The component's kind, the same for both designs: ``tb``, ``pending-ack`` or ``tc``
+        (``tb-v5:persistent://...`` -> ``tb``)."""
+        return component.split(":", 1)[0].removesuffix("-v5")
+
 
 MaxReadListener = Callable[[], None]
 
