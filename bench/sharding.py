@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.trace import COLUMNS, Event, event_of_row
+from bench.trace import COLUMNS, Event, event_of_row, parquet_stream
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
 _OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")
@@ -76,7 +76,7 @@ def trace_aggregates(trace: str | Path, batch_rows: int = 262_144) -> tuple[dict
     of txns still open at the end of a batch are carried to the next, and a txn's set becomes a
     string of sorted topic numbers of which only the distinct ones (a handful) become Python
     objects: the driver's memory does not grow with the trace."""
-    pf = pq.ParquetFile(trace)
+    pf = parquet_stream(trace)
     rows_per_topic: dict[str, int] = {}
     topic_ids: dict[str, int] = {}
     sets: set[tuple[int, ...]] = set()
@@ -136,7 +136,7 @@ def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
     """The rows of ``shard`` in trace order, with their row numbers in the whole trace: rows on
     its topics, topicless txn rows (new_txn/commit/abort) of its txns, and every crash. Txns
     that touch no topic go to shard 0. Trusts the trace: validate it first."""
-    pf = pq.ParquetFile(trace)
+    pf = parquet_stream(trace)
     topics = pa.array(sorted(t for t, s in topic_shard.items() if s == shard), pa.string())
     txns = _shard_txns(pf, topics, shard == 0, batch_rows)
     row = 0

@@ -40,7 +40,7 @@ from bench.config import RunConfig
 from bench.measure import Histograms, peak_rss_mb
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards, trace_aggregates
-from bench.trace import trace_metadata, validate
+from bench.trace import parquet_stream, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's
@@ -334,7 +334,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
         for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
                                     ("txn", TXN_SCHEMA, writer.txns_table)):
             for part in _parts(spool, kind):
-                for batch in pq.ParquetFile(part).iter_batches(100_000, columns=schema.names):
+                for batch in parquet_stream(part).iter_batches(100_000, columns=schema.names):
                     write(pa.Table.from_batches([batch]).cast(schema))
         latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
         phases["collect"] = round(time.perf_counter() - started - sum(phases.values()), 2)
