@@ -227,8 +227,10 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         params["endtxn"] = {"sizes": tuple(args.participants)}
     if args.sizes:
         params["recovery"] = {"sizes": tuple(args.sizes)}
-    if args.open_txns or args.open_log:
-        params["recovery-open"] = {k: v for k, v in (("open_txns", tuple(args.open_txns or ())), ("n", args.open_log)) if v}
+    if args.open_txns:
+        params.setdefault("recovery-open", {})["open_txns"] = tuple(args.open_txns)
+    if args.open_log:
+        params.setdefault("recovery-open", {})["n"] = args.open_log
     started = time.perf_counter()
     run_scenarios(args.names or None, args.out, large=args.large, params=params, progress=print)
     print(f"done in {time.perf_counter() - started:.1f} s")

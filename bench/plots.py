@@ -139,7 +139,7 @@ def _polling(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
         ax.plot([0, longest], [0, rate * longest], linestyle="--", linewidth=1, label=name)
     for lab, (blocked, empty) in points.items():
         ax.plot([blocked], [empty], marker="o", markersize=8, linestyle="none", label=f"{lab}: {empty:,} in {blocked:,.1f} s")
-    ax.set_yscale("symlog", linthresh=1)
+    _scale(ax, "y", "symlog")
     ax.set_xlabel("time blocked at maxReadPosition (s, summed over dispatchers)")
     ax.set_ylabel("empty dispatcher reads")
     ax.set_title("Empty reads vs blocked time")

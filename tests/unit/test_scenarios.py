@@ -141,3 +141,10 @@ def test_compare_answers_the_review_questions_in_its_report(tmp_path: Path, monk
     for png in ("empty_reads_vs_blocked_time.png", "recovery_vs_log_length.png"):
         assert f"![{png}]({png})" in md and (tmp_path / "report" / png).is_file()
     assert "recovery.png" not in md  # the replay had no crash: no empty recovery chart
+
+
+def test_cli_passes_the_open_txn_sweep_to_recovery_open(tmp_path: Path) -> None:
+    assert main(["scenarios", "recovery-open", "--open-txns", "1", "5", "--open-log", "100", "--out", str(tmp_path)]) == 0
+    (s,) = json.loads((tmp_path / "scenarios.json").read_text())["scenarios"]
+    assert s["labels"] == ["v4 open=1", "v5-watch open=1", "v4 open=5", "v5-watch open=5"]
+    assert "--open-log 100" in s["command"] and (tmp_path / "recovery_vs_open_txns.png").is_file()
