@@ -17,8 +17,21 @@ message every subscription already acked is a no-op in Pulsar and is counted, no
 (``acks.after_all_acked``).
 
 Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
-txn the coordinator already timed out) are counted under ``client_errors.<Error>`` and the run
-goes on; a malformed trace is refused before anything runs (see :mod:`bench.trace`).
+txn the coordinator already timed out, a message over ``maxMessageSize``) are counted under
+``client_errors.<Error>`` and the run goes on; a malformed trace is refused before anything runs
+(see :mod:`bench.trace`).
+
+The replayer also plays the Java client's own transaction logic (``TransactionImpl``):
+
+* its timer: ``timeout_ms`` after ``new_txn`` the client moves the txn OPEN -> TIME_OUT
+  (``TransactionImpl.run``) unless a commit or abort was requested first (both cancel it); from
+  then on every publish, ack, commit and abort of it fails at the client (``checkIfOpen``:
+  ``InvalidTxnStatusException``, counted as ``client_errors.TxnClientTimeout``), whatever the
+  coordinator's sweep interval; the coordinator's timeout aborts it, so it is reported
+  ``aborted`` at its deadline (``txns.client_timed_out``);
+* failed ops: a publish or ack of a txn that fails marks the txn (``hasOpsFailed``); its commit
+  is sent as an abort and fails with ``TransactionHasOperationFailedException``
+  (``client_errors.TxnOpFailed``; ``TransactionImpl.commit``).
 """
 
 from __future__ import annotations
@@ -32,7 +45,16 @@ from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
 from engine.counters import Counters
 from engine.dispatcher import Delivery
-from engine.errors import TopicError, TxnbenchError, TxnError, UnsupportedOperation, LedgerSealed
+from engine.errors import (
+    LedgerSealed,
+    MessageTooBig,
+    TopicError,
+    TxnbenchError,
+    TxnClientTimeout,
+    TxnError,
+    TxnOpFailed,
+    UnsupportedOperation,
+)
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
@@ -42,7 +64,7 @@ from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
 from bench.trace import OPS, Event
 
-CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation)
+CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)
 
 
 @dataclass
@@ -58,6 +80,9 @@ class _Txn:
     msgs: set[str] = field(default_factory=set)  # published, not yet delivered anywhere
     published: int = 0
     acked: list[tuple[str, str]] = field(default_factory=list)  # (subscription, msg) acked in this txn
+    deadline_us: int = 0  # when the client's TransactionImpl timer fires
+    client_timed_out: bool = False  # TransactionImpl state TIME_OUT
+    ops_failed: bool = False  # TransactionImpl.hasOpsFailed
 
 
 @dataclass
@@ -204,8 +229,10 @@ class Replayer:
 
     def _op_new_txn(self, e: Event) -> None:
         assert e.txn
+        timeout_ms = e.timeout_ms or 60_000
         txn = self.txns[e.txn] = _Txn(e.txn, None, e.ts_us)
-        txn.id = self.broker.new_txn(e.timeout_ms or 60_000)
+        txn.id = self.broker.new_txn(timeout_ms)
+        txn.deadline_us = self.sched.now_us() + timeout_ms * 1000  # TransactionImpl's timer starts now
         self.by_id[txn.id] = txn
         self.counts["txns.started"] += 1
 
@@ -215,18 +242,52 @@ class Replayer:
         txn = self.txns[label]
         if txn.id is None:  # its new_txn failed (e.g. transactions disabled): so does every use
             raise UnsupportedOperation(f"txn {label} was never opened")
+        if self._client_timer(txn):  # TransactionImpl.checkIfOpen
+            raise TxnClientTimeout(f"txn {label} timed out at the client ({txn.deadline_us} us); state TIME_OUT")
         return txn.id
+
+    def _client_timer(self, txn: _Txn) -> bool:
+        """True once ``txn`` is TIME_OUT at the client (``TransactionImpl.run``: OPEN ->
+        TIME_OUT when its timer fires; a commit or abort request cancels the timer). The first
+        time, the txn is settled as aborted at its deadline: the coordinator's own timeout
+        aborts it, and nothing of it can be delivered or committed."""
+        if txn.client_timed_out:
+            return True
+        if txn.id is None or txn.end_requested_us is not None or txn.outcome is not None:
+            return False
+        if self.sched.now_us() < txn.deadline_us:
+            return False
+        txn.client_timed_out = True
+        txn.outcome = TxnStatus.ABORTED.value
+        txn.end_us = txn.deadline_us
+        self.counts["txns.client_timed_out"] += 1
+        self._drop_unvisible(txn)
+        txn.acked.clear()
+        return True
+
+    def _drop_unvisible(self, txn: _Txn) -> None:
+        """An aborted txn's messages: never delivered, so never acked."""
+        for msg in txn.msgs:
+            self.msg_txn.pop(msg, None)
+            self.undelivered.discard(msg)
+            self.msgs.pop(msg, None)
+        txn.msgs.clear()
 
     def _op_publish(self, e: Event) -> None:
         assert e.topic and e.msg
         txn_id = self._txn(e.txn)
-        if self._wall:  # what the real backends took
-            started = time.perf_counter_ns()
-            mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
-            took_us = (time.perf_counter_ns() - started) // 1000
-        else:  # what the modelled operations on the publish's path take
-            mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
-            took_us = self.broker.last_publish_us
+        try:
+            if self._wall:  # what the real backends took
+                started = time.perf_counter_ns()
+                mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+                took_us = (time.perf_counter_ns() - started) // 1000
+            else:  # what the modelled operations on the publish's path take
+                mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+                took_us = self.broker.last_publish_us
+        except CLIENT_ERRORS:
+            if e.txn is not None:  # TransactionImpl.registerSendOp: the failed send marks the txn
+                self.txns[e.txn].ops_failed = True
+            raise
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
@@ -255,7 +316,13 @@ class Replayer:
         if not received:
             self.counts["acks.txn_before_delivery"] += 1
         self.received.discard(key)
-        self.broker.ack(e.subscription, [m.id], kind, txn=self._txn(e.txn))
+        txn_id = self._txn(e.txn)
+        try:
+            self.broker.ack(e.subscription, [m.id], kind, txn=txn_id)
+        except CLIENT_ERRORS:
+            if e.txn is not None:  # TransactionImpl.registerAckOp: the failed ack marks the txn
+                self.txns[e.txn].ops_failed = True
+            raise
         if self.history is not None:
             self.history.ack(e.subscription, [e.msg], kind is AckKind.CUMULATIVE, e.txn)
         if e.txn is None:
@@ -303,14 +370,23 @@ class Replayer:
 
     def _end(self, e: Event, action: TxnAction) -> None:
         assert e.txn
-        txn_id = self._txn(e.txn)
-        assert txn_id is not None
         txn = self.txns[e.txn]
+        try:
+            txn_id = self._txn(e.txn)
+        except TxnClientTimeout:  # checkIfOpenOrCommitting/-Aborting: the txn's story is over
+            self._retire(txn)
+            raise
+        assert txn_id is not None
+        failed = action is TxnAction.COMMIT and txn.ops_failed
+        if failed:  # TransactionImpl.commit: hasOpsFailed -> abort(), then fail the commit
+            action = TxnAction.ABORT
         txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
         self.broker.end_txn(txn_id, action, self._on_end)
         if self.history is not None:
             self.history.end(e.txn, action.value)
+        if failed:
+            raise TxnOpFailed(f"txn {e.txn}: a publish or ack failed; its commit was sent as an abort")
 
     def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
         txn = self.by_id.get(txn_id)
@@ -323,11 +399,7 @@ class Replayer:
         if txn.end_requested_us is not None:
             self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
         if status is TxnStatus.ABORTED:
-            for msg in txn.msgs:
-                self.msg_txn.pop(msg, None)
-                self.undelivered.discard(msg)
-                self.msgs.pop(msg, None)  # never delivered, so never acked
-            txn.msgs.clear()
+            self._drop_unvisible(txn)
         elif status is TxnStatus.COMMITTED:
             for _sub, msg in txn.acked:
                 m = self.msgs.get(msg)
@@ -431,6 +503,7 @@ class Replayer:
 
     def _retire(self, txn: _Txn) -> None:
         """Move a txn whose story is over (or the run is) to the txn rows."""
+        self._client_timer(txn)  # an open txn past its deadline ended at the client
         self.txns.pop(txn.label, None)
         if txn.id is not None:
             self.by_id.pop(txn.id, None)

@@ -17,7 +17,7 @@ from engine.clock import LatencyModel, Scheduler, Scope
 from engine.counters import Counters
 from engine.cursor import Cursor
 from engine.dispatcher import DeliverFn, DispatchMode, Dispatcher, PollingPolicy
-from engine.errors import ConfigError, TopicError, TxnbenchError, UnsupportedOperation
+from engine.errors import ConfigError, MessageTooBig, TopicError, TxnbenchError, UnsupportedOperation
 from engine.ids import TxnID
 from engine.ledger import LedgerFactory, ManagedLedger, scan_entries
 from engine.ports import (
@@ -47,6 +47,9 @@ class BrokerConfig:
     dispatch: DispatchMode = DispatchMode.POLLING
     polling: PollingPolicy = field(default_factory=PollingPolicy)
     read_batch: int = 100  # Pulsar's dispatcherMaxReadBatchSize
+    # ServiceConfiguration.maxMessageSize (Commands.DEFAULT_MAX_MESSAGE_SIZE): the client learns it
+    # on connect and refuses larger sends (ProducerImpl, chunking off), as the broker would.
+    max_message_size: int = 5 * 1024 * 1024
     latency: LatencyModel = field(default_factory=LatencyModel)
 
 
@@ -192,16 +195,27 @@ class Broker:
         request.us = self._publish_us
         data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
         if txn is None:
+            if size > self.config.max_message_size:
+                raise self._too_big(topic, msg, size)
             pos = part.ledger.append(data)
             part.tb.sync_max_read_position_for_normal_publish(pos)
         else:
             if not part.transactional:
                 raise UnsupportedOperation(f"transactions are disabled on {topic}; txn {txn} cannot publish")
             assert self._engine is not None  # part.transactional implies an engine
+            # ProducerImpl.internalSendWithTxnAsync registers the partition with the txn first,
+            # then sends: an oversized message has cost the registration when it fails.
             self._engine.coordinator().add_produced_partition(txn, ledger_name)
+            if size > self.config.max_message_size:
+                raise self._too_big(topic, msg, size)
             pos = part.tb.append_buffer_to_txn(txn, data)
         self.last_publish_us = request.us
         return _message_id((ledger_name, pos))
+
+    def _too_big(self, topic: str, msg: str | None, size: int) -> MessageTooBig:
+        return MessageTooBig(
+            f"publish of {msg!r} to {topic}: {size} bytes exceed maxMessageSize {self.config.max_message_size}"
+        )
 
     # -- consuming ------------------------------------------------------------------------------
 

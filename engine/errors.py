@@ -80,6 +80,24 @@ class TxnTimeout(InvalidTxnState):
     """The transaction was aborted by its coordinator's timeout."""
 
 
+class TxnClientTimeout(InvalidTxnState):
+    """The client's own timer ended the transaction: the Java client's ``TransactionImpl.run``
+    moves OPEN -> TIME_OUT once ``transactionTimeoutMs`` has passed, and ``checkIfOpen`` /
+    ``checkIfOpenOrCommitting`` then fail every publish, ack, commit and abort with
+    ``InvalidTxnStatusException``; the coordinator's timeout aborts it."""
+
+
+class TxnOpFailed(TxnError):
+    """A commit of a transaction one of whose publishes or acks failed: the Java client's
+    ``TransactionImpl.commit`` aborts it instead and fails with
+    ``TransactionHasOperationFailedException``."""
+
+
+class MessageTooBig(TxnbenchError):
+    """A message larger than the broker's ``maxMessageSize`` (``ServiceConfiguration``, 5 MB by
+    default): the client refuses to send it (``ProducerImpl``: ``InvalidMessageException``)."""
+
+
 class UnsupportedOperation(TxnbenchError):
     """The component does not take this call in its design (e.g. END_TXN on a v5 buffer)."""
 

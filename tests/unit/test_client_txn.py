@@ -1,0 +1,138 @@
+"""The Java client's own transaction logic, played by the replayer on both engines:
+``TransactionImpl``'s timer (OPEN -> TIME_OUT, then ``InvalidTxnStatusException`` on every use)
+and ``hasOpsFailed`` (a commit after a failed publish or ack is sent as an abort), and the
+broker's ``maxMessageSize`` (``ServiceConfiguration``, 5 MB)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.config import RunConfig
+from bench.replay import Replayer, RunResult
+from bench.trace import read_events
+from tests.unit.test_trace import T, write
+
+ENGINES = ("v4", "v5")
+MB5 = 5 * 1024 * 1024
+
+
+def _run(tmp_path: Path, engine: str, rows: list[dict[str, Any]], **cfg: Any) -> RunResult:
+    trace = write(tmp_path / f"{engine}.parquet", rows)
+    return Replayer(RunConfig(engine=engine, **cfg)).run(read_events(trace))
+
+
+def _outcomes(result: RunResult) -> dict[str, str]:
+    return dict(zip(result.txns["txn"], result.txns["outcome"]))
+
+
+def _delivered(result: RunResult) -> set[str]:
+    return set(result.deliveries["msg"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_commit_after_the_client_timeout_fails_and_the_txn_ends_aborted(tmp_path: Path, engine: str) -> None:
+    # timeout 1 s; the commit at 1.5 s. v5's coordinator sweeps only every 60 s, v4's ticks every
+    # 100 ms: whichever swept first, the client refuses the commit (TransactionImpl.run/commit).
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "new_txn", "txn": "t1", "timeout_ms": 1_000},
+        {"ts_us": 10, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 1_200_000, "op": "publish", "txn": "t1", "topic": T, "msg": "m2", "size": 10},
+        {"ts_us": 1_500_000, "op": "commit", "txn": "t1"},
+        {"ts_us": 1_600_000, "op": "publish", "topic": T, "msg": "p1", "size": 10},
+    ]
+    result = _run(tmp_path, engine, rows)
+    c = result.counts
+    assert c["client_errors.TxnClientTimeout"] == 2  # the late publish and the commit
+    assert c["txns.client_timed_out"] == 1
+    assert _outcomes(result) == {"t1": "aborted"}
+    i = result.txns["txn"].index("t1")
+    assert result.txns["end_ts_us"][i] == 1_000_000  # its deadline
+    assert result.txns["commit_requested_ts_us"][i] is None  # the commit never left the client
+    assert _delivered(result) == {"p1"}  # m1 was aborted by the coordinator, m2 never sent
+    assert c["undelivered_at_end"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_commit_before_the_timeout_cancels_the_client_timer(tmp_path: Path, engine: str) -> None:
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "new_txn", "txn": "t1", "timeout_ms": 1_000},
+        {"ts_us": 10, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 999_999, "op": "commit", "txn": "t1"},
+    ]
+    result = _run(tmp_path, engine, rows)
+    assert _outcomes(result) == {"t1": "committed"}
+    assert "txns.client_timed_out" not in result.counts
+    assert _delivered(result) == {"m1"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_open_txn_past_its_timeout_is_reported_aborted(tmp_path: Path, engine: str) -> None:
+    # No end row: the coordinator's timeout aborts it (v4 forgets it then; the client's timer
+    # says TIME_OUT on both). One still within its timeout at the end of the drain stays open.
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "new_txn", "txn": "t1", "timeout_ms": 1_000},
+        {"ts_us": 10, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 10, "op": "new_txn", "txn": "t2", "timeout_ms": 3_600_000},
+        {"ts_us": 20, "op": "publish", "txn": "t2", "topic": T, "msg": "m2", "size": 10},
+    ]
+    result = _run(tmp_path, engine, rows, drain_ms=2_000)
+    assert _outcomes(result) == {"t1": "aborted", "t2": "open"}
+    assert result.counts["txns.aborted"] == 1 and result.counts["txns.open"] == 1
+
+
+@pytest.mark.parametrize("engine", [*ENGINES, "none"])
+def test_a_message_over_max_message_size_is_refused(tmp_path: Path, engine: str) -> None:
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 10, "op": "publish", "topic": T, "msg": "big", "size": MB5 + 1},
+        {"ts_us": 20, "op": "publish", "topic": T, "msg": "limit", "size": MB5},
+    ]
+    result = _run(tmp_path, engine, rows)
+    assert result.counts["client_errors.MessageTooBig"] == 1
+    assert _delivered(result) == {"limit"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_commit_after_a_failed_send_turns_into_an_abort(tmp_path: Path, engine: str) -> None:
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "new_txn", "txn": "t1"},
+        {"ts_us": 10, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 20, "op": "publish", "txn": "t1", "topic": T, "msg": "big", "size": MB5 + 1},
+        {"ts_us": 30, "op": "commit", "txn": "t1"},
+        {"ts_us": 40, "op": "new_txn", "txn": "t2"},
+        {"ts_us": 50, "op": "publish", "txn": "t2", "topic": T, "msg": "m2", "size": 10},
+        {"ts_us": 60, "op": "commit", "txn": "t2"},
+    ]
+    result = _run(tmp_path, engine, rows)
+    c = result.counts
+    assert c["client_errors.MessageTooBig"] == 1 and c["client_errors.TxnOpFailed"] == 1
+    assert _outcomes(result) == {"t1": "aborted", "t2": "committed"}
+    assert _delivered(result) == {"m2"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_commit_after_a_conflicting_ack_turns_into_an_abort(tmp_path: Path, engine: str) -> None:
+    # t2's ack of m1 conflicts with t1's pending ack (PendingAckHandleImpl): t2's commit aborts.
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m2", "size": 10},
+        {"ts_us": 100_000, "op": "new_txn", "txn": "t1"},
+        {"ts_us": 100_000, "op": "new_txn", "txn": "t2"},
+        {"ts_us": 100_010, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 100_020, "op": "ack", "txn": "t2", "topic": T, "msg": "m2", "subscription": "s"},
+        {"ts_us": 100_030, "op": "ack", "txn": "t2", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 100_040, "op": "commit", "txn": "t1"},
+        {"ts_us": 100_050, "op": "commit", "txn": "t2"},
+    ]
+    result = _run(tmp_path, engine, rows)
+    c = result.counts
+    assert c["client_errors.TxnConflict"] == 1 and c["client_errors.TxnOpFailed"] == 1
+    assert _outcomes(result) == {"t1": "committed", "t2": "aborted"}
