@@ -134,6 +134,7 @@ class Replayer:
         self.subs_per_topic: dict[str, int] = {}
         self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
         self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
+        self.held: dict[tuple[str, str], str] = {}  # (subscription, msg) received, acked in this open txn
         self.recovery: list[dict[str, Any]] = []
         self._crash_at: int | None = None
         self._retired = Counters()
@@ -262,8 +263,14 @@ class Replayer:
         txn.end_us = txn.deadline_us
         self.counts["txns.client_timed_out"] += 1
         self._drop_unvisible(txn)
-        txn.acked.clear()
+        self._release_acks(txn)
         return True
+
+    def _release_acks(self, txn: _Txn) -> None:
+        for key in txn.acked:
+            if self.held.get(key) == txn.label:
+                del self.held[key]
+        txn.acked.clear()
 
     def _drop_unvisible(self, txn: _Txn) -> None:
         """An aborted txn's messages: never delivered, so never acked."""
@@ -309,7 +316,15 @@ class Replayer:
         kind = AckKind.CUMULATIVE if e.ack_kind == "cumulative" else AckKind.INDIVIDUAL
         key = (e.subscription, e.msg)
         received = key in self.received
-        if e.txn is None and not received:
+        if e.txn is None and key in self.held:
+            # The consumer holds the message (acked in a txn still open): a plain ack goes out at
+            # once and applies to the cursor (PendingAckHandleImpl is not consulted); the txn
+            # no longer covers it.
+            owner = self.txns.get(self.held.pop(key))
+            if owner is not None and key in owner.acked:
+                owner.acked.remove(key)
+            received = True
+        elif e.txn is None and not received:
             self.deferred[key] = kind
             self.counts["acks.deferred"] += 1
             return
@@ -329,6 +344,8 @@ class Replayer:
             self._acked(e.msg, m)
         else:
             self.txns[e.txn].acked.append(key)
+            if received:
+                self.held[key] = e.txn
 
     def _acked(self, msg: str, m: _Msg) -> None:
         m.acks_left -= 1
@@ -405,7 +422,7 @@ class Replayer:
                 m = self.msgs.get(msg)
                 if m is not None:
                     self._acked(msg, m)
-        txn.acked.clear()
+        self._release_acks(txn)
         if status.final and (not txn.msgs or txn.visible_us is not None):
             self._retire(txn)
 

@@ -1,6 +1,20 @@
 """In-memory pending-ack state with Pulsar's conflict rules (``PendingAckHandleImpl``), shared by
 both designs so that they refuse exactly the same acks. Each design persists it its own way
 (v4: a sibling ``__transaction_pending_ack`` ledger; v5: op records) and rebuilds it on recovery.
+
+The rules (``PendingAckHandleImpl.internalIndividualAcknowledgeMessage`` /
+``internalCumulativeAcknowledgeMessage``, checked after the store's append):
+
+* a txn ack of a position already acked on the subscription (``cursor.isMessageDeleted``), or
+  pending in any txn (``individualAckPositions``), or covered by a pending cumulative ack,
+  conflicts; a cumulative ack at or below mark-delete, or while another txn holds the pending
+  cumulative ack, or not beyond its own, conflicts;
+* a plain ack of a position pending in a txn applies to the cursor at once
+  (``PersistentSubscription.acknowledgeMessage`` does not consult the handle): the position
+  leaves the txn, whose abort then redelivers nothing and whose commit acks nothing more;
+* replayed ACK records go through ``handleIndividualAckRecover`` / ``handleCumulativeAckRecover``:
+  a record with a position already acked or pending is dropped whole, silently (so a record
+  that conflicted when it was written changes nothing on recovery either).
 """
 
 from __future__ import annotations
@@ -64,6 +78,24 @@ class PendingAcks:
             self.individual[pos] = txn
             mine.add(pos)
 
+    def recover(self, txn: TxnID, positions: list[Position], kind: AckKind) -> bool:
+        """Re-apply a logged ack on recovery as Pulsar does; False if it was dropped."""
+        if kind is AckKind.CUMULATIVE:  # handleCumulativeAckRecover
+            pos = positions[0]
+            if pos <= self._cursor.mark_delete:
+                return False
+            if self.cumulative is not None and (self.cumulative[0] != txn or pos <= self.cumulative[1]):
+                return False
+            self.apply(txn, positions, kind)
+            return True
+        for pos in positions:  # handleIndividualAckRecover: any acked/pending position drops it
+            if self._cursor.is_acked(pos) or pos in self.individual:
+                return False
+        if len(set(positions)) != len(positions):
+            return False
+        self.apply(txn, positions, kind)
+        return True
+
     def commit(self, txn: TxnID) -> None:
         """Apply the txn's acks to the cursor. Unknown txns are a no-op (idempotent END_TXN)."""
         positions = self.by_txn.pop(txn, set())
@@ -87,7 +119,18 @@ class PendingAcks:
         if positions:
             self._cursor.redeliver(sorted(positions))
 
+    def first_individual(self) -> TxnID | None:
+        """``individualAckOfTransaction.firstKey()``: the oldest txn holding individual acks."""
+        for txn, positions in self.by_txn.items():
+            if positions:
+                return txn
+        return None
+
+    def has_individual(self, txn: TxnID) -> bool:
+        return bool(self.by_txn.get(txn))
+
     def on_non_txn_ack(self, positions: Iterable[Position]) -> None:
+        """A plain ack applied to the cursor: positions pending in a txn leave it."""
         for pos in positions:
             owner = self.individual.pop(pos, None)
             if owner is not None:

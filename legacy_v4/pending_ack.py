@@ -18,7 +18,7 @@ from typing import Iterable
 
 from engine.counters import Counters
 from engine.cursor import Cursor
-from engine.errors import LedgerError
+from engine.errors import LedgerError, TxnConflict
 from engine.ids import Design, TxnID
 from engine.ledger import LedgerFactory, ManagedLedger
 from engine.pending_acks import PendingAcks
@@ -38,8 +38,9 @@ def pending_ack_ledger_name(ledger_name: str, subscription: str) -> str:
 
 
 class MLPendingAckStore(PendingAckStore):
-    """Counters: ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts``, ``lwm_aborts``,
-    ``log_trimmed_entries``, ``recovery_entries_replayed``."""
+    """Counters: ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts`` (each also one
+    ``appends.ack``), ``lwm_aborts``, ``log_trimmed_entries``, ``recovery_entries_replayed``,
+    ``recovery_acks_dropped`` (logged ACK records that conflict on replay)."""
 
     def __init__(
         self,
@@ -99,14 +100,18 @@ class MLPendingAckStore(PendingAckStore):
 
     def ack(self, txn: TxnID, positions: list[Position], kind: AckKind) -> None:
         txn.require(Design.V4)
+        # PendingAckHandleImpl appends the ACK record first (appendIndividualAck /
+        # appendCumulativeAck) and checks for conflicts in the append's callback: a conflicting
+        # ack costs a log entry, dropped again on replay (PendingAcks.recover).
+        log_pos = self._append("ack", txn, kind=kind.value, positions=[pos_out(p) for p in positions])
+        self._index_record(log_pos, positions)
         try:
             self._acks.check(txn, positions, kind)
-        except Exception:
+        except TxnConflict:
             self.stats["conflicts"] += 1
+            self._clear_useless_log_data()
             raise
-        log_pos = self._append("ack", txn, kind=kind.value, positions=[pos_out(p) for p in positions])
         self._acks.apply(txn, positions, kind)
-        self._index_record(log_pos, positions)
         self._clear_useless_log_data()
 
     def is_pending(self, position: Position) -> bool:
@@ -123,32 +128,36 @@ class MLPendingAckStore(PendingAckStore):
 
     def end_txn(self, txn: TxnID, action: TxnAction, low_water_mark: int) -> None:
         txn.require(Design.V4)
+        # internalCommitTxn / internalAbortTxn: handleLowWaterMark runs after either, when the
+        # txn held individual acks here (PendingAckHandleImpl, D21).
+        had_individual = self._acks.has_individual(txn)
         if action is TxnAction.COMMIT:
-            had_individual = bool(self._acks.by_txn.get(txn))
             self._append("commit", txn)
             self._acks.commit(txn)
-            if had_individual:  # internalCommitTxn -> handleLowWaterMark (individual acks only)
-                self._handle_low_water_mark(txn, low_water_mark)
         else:
             self._append("abort", txn)
             self._acks.abort(txn)
+        if had_individual:
+            self._handle_low_water_mark(txn, low_water_mark)
         self._clear_useless_log_data()
 
     def _handle_low_water_mark(self, txn: TxnID, lwm: int) -> None:
+        """``handleLowWaterMark``: raise the coordinator's mark; abort the oldest txn holding
+        individual acks if it is at or below it. That abort runs ``internalAbortTxn``, which
+        calls ``handleLowWaterMark`` again once the Semaphore(1) is released, so stale txns are
+        aborted one after another (a chain, as in the transaction buffer)."""
         old = self._lwm.get(txn.most_bits)
         if old is None or old < lwm:
             self._lwm[txn.most_bits] = lwm
-        firsts = [t for t, ps in self._acks.by_txn.items() if ps]
-        if not firsts:
-            return
-        first = firsts[0]
-        mark = self._lwm.get(first.most_bits)
-        if mark is not None and first.least_bits <= mark:  # one abort, no chain (PendingAckHandleImpl)
+        while (first := self._acks.first_individual()) is not None:
+            mark = self._lwm.get(first.most_bits)
+            if mark is None or first.least_bits > mark:
+                return
             self.stats["lwm_aborts"] += 1
             try:
                 self._append("abort", first)
             except LedgerError:
-                return
+                return  # logged and dropped in Pulsar; the next end-txn tries again
             self._acks.abort(first)
 
     # -- log trimming ----------------------------------------------------------------------------
@@ -216,12 +225,8 @@ class MLPendingAckStore(PendingAckStore):
             assert isinstance(raw, list)
             positions = [pos_in(p) for p in raw]
             kind = AckKind(record["kind"])
-            if kind is AckKind.CUMULATIVE:
-                if positions[0] > self._cursor.mark_delete:
-                    self._acks.apply(txn, positions, kind)
-            else:
-                live = [p for p in positions if not self._cursor.is_acked(p) and not self._acks.is_pending(p)]
-                self._acks.apply(txn, live, kind)
+            if not self._acks.recover(txn, positions, kind):
+                self.stats["recovery_acks_dropped"] += 1
             self._index_record(log_pos, positions)
         elif op == "commit":
             self._acks.commit(txn)

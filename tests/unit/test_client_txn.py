@@ -136,3 +136,22 @@ def test_a_commit_after_a_conflicting_ack_turns_into_an_abort(tmp_path: Path, en
     c = result.counts
     assert c["client_errors.TxnConflict"] == 1 and c["client_errors.TxnOpFailed"] == 1
     assert _outcomes(result) == {"t1": "committed", "t2": "aborted"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_plain_ack_of_a_message_pending_in_a_txn_applies_at_once(tmp_path: Path, engine: str) -> None:
+    # The consumer received m1, acked it in t1, then acks it plainly: the cursor takes it at once
+    # (PersistentSubscription.acknowledgeMessage), so t1's abort redelivers nothing.
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 100_000, "op": "new_txn", "txn": "t1"},
+        {"ts_us": 100_010, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 100_020, "op": "ack", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 100_030, "op": "abort", "txn": "t1"},
+    ]
+    result = _run(tmp_path, engine, rows)
+    c = result.counts
+    assert result.deliveries["msg"] == ["m1"]  # no redelivery after the abort
+    assert "acks.deferred" not in c and c["acks.never_applied"] == 0
+    assert _outcomes(result) == {"t1": "aborted"}

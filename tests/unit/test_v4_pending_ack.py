@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.dispatcher import DispatchMode
+from engine.errors import TxnConflict
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnAction
 from legacy_v4 import v4_engine
@@ -55,32 +56,76 @@ def test_the_store_is_a_sibling_ledger_created_on_first_use() -> None:
     assert st["tc.end_txn.rpcs_sent.subscription"] == 2
 
 
-def test_conflicts_write_nothing() -> None:
+def test_a_conflicting_ack_is_logged_before_its_check_and_dropped_on_replay() -> None:
+    # PendingAckHandleImpl.internalIndividualAcknowledgeMessage appends first, checks in the
+    # append's callback; handleIndividualAckRecover drops the record again on replay.
     s = v4()
     t1, t2 = s.new_txn(), s.new_txn()
     s.ack("sub", "m0", txn=t1)
     try:
         s.ack("sub", "m0", txn=t2)
-    except Exception:
+        raise AssertionError("the second txn ack of m0 must conflict")
+    except TxnConflict:
         pass
-    assert records(s) == [("ack", "individual")] and s.stats()["pending_ack.conflicts"] == 1
+    assert records(s) == [("ack", "individual"), ("ack", "individual")]
+    st = s.stats()
+    assert st["pending_ack.conflicts"] == 1 and st["pending_ack.appends.ack"] == 2
+    s.crash()
+    pa = store(s)
+    assert pa.pending_txns() == [t1] and pa.stats["recovery_acks_dropped"] == 1
+    assert pa.recovery_stats() is not None and pa.recovery_stats().entries_replayed == 2  # type: ignore[union-attr]
+    s.broker.check()
 
 
-def test_recovery_replays_the_store_and_skips_what_the_cursor_acked() -> None:
+def test_a_txn_ack_of_a_message_already_acked_conflicts() -> None:
+    s = v4()
+    s.ack("sub", "m2")  # plain ack
+    t = s.new_txn()
+    try:
+        s.ack("sub", "m2", txn=t)
+        raise AssertionError("a txn ack of an acked message must conflict")
+    except TxnConflict:
+        pass
+    t2 = s.new_txn()
+    s.ack("sub", "m0", kind=AckKind.CUMULATIVE)
+    try:  # at or below mark-delete
+        s.ack("sub", "m0", kind=AckKind.CUMULATIVE, txn=t2)
+        raise AssertionError("a cumulative txn ack at mark-delete must conflict")
+    except TxnConflict:
+        pass
+    assert s.stats()["pending_ack.conflicts"] == 2
+
+
+def test_a_plain_ack_of_a_pending_position_applies_at_once_and_the_abort_redelivers_nothing() -> None:
+    s = v4()
+    t1 = s.new_txn()
+    s.ack("sub", "m0", "m1", txn=t1)
+    s.ack("sub", "m0")  # PersistentSubscription.acknowledgeMessage: straight to the cursor
+    assert s.broker.cursor(T, "sub").is_acked(s.ids["m0"].position)
+    s.abort(t1)
+    s.run()
+    assert s.msgs(T, "sub")[6:] == ["m1"]  # m1 comes back; m0 does not
+
+
+def test_recovery_drops_a_record_with_a_position_acked_since() -> None:
+    # handleIndividualAckRecover returns at the first acked position: the whole record goes,
+    # so m0 (logged with m1 in one record) is no longer pending after the restart.
     s = v4()
     t1, t2 = s.new_txn(), s.new_txn()
     s.ack("sub", "m0", "m1", txn=t1)
     s.ack("sub", "m2", txn=t2)
-    s.ack("sub", "m1")  # a plain ack clears m1 from t1 (in memory only)
+    s.ack("sub", "m1")  # a plain ack clears m1 from t1
     s.commit(t2)
     s.run()
+    assert store(s).is_pending(s.ids["m0"].position)
     s.crash()
     st = store(s)
     stats = st.recovery_stats()
     assert stats is not None and stats.entries_replayed == 3
-    assert st.is_pending(s.ids["m0"].position)
+    assert not st.is_pending(s.ids["m0"].position)
     assert not st.is_pending(s.ids["m1"].position) and not st.is_pending(s.ids["m2"].position)
-    assert st.pending_txns() == [t1]
+    # t1's record (m1 acked since) and t2's (m2 acked by its commit) are both dropped
+    assert st.pending_txns() == [] and st.stats["recovery_acks_dropped"] == 2
     s.broker.check()
 
 
@@ -110,3 +155,19 @@ def test_low_water_mark_aborts_a_stale_first_txn_after_an_individual_commit() ->
     assert pa.pending_txns() == [] and pa.stats["lwm_aborts"] == 1
     s.run()
     assert s.msgs(T, "sub")[6:] == ["m0"]  # the stale txn's ack was aborted: m0 is redelivered
+
+
+def test_low_water_mark_is_also_handled_after_an_abort_and_chains() -> None:
+    # internalAbortTxn calls handleLowWaterMark too (PendingAckHandleImpl, D21); each stale
+    # abort re-enters it once the semaphore is released, so both stale txns go.
+    s = v4()
+    pa = store(s)
+    stale1, stale2, live = TxnID(Design.V4, 0, 100), TxnID(Design.V4, 0, 120), TxnID(Design.V4, 0, 200)
+    pa.ack(stale1, [s.ids["m0"].position], AckKind.INDIVIDUAL)
+    pa.ack(stale2, [s.ids["m1"].position], AckKind.INDIVIDUAL)
+    pa.ack(live, [s.ids["m2"].position], AckKind.INDIVIDUAL)
+    pa.end_txn(live, TxnAction.ABORT, low_water_mark=150)
+    assert pa.pending_txns() == [] and pa.stats["lwm_aborts"] == 2
+    assert pa.stats["appends.abort"] == 3
+    s.run()
+    assert sorted(s.msgs(T, "sub")[6:]) == ["m0", "m1", "m2"]
