@@ -28,8 +28,15 @@ Modelling choices (ports are synchronous):
   comes later there, the visibility is the same). END_TXN_ON_PARTITION meanwhile raises
   :class:`ParticipantNotReady` so the coordinator waits for readiness within its RPC timeout,
   as Pulsar's ``commitTxn`` waits on ``transactionBufferFuture``.
-* The first snapshot is written synchronously before the first transactional append.
-* A lookup that finds no snapshot is an in-memory table-view hit: NoSnapshot at once.
+* Every start looks the snapshot up (``TableView.readLatest``): at least one
+  ``hasMoreEventsAsync`` round trip (``rpc``), during which the TB is Initializing and dispatch
+  is blocked at ``EARLIEST`` (D17); then NoSnapshot, or the replay.
+* The first transactional append takes the first snapshot (``takeFirstSnapshot`` L421-439):
+  the record is durable at once, but the TB stays FirstSnapshotting (``getMaxReadPosition`` =
+  ``EARLIEST`` L811-814, so all dispatch on the topic stops, plain messages included) for the
+  producer send to the snapshot topic, ``rpc + ledger.append``, and the append that triggered
+  it (and any other txn append meanwhile) waits for it (D18). Txn appends during the lookup take
+  the first snapshot when it finds none.
 """
 
 from __future__ import annotations
@@ -79,7 +86,8 @@ class TopicTransactionBuffer(TransactionBuffer):
     """Counters (``stats``): ``appends.data``, ``appends.marker``, ``appends.refused_lwm``,
     ``markers.commit``, ``markers.abort``, ``marker_append_failed``, ``aborts_without_marker``,
     ``lwm_aborts``, ``aborts_trimmed``, ``snapshot_writes`` (``.first``, ``.by_count``,
-    ``.by_time``), ``max_read_advances``, ``recovery_entries_replayed``, ``recovery_reads``."""
+    ``.by_time``), ``first_snapshot_blocked_us``, ``snapshot_lookups``, ``max_read_advances``,
+    ``recovery_entries_replayed``, ``recovery_reads``."""
 
     def __init__(
         self,
@@ -93,6 +101,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._scope = Scope(ctx.scheduler)
         self._request = ctx.request
         self._read_us = ctx.latency.of("ledger.read")
+        self._rpc_us = ctx.latency.of("rpc")
+        self._append_us = ctx.latency.of("ledger.append")
         self._snapshots = snapshots
         self._opts = options
         self._is_live = is_live
@@ -147,7 +157,8 @@ class TopicTransactionBuffer(TransactionBuffer):
             raise ParticipantClosed(f"transaction buffer of {self._ledger.name} is {self.state.value}")
         if self.state is TBState.NO_SNAPSHOT:
             self._take_first_snapshot()
-            self._request.charge("ledger.append")  # the append waits for the snapshot write
+        if self.state is TBState.FIRST_SNAPSHOTTING:  # the append is parked until the snapshot is written
+            self._request.us += max(0, self._ready_at_us - self._scope.now_us())
         lwm = self._lwm.get(txn.most_bits)
         if lwm is not None and lwm >= txn.least_bits:  # internalAppendBufferToTxn
             self.stats["appends.refused_lwm"] += 1
@@ -167,8 +178,10 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     def end_txn(self, txn: TxnID, action: TxnAction, low_water_mark: int) -> None:
         txn.require(Design.V4)
-        if self.state is TBState.INITIALIZING:
-            raise ParticipantNotReady(f"transaction buffer of {self._ledger.name} is recovering", self._ready_at_us)
+        if self.state is TBState.INITIALIZING or self.state is TBState.FIRST_SNAPSHOTTING:
+            raise ParticipantNotReady(
+                f"transaction buffer of {self._ledger.name} is {self.state.value}", self._ready_at_us
+            )
         if self.state is TBState.CLOSE or self.state is TBState.NONE:
             raise ParticipantClosed(f"transaction buffer of {self._ledger.name} is {self.state.value}")
         if action is TxnAction.COMMIT:
@@ -278,8 +291,24 @@ class TopicTransactionBuffer(TransactionBuffer):
     def _take_first_snapshot(self) -> None:
         self.state = TBState.FIRST_SNAPSHOTTING
         self._take_snapshot("first")
+        wait = self._rpc_us + self._append_us  # the send to __transaction_buffer_snapshot (D18)
+        self._ready_at_us = self._scope.now_us() + wait
+        self.stats["first_snapshot_blocked_us"] += wait
+        self._scope.call_later(wait, self._first_snapshot_written)
+
+    def _first_snapshot_written(self) -> None:
+        if self.state is not TBState.FIRST_SNAPSHOTTING:
+            return
+        self._become_ready()
+
+    def _become_ready(self) -> None:
+        if not self._ongoing:
+            self._max_read = self._ledger.last_confirmed()
+        else:
+            self._max_read = previous(next(iter(self._ongoing.values())))
         self.state = TBState.READY
         self._arm_snapshot_timer()
+        self._notify()
 
     def _snapshot_by_change_times(self) -> None:
         if self._change_count >= self._opts.snapshot_max_txn_count:
@@ -304,11 +333,13 @@ class TopicTransactionBuffer(TransactionBuffer):
     def recover(self) -> None:
         self.state = TBState.INITIALIZING
         snap = self._snapshots.latest(self._ledger.name)
-        if snap is None:  # noNeedToRecover
-            self._max_read = self._ledger.last_confirmed()
-            self.state = TBState.NO_SNAPSHOT
-            self._recovery = RecoveryStats("tb", 0, modelled_us=0)
-            self._notify()
+        # TableView.readLatest: at least one hasMoreEventsAsync round trip before the answer (D17)
+        lookup = self._rpc_us
+        self.stats["snapshot_lookups"] += 1
+        if snap is None:  # noNeedToRecover, once the lookup has answered
+            self._recovery = RecoveryStats("tb", 0, modelled_us=lookup)
+            self._ready_at_us = self._scope.now_us() + lookup
+            self._scope.call_later(lookup, self._no_snapshot_found)
             return
         self._aborts.update(snap.aborts)
         lac = self._ledger.last_confirmed()
@@ -332,7 +363,7 @@ class TopicTransactionBuffer(TransactionBuffer):
                     self._handle_transaction_message(data.txn, entry.position)
             replayed += len(entries)
             start = self._ledger.next_position(entries[-1].position)
-        modelled = math.ceil(replayed / batch) * self._read_us if replayed else 0
+        modelled = lookup + (math.ceil(replayed / batch) * self._read_us if replayed else 0)
         self.stats["recovery_entries_replayed"] += replayed
         self.stats["recovery_reads"] += reads
         self._recovery = RecoveryStats("tb", entries_replayed=replayed + 1, modelled_us=modelled)
@@ -342,16 +373,20 @@ class TopicTransactionBuffer(TransactionBuffer):
         else:
             self._scope.call_later(modelled, self._recover_complete)
 
+    def _no_snapshot_found(self) -> None:
+        if self.state is not TBState.INITIALIZING:
+            return
+        if self._ongoing:  # txn appends parked during the lookup: the first takes the first snapshot
+            self._take_first_snapshot()
+            return
+        self._max_read = self._ledger.last_confirmed()
+        self.state = TBState.NO_SNAPSHOT
+        self._notify()
+
     def _recover_complete(self) -> None:
         if self.state is not TBState.INITIALIZING:
             return
-        if not self._ongoing:
-            self._max_read = self._ledger.last_confirmed()
-        else:
-            self._max_read = previous(next(iter(self._ongoing.values())))
-        self.state = TBState.READY
-        self._arm_snapshot_timer()
-        self._notify()
+        self._become_ready()
 
     def recovery_stats(self) -> RecoveryStats | None:
         return self._recovery if self.state is not TBState.INITIALIZING else None

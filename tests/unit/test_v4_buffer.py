@@ -32,15 +32,44 @@ def test_states_and_the_first_snapshot() -> None:
     s = v4()
     s.publish(T, "p0")
     buf = tb(s)
+    # TableView.readLatest: one round trip before NoSnapshot, dispatch blocked meanwhile (D17)
+    assert buf.state is TBState.INITIALIZING and buf.max_read_position() == EARLIEST
+    s.run(200)  # rpc
     assert buf.state is TBState.NO_SNAPSHOT and buf.max_read_position() == s.ids["p0"].position
     t = s.new_txn()
     s.publish(T, "x0", txn=t)
+    # takeFirstSnapshot: FirstSnapshotting blocks all dispatch until the send to the snapshot
+    # topic completes, rpc + ledger.append = 1.2 ms; the append waited as long (D18)
+    assert buf.state is TBState.FIRST_SNAPSHOTTING and buf.max_read_position() == EARLIEST
+    assert s.broker.last_publish_us == 2 * 200 + 1_000 + 1_200 + (2 * 200 + 1_000)  # + ADD_PARTITION
+    s.publish(T, "p1")
+    assert buf.max_read_position() == EARLIEST  # plain messages too
+    s.run(1_199)
+    assert buf.state is TBState.FIRST_SNAPSHOTTING
+    s.run(1)
     assert buf.state is TBState.READY
-    assert s.stats()["tb.snapshot_writes.first"] == 1
+    assert s.stats()["tb.snapshot_writes.first"] == 1 and s.stats()["tb.first_snapshot_blocked_us"] == 1_200
     assert s.durable.ledgers.exists(snapshot_ledger_name(T)) and snapshot_ledger_name(T).endswith(
         "public/default/__transaction_buffer_snapshot"
     )
     assert buf.max_read_position() == Position(s.ids["x0"].position.ledger_id, s.ids["x0"].position.entry_id - 1)
+    s.broker.check()
+
+
+def test_a_txn_append_during_the_snapshot_lookup_takes_the_first_snapshot_after_it() -> None:
+    s = v4()
+    t = s.new_txn()
+    s.publish(T, "x0", txn=t)  # opens the partition: the lookup is in flight
+    s.subscribe(T, "sub")
+    buf = tb(s)
+    assert buf.state is TBState.INITIALIZING
+    s.run(200)
+    assert buf.state is TBState.FIRST_SNAPSHOTTING and s.stats()["tb.snapshot_writes.first"] == 1
+    s.run(1_200)
+    assert buf.state is TBState.READY
+    s.commit(t)
+    s.run()
+    assert s.msgs(T, "sub") == ["x0"]
     s.broker.check()
 
 
@@ -51,6 +80,7 @@ def test_max_read_position_follows_the_earliest_inserted_ongoing_txn() -> None:
     s.publish(T, "b0", txn=t2)
     s.publish(T, "a0", txn=t1)
     s.publish(T, "p1")  # a plain publish does not advance while a txn is ongoing
+    s.run(2_000)  # the snapshot lookup, then the first snapshot
     buf = tb(s)
     before_b0 = Position(s.ids["b0"].position.ledger_id, s.ids["b0"].position.entry_id - 1)
     assert buf.max_read_position() == before_b0
@@ -115,6 +145,7 @@ def test_low_water_mark_refuses_late_appends_and_aborts_stale_txns_in_a_chain() 
     buf.append_buffer_to_txn(stale1, EntryData(10, 0, msg="s1", txn=stale1))
     buf.append_buffer_to_txn(stale2, EntryData(10, 0, msg="s2", txn=stale2))
     buf.append_buffer_to_txn(fresh, EntryData(10, 0, msg="f", txn=fresh))
+    s.run(2_000)  # the snapshot lookup, then the first snapshot
     buf.end_txn(TxnID(Design.V4, 0, 5), TxnAction.COMMIT, low_water_mark=4)
     assert list(buf.ongoing()) == [fresh]
     assert set(buf.aborted()) == {stale1, stale2}
@@ -128,6 +159,7 @@ def test_low_water_mark_refuses_late_appends_and_aborts_stale_txns_in_a_chain() 
 def test_abort_without_a_snapshot_writes_no_marker() -> None:
     s = v4()
     s.publish(T, "p0")
+    s.run(1_000)  # the snapshot lookup finds none
     buf = tb(s)
     buf.end_txn(TxnID(Design.V4, 0, 0), TxnAction.ABORT, 0)
     assert buf.stats["aborts_without_marker"] == 1 and s.stats().get("ledger.appends.marker", 0) == 0
@@ -194,9 +226,10 @@ def _recovery(n: int) -> tuple[int, int, int]:
 
 
 def test_recovery_cost_grows_with_entries_since_the_last_snapshot() -> None:
-    assert _recovery(10) == (1 + 11, 100, 1)  # the snapshot + x and 10 entries, in one read
-    assert _recovery(100) == (1 + 101, 200, 2)
-    assert _recovery(1_000) == (1 + 1_001, 1_100, 11)
+    # the snapshot lookup's round trip (200, D17), then the reads of 100 entries (100 each)
+    assert _recovery(10) == (1 + 11, 200 + 100, 1)  # the snapshot + x and 10 entries, in one read
+    assert _recovery(100) == (1 + 101, 200 + 200, 2)
+    assert _recovery(1_000) == (1 + 1_001, 200 + 1_100, 11)
 
 
 def test_recovery_rebuilds_ongoing_and_aborted_from_snapshot_and_replay() -> None:
@@ -273,7 +306,7 @@ def test_the_snapshot_topic_is_compacted_and_recovery_reads_one_record_per_topic
     with every snapshot taken."""
     topics = [f"{T}-partition-{i}" for i in range(3)]
     s = v4(snapshot_max_txn_count=2)
-    for r in range(40):  # 40 commits per topic: a snapshot every 2, over 2+ minutes
+    for r in range(41):  # 41 commits per topic: a snapshot every 2, over 2+ minutes
         for topic in topics:
             t = s.new_txn()
             s.publish(topic, f"x{r}", txn=t)

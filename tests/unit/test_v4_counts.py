@@ -55,7 +55,7 @@ def test_counts_of_a_small_workload() -> None:
     assert got == [
         ("pending-ack", 0, 0),  # U's subscription never acked transactionally: no store
         ("pending-ack", 2, 100),  # ACK + COMMIT
-        ("tb", 3, 100),  # U: snapshot + a2 + commit marker
-        ("tb", 7, 100),  # T: snapshot + a0 a1 b0 p3 + two markers
+        ("tb", 3, 300),  # U: snapshot + a2 + commit marker; lookup rpc (200) + one read (100)
+        ("tb", 7, 300),  # T: snapshot + a0 a1 b0 p3 + two markers; likewise
         ("tc", 1, 100),  # only the log's last entry (sequence); no live txn
     ]
