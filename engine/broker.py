@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 from engine.clock import LatencyModel, Scheduler, Scope
 from engine.counters import Counters
 from engine.cursor import Cursor
-from engine.dispatcher import DeliverFn, DispatchMode, Dispatcher, PollingPolicy
+from engine.dispatcher import DEFAULT_SUB_TYPE, DeliverFn, DispatchMode, Dispatcher, PollingPolicy, SubscriptionType
 from engine.errors import ConfigError, MessageTooBig, TopicError, TxnbenchError, UnsupportedOperation
 from engine.ids import TxnID
 from engine.ledger import LedgerFactory, ManagedLedger, scan_entries
@@ -104,6 +104,7 @@ class Broker:
         self._layouts: dict[str, SegmentLayout] = {}
         self._layout_ledgers: dict[str, ManagedLedger] = {}
         self._consumers: dict[tuple[str, str], DeliverFn] = {}
+        self._sub_types: dict[tuple[str, str], SubscriptionType] = {}
         self._plain_topics: dict[str, str] = {}  # partition topic as given -> its ledger name
         self._closed = False
         self._retired = Counters()  # counts of components closed before the broker
@@ -234,11 +235,15 @@ class Broker:
             sub = part.subs[subscription] = _Subscription(part.ledger, subscription, factory)
         return sub
 
-    def subscribe(self, topic: str, subscription: str, deliver: DeliverFn) -> None:
+    def subscribe(
+        self, topic: str, subscription: str, deliver: DeliverFn, sub_type: SubscriptionType = DEFAULT_SUB_TYPE
+    ) -> None:
         """Create (or reconnect to) ``subscription`` and push its messages to ``deliver``.
-        A new subscription starts at the earliest stored entry."""
+        A new subscription starts at the earliest stored entry. ``sub_type`` picks the
+        dispatcher's read-retry timing (see :mod:`engine.dispatcher`)."""
         self._live()
         self._consumers[(topic, subscription)] = deliver
+        self._sub_types[(topic, subscription)] = sub_type
         for ledger_name in self.ledgers_of(topic):
             self._attach(topic, ledger_name, subscription)
 
@@ -261,6 +266,7 @@ class Broker:
             deliver=self._consumers[(topic, subscription)],
             read_batch=cfg.read_batch,
             gate=gate,
+            sub_type=self._sub_types.get((topic, subscription), DEFAULT_SUB_TYPE),
         )
         if TopicName.parse(topic).scalable:
             layout = self._layout(TopicName.parse(topic))

@@ -7,14 +7,25 @@ acked and pending-ack positions, and hands the rest to the consumer.
 
 When blocked at the max read position (entries exist beyond it) it behaves per mode:
 
-* ``polling`` — today's Pulsar: re-issue the read after a delay (``PollingPolicy``); every such
-  read returns nothing dispatchable and is counted in ``empty_reads``. Presets: Pulsar's 10 ms
-  ``managedLedgerNewEntriesCheckDelayInMillis``, the Shared dispatcher's 1→10 ms backoff, and
-  the pre-August-2024 immediate re-read (a spin, bounded here by one empty-read round trip).
-* ``notify`` — wait for the buffer's advance notification; no empty reads while blocked.
+* ``polling`` — what Pulsar ships: re-issue the read after a delay (``PollingPolicy``); every
+  such read returns nothing dispatchable and is counted in ``empty_reads``. The ``pulsar``
+  preset follows the subscription type (D19): the cursor waits
+  ``managedLedgerNewEntriesCheckDelayInMillis`` (10 ms, ``ManagedCursorImpl
+  .asyncReadEntriesWithSkipOrWait`` L1180-1182) and re-reads; Exclusive and Failover
+  (``PersistentDispatcherSingleActiveConsumer``) go again at once, so their period is 10 ms;
+  Shared and Key_Shared (``PersistentDispatcherMultipleConsumers.reScheduleReadWithBackoff``
+  L812-837) back off 1→10 ms on top, 11-20 ms. Other presets: ``shared-backoff`` (the 1→10 ms
+  backoff alone, as this project modelled Shared before) and ``spin`` (releases before August
+  2024: re-read at once, bounded here by one empty-read round trip).
+* ``notify`` — wait for the buffer's advance notification; no empty reads while blocked. No
+  Pulsar release has it (neither buffer wakes dispatchers; D20): a what-if, labelled so.
 
 When simply caught up (nothing beyond the read position) both modes wait for the ledger's
-new-entry notification, as a Pulsar cursor with a waiting read op does.
+new-entry notification, as a Pulsar cursor with a waiting read op does. In polling mode that
+waiting read keeps the max read position it was created with (D20, ``OpReadEntry.create``), so
+with an enabled buffer each wake-up first reads nothing (``stale_wakeups``, one empty read) and
+the dispatcher re-reads: at once for single-active types, after the 1 ms first backoff step for
+Shared and Key_Shared.
 """
 
 from __future__ import annotations
@@ -36,16 +47,50 @@ from engine.records import Entry, MessageId, Position
 
 class DispatchMode(str, Enum):
     POLLING = "polling"
-    NOTIFY = "notify"
+    NOTIFY = "notify"  # not in any Pulsar release (D20)
+
+
+class SubscriptionType(str, Enum):
+    """Pulsar's subscription types; they pick the dispatcher and so its read-retry timing."""
+
+    EXCLUSIVE = "Exclusive"
+    FAILOVER = "Failover"
+    SHARED = "Shared"
+    KEY_SHARED = "Key_Shared"
+
+    @property
+    def single_active(self) -> bool:
+        """Served by ``PersistentDispatcherSingleActiveConsumer`` (re-reads at once)."""
+        return self is SubscriptionType.EXCLUSIVE or self is SubscriptionType.FAILOVER
+
+    @classmethod
+    def parse(cls, text: str | None) -> SubscriptionType:
+        """``None`` is Failover: what this project modelled before traces named the type."""
+        if text is None:
+            return DEFAULT_SUB_TYPE
+        try:
+            return cls(text)
+        except ValueError:
+            from engine.errors import ConfigError
+
+            names = ", ".join(t.value for t in cls)
+            raise ConfigError(f"unknown subscription type {text!r}; expected one of {names}") from None
+
+
+DEFAULT_SUB_TYPE = SubscriptionType.FAILOVER
 
 
 @dataclass(frozen=True)
 class PollingPolicy:
-    """Re-read delay while blocked: starts at ``first_us``, doubles per consecutive empty read,
-    capped at ``max_us``; reset by a read that dispatches something."""
+    """Re-read delay while blocked: ``wait_us`` (the cursor's own wait) plus a backoff that
+    starts at ``first_us``, doubles per consecutive empty read, capped at ``max_us``; reset by a
+    read that dispatches something. ``by_sub_type``: the policy is resolved per subscription
+    (:meth:`for_sub_type`), as Pulsar's dispatchers differ."""
 
     first_us: int = 10_000
     max_us: int = 10_000
+    wait_us: int = 0
+    by_sub_type: bool = False
 
     PRESETS = ("pulsar", "shared-backoff", "spin")
 
@@ -53,18 +98,26 @@ class PollingPolicy:
     def preset(cls, name: str) -> PollingPolicy:
         from engine.errors import ConfigError
 
-        if name == "pulsar":  # managedLedgerNewEntriesCheckDelayInMillis = 10
-            return cls(10_000, 10_000)
-        if name == "shared-backoff":  # Shared dispatcher's read-retry backoff, 1 ms -> 10 ms
+        if name == "pulsar":  # per subscription type, as released (D19)
+            return cls(10_000, 10_000, by_sub_type=True)
+        if name == "shared-backoff":  # Shared dispatcher's read-retry backoff alone, 1 ms -> 10 ms
             return cls(1_000, 10_000)
         if name == "spin":  # releases before August 2024: re-read at once
             return cls(0, 0)
         raise ConfigError(f"unknown polling preset {name!r}; expected one of {', '.join(cls.PRESETS)}")
 
+    def for_sub_type(self, sub_type: SubscriptionType) -> PollingPolicy:
+        if not self.by_sub_type:
+            return self
+        if sub_type.single_active:  # the cursor's 10 ms, then at once (D19)
+            return PollingPolicy(10_000, 10_000)
+        # the cursor's 10 ms, then reScheduleReadWithBackoff 1 -> 10 ms (D19)
+        return PollingPolicy(1_000, 10_000, wait_us=10_000)
+
     def delay_us(self, consecutive_empty: int) -> int:
         if self.first_us <= 0:
-            return 0
-        return min(self.first_us << min(consecutive_empty, 20), self.max_us)
+            return self.wait_us
+        return self.wait_us + min(self.first_us << min(consecutive_empty, 20), self.max_us)
 
 
 class Delivery(NamedTuple):
@@ -100,13 +153,20 @@ class Dispatcher:
         deliver: DeliverFn,
         read_batch: int = 100,
         gate: Callable[[], bool] | None = None,
+        sub_type: SubscriptionType = DEFAULT_SUB_TYPE,
     ) -> None:
         self._sched = scheduler
         self._read_us = latency.of("ledger.read")
         self._empty_read_us = latency.of("cursor.empty_read")
         self._deliver_us = latency.of("consumer.deliver")
         self._mode = mode
-        self._polling = polling
+        self.sub_type = sub_type
+        self._polling = polling.for_sub_type(sub_type)
+        # D20: a wake-up of a caught-up cursor first reads up to a stale bound (polling mode,
+        # enabled buffer); the retry goes at once (single active) or after 1 ms (Shared).
+        self._stale_reads = mode is DispatchMode.POLLING and tb.bounds_waiting_reads
+        self._stale_retry_us = max(0 if sub_type.single_active else 1_000, self._empty_read_us)
+        self._waiting = False  # a caught-up read is waiting with a (now stale) bound
         self._ledger = ledger
         self._cursor = cursor
         self._tb = tb
@@ -173,6 +233,7 @@ class Dispatcher:
             self._busy = False  # the gate's owner kicks us when it opens
             return
         if self._replay:
+            self._waiting = False  # a redelivery cancels the waiting read (cancelPendingReadRequest)
             batch = list(self._replay.islice(0, self._batch))
             del self._replay[: len(batch)]
             self.stats["reads"] += 1
@@ -182,8 +243,16 @@ class Dispatcher:
         lac = self._ledger.last_confirmed()
         if start > lac:  # caught up: wait for a new entry
             self._busy = False
+            self._waiting = self._stale_reads
             self._unblocked()
             self._check_drained()
+            return
+        if self._waiting:  # the waiting read, re-issued with its old bound: nothing (D20)
+            self._waiting = False
+            self.stats["reads"] += 1
+            self.stats["empty_reads"] += 1
+            self.stats["stale_wakeups"] += 1
+            self._sched.call_later(self._stale_retry_us, self._try_read)
             return
         max_read = self._tb.max_read_position()
         if start > max_read:  # blocked at maxReadPosition

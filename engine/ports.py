@@ -79,6 +79,11 @@ class TransactionBuffer(ABC):
     """
 
     stats: Counters
+    # A caught-up cursor's waiting read keeps the maxPosition it was created with
+    # (OpReadEntry.create L125-128, re-issued by ManagedCursorImpl.notifyEntriesAvailable): with
+    # any enabled buffer that bound is stale by the time a new entry wakes it (D20). A disabled
+    # buffer answers LATEST (TransactionBufferDisable L122): no stale bound.
+    bounds_waiting_reads: bool = True
 
     @abstractmethod
     def append_buffer_to_txn(self, txn: TxnID, data: EntryData) -> Position:

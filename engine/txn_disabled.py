@@ -14,6 +14,8 @@ from engine.records import EntryData, Position
 
 
 class TransactionBufferDisabled(TransactionBuffer):
+    bounds_waiting_reads = False  # maxReadPosition is LATEST (TransactionBufferDisable L122)
+
     def __init__(self, ledger: ManagedLedger) -> None:
         self._ledger = ledger
         self.stats = Counters()

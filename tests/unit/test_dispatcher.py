@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.clock import LatencyModel, VirtualScheduler
 from engine.cursor import Cursor
-from engine.dispatcher import Delivery, DispatchMode, Dispatcher, PollingPolicy
+from engine.dispatcher import Delivery, DispatchMode, Dispatcher, PollingPolicy, SubscriptionType
 from engine.memledger import MemoryLedgerFactory
 from engine.ports import MaxReadListener
 from engine.records import EntryData, Position
@@ -30,20 +30,29 @@ class PinnedBuffer(TransactionBufferDisabled):
             listener()
 
 
-def _setup(mode: DispatchMode, policy: PollingPolicy):  # type: ignore[no-untyped-def]
+class EnabledBuffer(PinnedBuffer):
+    """Any enabled buffer: a waiting read keeps a bound (unlike TransactionBufferDisable)."""
+
+    bounds_waiting_reads = True
+
+
+def _setup(mode: DispatchMode, policy: PollingPolicy, sub_type: SubscriptionType = SubscriptionType.FAILOVER,
+           enabled: bool = False):  # type: ignore[no-untyped-def]
     sched = VirtualScheduler()
     ledger = MemoryLedgerFactory().open("persistent://t/n/x")
-    tb = PinnedBuffer(ledger)
+    tb = (EnabledBuffer if enabled else PinnedBuffer)(ledger)
     got: list[Delivery] = []
     d = Dispatcher(
         scheduler=sched, latency=LatencyModel(), mode=mode, polling=policy, ledger=ledger,
         cursor=Cursor(ledger, "sub"), tb=tb, pending=PendingAckStoreDisabled("x"), deliver=got.extend,
+        sub_type=sub_type,
     )
     return sched, ledger, tb, d, got
 
 
-def _blocked_second(mode: DispatchMode, policy: PollingPolicy) -> tuple[dict[str, int], list[Delivery], int]:
-    sched, ledger, tb, d, got = _setup(mode, policy)
+def _blocked_second(mode: DispatchMode, policy: PollingPolicy,
+                    sub_type: SubscriptionType = SubscriptionType.FAILOVER) -> tuple[dict[str, int], list[Delivery], int]:
+    sched, ledger, tb, d, got = _setup(mode, policy, sub_type)
     p0 = ledger.append(EntryData(1, 0, msg="m0"))
     tb.pin = p0  # an open txn pins everything after m0
     ledger.append(EntryData(1, 0, msg="m1"))
@@ -82,3 +91,47 @@ def test_notify_issues_no_empty_reads_and_sees_release_at_once() -> None:
     assert stats.get("empty_reads", 0) == 0
     latency = LatencyModel()
     assert visible_after == latency.of("ledger.read") + latency.of("consumer.deliver")
+
+
+def test_the_pulsar_preset_polls_per_subscription_type() -> None:
+    # D19: ManagedCursorImpl waits 10 ms (L1180-1182); single-active dispatchers re-read at once,
+    # Shared/Key_Shared back off 1 -> 10 ms on top (reScheduleReadWithBackoff L812-837).
+    pulsar = PollingPolicy.preset("pulsar")
+    for t in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+        assert [pulsar.for_sub_type(t).delay_us(n) for n in range(3)] == [10_000] * 3
+    for t in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+        assert [pulsar.for_sub_type(t).delay_us(n) for n in range(6)] == [11_000, 12_000, 14_000, 18_000, 20_000, 20_000]
+    failover, _, _ = _blocked_second(DispatchMode.POLLING, pulsar, SubscriptionType.FAILOVER)
+    shared, _, _ = _blocked_second(DispatchMode.POLLING, pulsar, SubscriptionType.KEY_SHARED)
+    assert 99 <= failover["empty_reads"] <= 101
+    # 11 + 12 + 14 + 18 ms, then one every 20 ms over the ~1 s blocked: about 51
+    assert 49 <= shared["empty_reads"] <= 53
+
+
+def _wake_up(sub_type: SubscriptionType, enabled: bool, mode: DispatchMode = DispatchMode.POLLING) -> tuple[dict[str, int], int]:
+    """A caught-up dispatcher, then one new entry: its stats and the entry's delivery delay."""
+    sched, ledger, _tb, d, got = _setup(mode, PollingPolicy.preset("pulsar"), sub_type, enabled)
+    ledger.append(EntryData(1, 0, msg="m0"))
+    d.kick()
+    sched.run_until(100_000)
+    assert [x.msg for x in got] == ["m0"]
+    appended_at = sched.now_us()
+    ledger.append(EntryData(1, appended_at, msg="m1"))
+    sched.run_until(200_000)
+    assert [x.msg for x in got] == ["m0", "m1"]
+    return dict(d.stats), got[-1].delivered_ts_us - appended_at
+
+
+def test_a_waiting_read_keeps_its_stale_bound_when_a_buffer_is_enabled() -> None:
+    # D20: OpReadEntry keeps the maxPosition of its creation; the re-issued read returns nothing
+    # and the dispatcher reads again: at once (single active) or after 1 ms (Shared).
+    lat = LatencyModel()
+    read, deliver, empty = lat.of("ledger.read"), lat.of("consumer.deliver"), lat.of("cursor.empty_read")
+    stats, delay = _wake_up(SubscriptionType.FAILOVER, enabled=False)  # TransactionBufferDisable: LATEST
+    assert stats.get("stale_wakeups", 0) == 0 and delay == read + deliver
+    stats, delay = _wake_up(SubscriptionType.FAILOVER, enabled=True)
+    assert stats["stale_wakeups"] == 1 and delay == empty + read + deliver
+    stats, delay = _wake_up(SubscriptionType.SHARED, enabled=True)
+    assert stats["stale_wakeups"] == 1 and delay == 1_000 + read + deliver
+    stats, delay = _wake_up(SubscriptionType.SHARED, enabled=True, mode=DispatchMode.NOTIFY)  # the what-if
+    assert stats.get("stale_wakeups", 0) == 0 and delay == read + deliver
