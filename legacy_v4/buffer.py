@@ -118,6 +118,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._recovery: RecoveryStats | None = None
         self._ready_at_us = 0
         self._snapshot_timer: Timer | None = None
+        self._found_no_snapshot = False  # the lookup in flight will find none
 
     # -- reads (dispatcher side) ---------------------------------------------------------------
 
@@ -157,8 +158,13 @@ class TopicTransactionBuffer(TransactionBuffer):
             raise ParticipantClosed(f"transaction buffer of {self._ledger.name} is {self.state.value}")
         if self.state is TBState.NO_SNAPSHOT:
             self._take_first_snapshot()
-        if self.state is TBState.FIRST_SNAPSHOTTING:  # the append is parked until the snapshot is written
-            self._request.us += max(0, self._ready_at_us - self._scope.now_us())
+        if self.state is TBState.FIRST_SNAPSHOTTING or self.state is TBState.INITIALIZING:
+            # appendBufferToTxn parks the append until the TB is ready (and, after a lookup that
+            # found no snapshot, until the first snapshot is written too)
+            wait = self._ready_at_us - self._scope.now_us()
+            if self.state is TBState.INITIALIZING and self._found_no_snapshot:
+                wait += self._rpc_us + self._append_us
+            self._request.us += max(0, wait)
         lwm = self._lwm.get(txn.most_bits)
         if lwm is not None and lwm >= txn.least_bits:  # internalAppendBufferToTxn
             self.stats["appends.refused_lwm"] += 1
@@ -337,6 +343,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         lookup = self._rpc_us
         self.stats["snapshot_lookups"] += 1
         if snap is None:  # noNeedToRecover, once the lookup has answered
+            self._found_no_snapshot = True
             self._recovery = RecoveryStats("tb", 0, modelled_us=lookup)
             self._ready_at_us = self._scope.now_us() + lookup
             self._scope.call_later(lookup, self._no_snapshot_found)

@@ -107,5 +107,9 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
         latency = Replayer(RunConfig(engine=engine)).run(read_events(trace)).latency
         assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, 1_400)
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
-    assert sums["v4"] == (4, 4 * 1_400 + 2 * (1_400 + 1_000))  # two partitions: two registrations, two first snapshots
+    # two partitions: two registrations (1 400 each); every txn publish that finds its TB not
+    # ready is parked until the snapshot lookup (200 us from the TB's start, D17) and the first
+    # snapshot (rpc + append, 1 200, D18) are done: T's TB started at 0, its three publishes at
+    # 20, 21, 22 wait 180, 179, 178 + 1 200; U's started with its publish at 23: 200 + 1 200.
+    assert sums["v4"] == (4, 4 * 1_400 + 2 * 1_400 + (180 + 179 + 178 + 3 * 1_200) + (200 + 1_200))
     assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads
