@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Iterator
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
 from engine.counters import Counters
-from engine.dispatcher import Delivery
+from engine.dispatcher import Delivery, SubscriptionType
 from engine.errors import (
     LedgerSealed,
     MessageTooBig,
@@ -64,6 +64,7 @@ from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
 from bench.trace import OPS, Event
 
+_SUB_TYPE = Event._fields.index("sub_type")
 CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)
 
 
@@ -131,6 +132,7 @@ class Replayer:
         self.msg_txn: dict[str, _Txn] = {}
         self.undelivered: set[str] = set()  # first delivery not yet seen
         self.subs: list[tuple[str, str]] = []
+        self.sub_types: dict[tuple[str, str], SubscriptionType] = {}
         self.subs_per_topic: dict[str, int] = {}
         self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
         self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
@@ -221,10 +223,15 @@ class Replayer:
 
     def _op_subscribe(self, e: Event) -> None:
         assert e.topic and e.subscription
-        if (e.topic, e.subscription) not in self.subs:
-            self.subs.append((e.topic, e.subscription))
+        key = (e.topic, e.subscription)
+        # the trace's optional sub_type column (null, or a row built without it: Failover)
+        sub_type = SubscriptionType.parse(e.sub_type if len(e) > _SUB_TYPE else None)
+        if key not in self.subs:
+            self.subs.append(key)
             self.subs_per_topic[e.topic] = self.subs_per_topic.get(e.topic, 0) + 1
-        self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription))
+            self.counts["subscriptions." + sub_type.value] += 1
+        self.sub_types[key] = sub_type
+        self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription), sub_type)
         if self.history is not None:
             self.history.subscribe(e.topic, e.subscription)
 
@@ -466,7 +473,7 @@ class Replayer:
         self._crash_at = e.ts_us
         self.broker = self._new_broker()
         for topic, sub in self.subs:
-            self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+            self.broker.subscribe(topic, sub, self._consumer(topic, sub), self.sub_types[(topic, sub)])
 
     def _op_crash_tc(self, e: Event) -> None:
         self.broker.restart_coordinator()

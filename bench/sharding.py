@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.trace import COLUMNS, Event, event_of_row, parquet_stream
+from bench.trace import COLUMNS, Event, event_columns, event_of_row, parquet_stream, trace_columns
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
 _OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")
@@ -140,13 +140,13 @@ def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
     topics = pa.array(sorted(t for t, s in topic_shard.items() if s == shard), pa.string())
     txns = _shard_txns(pf, topics, shard == 0, batch_rows)
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
+    columns = trace_columns(pf)  # with the optional ones the trace has
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
         topic, txn = batch.column(_TOPIC), batch.column(_TXN)
         keep = pc.or_kleene(pc.is_in(topic, value_set=topics), pc.is_in(batch.column(_OP), value_set=CRASH_OPS))
         keep = pc.or_kleene(keep, pc.and_kleene(pc.is_null(topic), pc.is_in(txn, value_set=txns)))
         keep = pc.fill_null(keep, False)
         rows = pc.add(pc.indices_nonzero(keep), row).to_pylist()
         mine = batch.filter(keep)
-        cols = [mine.column(i).to_pylist() for i in range(len(COLUMNS))]
-        yield from map(event_of_row, zip(rows, *cols))
+        yield from map(event_of_row, zip(rows, *event_columns(mine, columns)))
         row += batch.num_rows

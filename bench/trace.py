@@ -35,6 +35,13 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = SCHEMA.names
+# Optional columns: traces written before them still load (the values read as null).
+# ``sub_type``: the subscription type of a ``subscribe`` row (Exclusive, Failover, Shared,
+# Key_Shared; null = Failover), which picks the dispatcher's polling (engine.dispatcher).
+OPTIONAL_SCHEMA = pa.schema([("sub_type", pa.string())])
+OPTIONAL_COLUMNS = OPTIONAL_SCHEMA.names
+WRITE_SCHEMA = pa.schema(list(SCHEMA) + list(OPTIONAL_SCHEMA))
+SUB_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 
 OPS = (
     "new_txn", "publish", "ack", "commit", "abort", "subscribe",
@@ -58,6 +65,7 @@ class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build
     ack_kind: str | None
     target: str | None
     key: str | None
+    sub_type: str | None = None  # optional column; rows built from COLUMNS alone lack it
 
 
 # An Event from a row tuple without ``Event._make``'s Python-level call (once per trace row).
@@ -184,6 +192,11 @@ class _Validator:
                 raise self.fail(row, f"{op} names unknown msg {e.msg!r}")
             if op == "merge" and e.target and len(e.target.split(",")) != 2:
                 raise self.fail(row, f"merge target must name two segments, got {e.target!r}")
+        if len(e) > _SUB_TYPE and e.sub_type is not None:
+            if op != "subscribe":
+                raise self.fail(row, f"sub_type is for subscribe rows, not {op}")
+            if e.sub_type not in SUB_TYPES:
+                raise self.fail(row, f"sub_type must be one of {', '.join(SUB_TYPES)}, got {e.sub_type!r}")
 
     def _txn_in_use(self, e: Event) -> None:
         if not e.txn:
@@ -214,9 +227,9 @@ def _open(path: str | Path) -> pq.ParquetFile:
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise TraceError(f"missing columns {', '.join(missing)}", source=str(p))
-    for col in COLUMNS:
+    for col in COLUMNS + [c for c in OPTIONAL_COLUMNS if c in names]:
         have = pf.schema_arrow.field(col).type
-        want = SCHEMA.field(col).type
+        want = WRITE_SCHEMA.field(col).type
         ok = have == want or (pa.types.is_integer(have) and pa.types.is_integer(want)) or (
             pa.types.is_null(have)
         ) or (pa.types.is_large_string(have) and pa.types.is_string(want))
@@ -233,8 +246,9 @@ def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool =
     pf = _open(path)
     check = None if validated else _Validator(str(path)).check
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
-        cols = [batch.column(i).to_pylist() for i in range(len(COLUMNS))]
+    columns = trace_columns(pf)
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        cols = event_columns(batch, columns)
         events = map(event_of_row, zip(range(row, row + batch.num_rows), *cols))
         if check is None:
             yield from events
@@ -259,18 +273,34 @@ def validate(path: str | Path, batch_rows: int = 65_536) -> int:
     pf = _open(path)
     v = _Validator(str(path))
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
+    columns = trace_columns(pf)
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
         if _domain_ok(batch, v):
             _check_labels(batch, row, v)
             v.last_ts = batch.column(0)[-1].as_py() if batch.num_rows else v.last_ts
         else:
-            cols = [batch.column(i).to_pylist() for i in range(len(COLUMNS))]
+            cols = event_columns(batch, columns)
             for event in map(Event._make, zip(range(row, row + batch.num_rows), *cols)):
                 v.check(event)
         row += batch.num_rows
     return row
 
 
+def trace_columns(pf: pq.ParquetFile) -> list[str]:
+    """The required columns, then the optional ones the file has."""
+    names = set(pf.schema_arrow.names)
+    return COLUMNS + [c for c in OPTIONAL_COLUMNS if c in names]
+
+
+def event_columns(batch: pa.RecordBatch, columns: list[str]) -> list[list[Any]]:
+    """Every Event column of ``batch`` as a list, nulls for optional columns it lacks."""
+    cols = [batch.column(i).to_pylist() for i in range(len(columns))]
+    for name in OPTIONAL_COLUMNS[len(columns) - len(COLUMNS):]:
+        cols.append([None] * batch.num_rows)
+    return cols
+
+
+_SUB_TYPE = Event._fields.index("sub_type")
 _COMMON_OPS = pa.array(["new_txn", "commit", "abort", "publish", "ack"])
 _C = {name: i for i, name in enumerate(COLUMNS)}
 
@@ -319,6 +349,8 @@ def _domain_ok(batch: pa.RecordBatch, v: _Validator) -> bool:
     if bad(pc.and_(is_op("publish"), pc.or_kleene(empty("msg"), pc.or_kleene(pc.is_null(size), pc.or_(
             pc.less(size, 0), pc.greater(size, MAX_SIZE)))))):
         return False
+    if "sub_type" in batch.schema.names and bad(pc.is_valid(batch.column("sub_type"))):
+        return False  # a common row with a sub_type: the full check words the error
     kind = col(_C["ack_kind"])
     return not bad(pc.and_(is_op("ack"), pc.or_kleene(pc.or_kleene(empty("subscription"), empty("msg")),
                                                        pc.and_kleene(pc.is_valid(kind), pc.invert(pc.is_in(kind, value_set=pa.array(ACK_KINDS)))))))
@@ -355,22 +387,29 @@ def _check_labels(batch: pa.RecordBatch, first_row: int, v: _Validator) -> None:
                 continue
         row = batch.slice(i, 1)
         v.last_ts = row.column(0)[0].as_py()  # ts_us is fine batch-wide: no false "goes backwards"
-        v.check(Event._make([first_row + i] + [row.column(j)[0].as_py() for j in range(len(COLUMNS))]))
+        v.check(Event._make([first_row + i] + [row.column(j)[0].as_py() for j in range(len(COLUMNS))]
+                            + [row.column(c)[0].as_py() if c in row.schema.names else None for c in OPTIONAL_COLUMNS]))
 
 
 class TraceWriter:
     """Writes a trace in row groups; the file appears only when closed (written to a temp name
-    first), so a failed generation leaves nothing half-written."""
+    first), so a failed generation leaves nothing half-written. Optional columns are written
+    when named in ``optional`` (a trace without them reads them as null)."""
 
     def __init__(self, path: str | Path, rows_per_group: int = 65_536,
-                 metadata: dict[str, str] | None = None) -> None:
+                 metadata: dict[str, str] | None = None, optional: tuple[str, ...] = ()) -> None:
+        unknown = [c for c in optional if c not in OPTIONAL_COLUMNS]
+        if unknown:
+            raise TraceError(f"unknown optional columns {', '.join(unknown)}", source=str(path))
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.name}.partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        schema = SCHEMA.with_metadata({f"txnbench.{k}": v for k, v in (metadata or {}).items()})
+        self._columns = COLUMNS + [c for c in OPTIONAL_COLUMNS if c in optional]
+        base = pa.schema([WRITE_SCHEMA.field(c) for c in self._columns])
+        schema = base.with_metadata({f"txnbench.{k}": v for k, v in (metadata or {}).items()})
         self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
         self._schema = schema
-        self._rows: dict[str, list] = {c: [] for c in COLUMNS}  # type: ignore[type-arg]
+        self._rows: dict[str, list] = {c: [] for c in self._columns}  # type: ignore[type-arg]
         self._n = 0
         self._group = rows_per_group
         self.rows_written = 0
@@ -379,8 +418,11 @@ class TraceWriter:
         rows = self._rows
         rows["ts_us"].append(ts_us)
         rows["op"].append(op)
-        for col in COLUMNS[2:]:
+        for col in self._columns[2:]:
             rows[col].append(fields.get(col))
+        for col in OPTIONAL_COLUMNS:
+            if fields.get(col) is not None and col not in rows:
+                raise TraceError(f"a value for {col}, a column this writer was not opened with")
         self._n += 1
         if self._n >= self._group:
             self._flush()
@@ -389,7 +431,7 @@ class TraceWriter:
         if self._n:
             self._writer.write_table(pa.table(self._rows, schema=self._schema))
             self.rows_written += self._n
-            self._rows = {c: [] for c in COLUMNS}
+            self._rows = {c: [] for c in self._columns}
             self._n = 0
 
     def close(self) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import ConfigError
-from bench.trace import TraceWriter
+from bench.trace import SUB_TYPES, TraceWriter
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "datasets" / "profiles"
 
@@ -47,6 +47,7 @@ class Profile:
     hanging_fraction: float = 0.0  # txns never ended by the client: the coordinator times them out
     timeout_ms: int = 60_000
     subscriptions: int = 1  # per topic
+    sub_type: str = "Failover"  # Exclusive, Failover, Shared or Key_Shared: the dispatcher's polling
     ack_delay_ms: float = 5.0  # a consumer acks this long after the message could be seen
     txn_ack_fraction: float = 0.0  # share of acks made inside txns (consume-transform-produce)
     split_every_ms: int = 0  # scalable topics: split the first active segment this often
@@ -85,6 +86,7 @@ class Profile:
         need(self.txn_groups >= 1, "txn_groups must be >= 1")
         need(self.long_open_fraction + self.hanging_fraction <= 1, "long_open + hanging fractions exceed 1")
         need(self.message_size >= 0 and self.timeout_ms > 0, "message_size >= 0 and timeout_ms > 0")
+        need(self.sub_type in SUB_TYPES, f"sub_type must be one of {', '.join(SUB_TYPES)}, got {self.sub_type!r}")
 
     def topic_names(self) -> list[str]:
         base = "topic" if self.scalable else "persistent"
@@ -141,10 +143,13 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
         heapq.heappush(later, (ts, seq, op, f))
 
     meta = {"profile": profile.name, "seed": str(seed), "events": str(events)}
-    with TraceWriter(out, metadata=meta) as w:
+    # the sub_type column only when the profile names a type other than the default (Failover),
+    # so traces of profiles that do not are the same as before the column existed
+    optional = ("sub_type",) if profile.sub_type != "Failover" else ()
+    with TraceWriter(out, metadata=meta, optional=optional) as w:
         for topic in topics:
             for s in subs:
-                w.add(0, "subscribe", topic=topic, subscription=s)
+                w.add(0, "subscribe", topic=topic, subscription=s, sub_type=profile.sub_type if optional else None)
         for at in profile.crash_broker_at_ms:
             schedule(at * 1000, "crash_broker")
         for at in profile.crash_tc_at_ms:
