@@ -155,3 +155,24 @@ def test_a_plain_ack_of_a_message_pending_in_a_txn_applies_at_once(tmp_path: Pat
     assert result.deliveries["msg"] == ["m1"]  # no redelivery after the abort
     assert "acks.deferred" not in c and c["acks.never_applied"] == 0
     assert _outcomes(result) == {"t1": "aborted"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine: str) -> None:
+    # t1 acks m1 and never ends: the coordinator's timeout aborts it and m1 comes back. Reported
+    # "open" (v4 before the client timer), the checker took that pending ack for ever and called
+    # the redelivery an acked message delivered again.
+    from bench.checker import History, check
+
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 100_000, "op": "new_txn", "txn": "t1", "timeout_ms": 1_000},
+        {"ts_us": 100_010, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+    ]
+    history = History()
+    trace = write(tmp_path / f"{engine}.parquet", rows)
+    result = Replayer(RunConfig(engine=engine), history=history).run(read_events(trace))
+    assert _outcomes(result) == {"t1": "aborted"}
+    assert result.deliveries["msg"] == ["m1", "m1"] and result.deliveries["redelivery"] == [False, True]
+    assert check(history) == []
