@@ -136,7 +136,8 @@ class Replayer:
         self.subs_per_topic: dict[str, int] = {}
         self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
         self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
-        self.held: dict[tuple[str, str], str] = {}  # (subscription, msg) received, acked in this open txn
+        self.held: dict[tuple[str, str], str] = {}
+        self._timed_out: list[tuple[str, TxnID]] = []  # client-timed-out txns the history awaits  # (subscription, msg) received, acked in this open txn
         self.recovery: list[dict[str, Any]] = []
         self._crash_at: int | None = None
         self._retired = Counters()
@@ -543,7 +544,10 @@ class Replayer:
                 pass
         self.counts["txns." + outcome] += 1
         if self.history is not None:
-            self.history.outcome(txn.label, outcome)
+            if txn.client_timed_out and txn.id is not None:  # the system's outcome: settled at the end
+                self._timed_out.append((txn.label, txn.id))
+            else:
+                self.history.outcome(txn.label, outcome)
         if outcome == "committed" and txn.published and txn.visible_us is None and txn.msgs:
             self.counts["txns.committed_not_visible"] += 1
         rows = self._txn_rows
@@ -558,6 +562,22 @@ class Replayer:
             self._txn_sink(rows)
             self._txn_rows = _empty_txns()
 
+    def _settle_timed_out(self) -> None:
+        """Tell the history what became of the txns the client timed out: aborted once the
+        coordinator's timeout has aborted it (v4 then forgets it), else still undecided (v5's
+        sweep runs every 60 s): their entries still pin maxReadPosition."""
+        assert self.history is not None or not self._timed_out
+        for label, txn_id in self._timed_out:
+            outcome = TxnStatus.ABORTED.value
+            try:
+                status = self.broker.coordinator().status(txn_id)
+                if not status.final:
+                    outcome = status.value
+            except TxnbenchError:
+                pass
+            self.history.outcome(label, outcome)  # type: ignore[union-attr]
+        self._timed_out.clear()
+
     def _result(self, n: int, wall: float) -> RunResult:
         self._collect_recovery()
         counts = Counters(self._retired)
@@ -565,6 +585,7 @@ class Replayer:
         counts.update(self.broker.backlog())
         for txn in list(self.txns.values()):
             self._retire(txn)
+        self._settle_timed_out()
         self.counts.update({"events." + op: c for op, c in self._op_counts.items() if c})
         counts.update(self.counts)
         counts["hist_clamped"] = self.hist.clamped
