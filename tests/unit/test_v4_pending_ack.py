@@ -170,4 +170,4 @@ def test_low_water_mark_is_also_handled_after_an_abort_and_chains() -> None:
     assert pa.pending_txns() == [] and pa.stats["lwm_aborts"] == 2
     assert pa.stats["appends.abort"] == 3
     s.run()
-    assert sorted(s.msgs(T, "sub")[6:]) == ["m0", "m1", "m2"]
+    assert sorted(str(m) for m in s.msgs(T, "sub")[6:]) == ["m0", "m1", "m2"]
