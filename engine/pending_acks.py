@@ -3,7 +3,8 @@ both designs so that they refuse exactly the same acks. Each design persists it 
 (v4: a sibling ``__transaction_pending_ack`` ledger; v5: op records) and rebuilds it on recovery.
 
 The rules (``PendingAckHandleImpl.internalIndividualAcknowledgeMessage`` /
-``internalCumulativeAcknowledgeMessage``, checked after the store's append):
+``internalCumulativeAcknowledgeMessage``; Pulsar checks them in the callback of the store's
+append, so v4 logs a refused ack too, see ``legacy_v4/pending_ack.py``):
 
 * a txn ack of a position already acked on the subscription (``cursor.isMessageDeleted``), or
   pending in any txn (``individualAckPositions``), or covered by a pending cumulative ack,
