@@ -257,8 +257,8 @@ class EventFold:
 
     def _rates(self) -> dict[str, Any]:
         """Offered (the trace's) vs achieved (the client's) rate of rows, and txns per second."""
-        n = len(self.op_starts)
-        issued_us = max(self.op_starts) - min(self.op_starts) if n > 1 else 0
+        n = int(self.done.get("rows") or len(self.op_starts))
+        issued_us = max(self.op_starts) - min(self.op_starts) if len(self.op_starts) > 1 else 0
         ends = [t.end_us for t in self.txns.values() if t.outcome == "committed" and t.end_us is not None]
         span = self.trace_span_us
         return {
