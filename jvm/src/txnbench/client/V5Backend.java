@@ -228,8 +228,9 @@ final class V5Backend implements Backend {
         if (descriptor != null) {
             String[] p = descriptor.split("-");
             if (p.length != 3) throw new IllegalArgumentException("segment descriptor " + descriptor + " is not <start>-<end>-<id>");
-            int start = Integer.parseInt(p[0]);
-            int end = Integer.parseInt(p[1]);
+            // The model writes the range in hex, end inclusive (engine/topics.py Segment.descriptor).
+            int start = Integer.parseInt(p[0], 16);
+            int end = Integer.parseInt(p[1], 16);
             for (var s : active) {
                 if (s.getHashRange().getStart() == start && s.getHashRange().getEnd() == end) return s.getSegmentId();
             }
