@@ -139,8 +139,9 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
     for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
         rates = run["rates"]
         print(f"pulsar {label}: {run['events']} rows in {run['wall_seconds']} s; offered "
-              f"{rates['offered_rows_per_s'] or 'asap'} rows/s, achieved {rates['achieved_rows_per_s']} rows/s, "
-              f"largest lag {run['max_lag_us']} us")
+              f"{rates['offered_rows_per_s'] or 'asap'} rows/s, achieved {rates['achieved_rows_per_s']} rows/s "
+              f"(acks aside), largest lag {rates['max_issue_lag_us'] / 1000:.0f} ms (acks aside), "
+              f"{run['max_lag_us'] / 1000:.0f} ms (all rows); {rates['committed_txns_per_s']} committed txn/s")
 
 
 # -- verbs --------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
     for label, run in manifest["runs"].items():
         print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
-    results = [out / "results"]
+    results: list[str | Path] = [out / "results"]
     if target is not None:  # the same trace through the real broker, reported beside the models
         from bench.pulsar.run import pulsar_replay
 

@@ -67,7 +67,7 @@ def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
     log = workdir / f"client-{design}.log"
     refused: dict[str, Any] | None = None
     fatal: str | None = None
-    with log.open("w") as err:
+    with log.open("w") as err, (workdir / f"events-{design}.jsonl").open("w") as kept:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -75,6 +75,7 @@ def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
                 line = line.strip()
                 if not line:
                     continue
+                kept.write(line + "\n")  # the raw events, kept beside the result
                 try:
                     ev = json.loads(line)
                 except json.JSONDecodeError:

@@ -7,7 +7,9 @@ each other's topics, subscriptions or transaction state:
   ``public`` joins the namespace: ``tb-<run>-T-N``); a ``-partition-k`` name stays a partition
   of the partitioned topic ``x`` that the client creates.
 - v5 design: the same rename on ``topic://``. A trace's ``persistent://.../x-partition-k`` topic
-  becomes its own one-segment scalable topic ``topic://.../x-partition-k``: Pulsar 5 routes only
+  becomes its own one-segment scalable topic ``topic://.../x-pk`` (the broker's TopicName reads
+  ``-partition-k`` in any name as a partition of ``x``, and fails on segment names built from it):
+  Pulsar 5 routes only
   ``topic://`` names to the v5 path (``DispatchingTransactionBufferProvider``), and a
   partition's order per topic is what a one-segment scalable topic keeps.
 
@@ -17,6 +19,7 @@ Rows the broker cannot run are refused before anything runs, with the trace's ro
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,7 @@ from engine.errors import TraceError
 from engine.topics import TopicName
 from bench.trace import Event
 
+_PARTITION = re.compile(r"-partition-(\d+)$")
 TENANT = "public"  # the standalone's tenant; a run's namespaces are created under it
 
 
@@ -40,8 +44,12 @@ def namespace_of(run_id: str, design: str, name: TopicName) -> str:
 
 def map_topic(topic: str, design: str, run_id: str) -> str:
     name = TopicName.parse(topic)
-    scheme = "persistent" if design == "v4" else "topic"
-    return f"{scheme}://{namespace_of(run_id, design, name)}/{name.local}"
+    if design == "v4":
+        return f"persistent://{namespace_of(run_id, design, name)}/{name.local}"
+    # The broker reads "-partition-N" in any local name as a partition suffix (TopicName): the
+    # scalable topic made of a trace's partition is named "<x>-p<N>" instead.
+    local = _PARTITION.sub(r"-p\1", name.local)
+    return f"topic://{namespace_of(run_id, design, name)}/{local}"
 
 
 def refusal(e: Event, design: str, restartable: bool) -> str | None:
@@ -76,8 +84,8 @@ class MappedRows:
     def manifest(self) -> dict[str, object]:
         note = None
         if self.design == "v5" and any(t.startswith("persistent://") for t in self.topics):
-            note = ("each persistent:// topic of the trace (a partition) ran as its own one-segment scalable "
-                    "topic://, the only names Pulsar 5 runs on the v5 path")
+            note = ("each persistent:// topic of the trace (a partition x-partition-k) ran as its own one-segment "
+                    "scalable topic://.../x-pk, the only names Pulsar 5 runs on the v5 path")
         return {"run_id": self.run_id, "namespaces": sorted(self.namespaces), "topics": dict(sorted(self.topics.items())),
                 "v5_txn_timeouts_ms": sorted(self.timeouts_ms) if self.design == "v5" else None,
                 **({"topic_note": note} if note else {})}

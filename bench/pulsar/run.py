@@ -67,7 +67,7 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     design = mapped.design
     rows = [(e.topic, e.key, e.subscription, e.ack_kind) for e in read_events(trace, validated=True)]
     back = {v: k for k, v in mapped.topics.items()}
-    fold = EventFold(design, rows, back, trace_span_us=mapped.last_ts_us - mapped.first_ts_us, history=history)
+    fold = EventFold(design, rows, back, trace_span_us=(mapped.last_ts_us - mapped.first_ts_us) if target.pacing == "trace" else 0, history=history)
     before = Snapshot(target)
     started = time.perf_counter()
     run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace))
@@ -95,9 +95,10 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
 
 
 def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, out: str | Path,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Validate the trace, check the broker answers, map and refuse rows, then run each design
-    and write one result directory (nothing is written if any of that fails). Returns the manifest."""
+                  progress: Callable[[str], None] | None = None, histories: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Validate the trace, map and refuse rows, check the broker answers, then run each design
+    and write one result directory (nothing is written if any of that fails). Returns the
+    manifest; ``histories``, if given, receives each design's checker History."""
     from bench.runner import finish_results
 
     rows = validate(trace)
@@ -116,7 +117,11 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
             for d in designs:
                 if progress:
                     progress(f"{d}: {mapped[d].rows} rows through {target.service_url} ({target.pacing} pacing)")
-                runs.append(run_design(trace, mapped[d], target, scratch, broker))
+                runs.append(run_design(trace, mapped[d], target, scratch, broker, history=histories is not None))
+                if histories is not None:
+                    histories[d] = runs[-1].history
+                # the client's own events, as read: the evidence behind every number of the run
+                shutil.copyfile(scratch / f"events-{d}.jsonl", writer.dir / f"pulsar-events-{d}.jsonl")
             extras = {r.cfg.label: r.extra for r in runs}
             finish_results(writer, [(r.cfg, r.result) for r in runs], manifest,  # type: ignore[misc]
                            extra_run=lambda res: extras[res.label])

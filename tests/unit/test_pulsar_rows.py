@@ -39,8 +39,8 @@ def small(tmp_path: Path) -> Path:
 
 def test_names_go_into_the_runs_own_namespace() -> None:
     assert map_topic(P1, "v4", "ab12cd") == "persistent://public/tb-ab12cd-v4-bench/t0-partition-1"
-    # v5: a partition becomes its own scalable topic of the same local name
-    assert map_topic(P1, "v5", "ab12cd") == "topic://public/tb-ab12cd-v5-bench/t0-partition-1"
+    # v5: a partition becomes its own scalable topic, named without "-partition-"
+    assert map_topic(P1, "v5", "ab12cd") == "topic://public/tb-ab12cd-v5-bench/t0-p1"
     assert map_topic("topic://acme/orders/x", "v5", "r") == "topic://public/tb-r-v5-acme-orders/x"
 
 
@@ -50,7 +50,7 @@ def test_rows_keep_the_trace_row_numbers_and_fields(tmp_path: Path, small: Path)
     assert [r["row"] for r in rows] == [0, 1, 2, 3, 4, 5]
     assert [r["ts_us"] for r in rows] == [0, 5, 6, 9, 12, 20]
     assert rows[1]["timeout_ms"] == 60_000 and rows[2]["timeout_ms"] is None
-    assert rows[2] == {"row": 2, "ts_us": 6, "op": "publish", "txn": "t0", "topic": "topic://public/tb-r1-v5-bench/t0-partition-1",
+    assert rows[2] == {"row": 2, "ts_us": 6, "op": "publish", "txn": "t0", "topic": "topic://public/tb-r1-v5-bench/t0-p1",
                        "msg": "m0", "subscription": None, "size": 10, "timeout_ms": None, "ack_kind": None, "target": None, "key": "k"}
     assert rows[5]["ack_kind"] == "cumulative" and rows[5]["subscription"] == "s"
     assert mapped.rows == 6 and mapped.namespaces == {"public/tb-r1-v5-bench"}
