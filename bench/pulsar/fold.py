@@ -86,9 +86,12 @@ class EventFold:
     """Feed events in the order they were read; call :meth:`finish` once after ``done``."""
 
     def __init__(self, label: str, rows: list[tuple[str | None, str | None, str | None, str | None]],
-                 back: dict[str, str], *, trace_span_us: int = 0, history: bool = False) -> None:
+                 back: dict[str, str], *, trace_span_us: int = 0, history: bool = False,
+                 ended: frozenset[str] = frozenset()) -> None:
         """``rows[n]`` = (trace topic, key, subscription, ack_kind) of trace row ``n``; ``back``
-        maps the broker's topic names to the trace's."""
+        maps the broker's topic names to the trace's; ``ended``: the txns the trace commits or
+        aborts (one whose end the client never reported ends the run ``unfinished``, not ``open``)."""
+        self.ended = ended
         self.label = label
         self.rows = rows
         self.back = back
@@ -229,7 +232,8 @@ class EventFold:
             elif txn.outcome is not None:
                 outcome = txn.outcome
             else:
-                outcome = "open" if txn.requested_us is None else "unfinished"
+                asked = txn.requested_us is not None or txn.label in self.ended
+                outcome = "unfinished" if asked else "open"
             if outcome != "committed":
                 aborted.add(txn.label)
             visible = None

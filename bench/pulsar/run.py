@@ -65,9 +65,15 @@ def prepare(trace: str | Path, designs: list[str], target: PulsarTarget, scratch
 def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scratch: Path,
                broker: dict[str, Any], *, history: bool = False) -> BrokerRun:
     design = mapped.design
-    rows = [(e.topic, e.key, e.subscription, e.ack_kind) for e in read_events(trace, validated=True)]
+    rows = []
+    ended = set()
+    for e in read_events(trace, validated=True):
+        rows.append((e.topic, e.key, e.subscription, e.ack_kind))
+        if e.op in ("commit", "abort") and e.txn:
+            ended.add(e.txn)
     back = {v: k for k, v in mapped.topics.items()}
-    fold = EventFold(design, rows, back, trace_span_us=(mapped.last_ts_us - mapped.first_ts_us) if target.pacing == "trace" else 0, history=history)
+    span = mapped.last_ts_us - mapped.first_ts_us if target.pacing == "trace" else 0
+    fold = EventFold(design, rows, back, trace_span_us=span, history=history, ended=frozenset(ended))
     before = Snapshot(target)
     started = time.perf_counter()
     run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace))

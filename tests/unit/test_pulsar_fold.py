@@ -123,6 +123,16 @@ def test_a_clean_history_has_no_violations() -> None:
     assert check(f.finish().history) == []
 
 
+def test_a_txn_the_trace_ends_without_an_answer_is_unfinished() -> None:
+    # t2 has no end row in EVENTS; if the trace ends it, the client just never reported it
+    f = EventFold("v4", ROWS, {B: T}, ended=frozenset({"t2"}))
+    for ev in EVENTS:
+        f.feed(ev)
+    r = f.finish()
+    assert dict(zip(r.txns["txn"], r.txns["outcome"]))["t2"] == "unfinished"
+    assert "txns.open" not in r.counts and r.counts["txns.unfinished"] == 1
+
+
 def test_message_ids_order_by_their_numbers() -> None:
     assert position_of("7:1:-1") < position_of("7:10:-1") < position_of("8:0:-1")
     assert position_of(None) == ()
