@@ -14,7 +14,7 @@
 # outside the work tree in ${XDG_CACHE_HOME:-$HOME/.cache}/txnbench/pulsar-5.0.0-M1; Maven's own
 # repository (~/.m2) is kept, so a re-fetch after the cache is emptied takes seconds.
 # Environment: PULSAR_HEAP (default "-Xms1g -Xmx1g -XX:MaxDirectMemorySize=512m"),
-# PULSAR_START_TIMEOUT (seconds, 120).
+# PULSAR_START_TIMEOUT (seconds, 180).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -145,17 +145,17 @@ launch() {
   (cd "$dir" && exec setsid "${java[@]}" >>"$dir/pulsar.out" 2>&1 </dev/null) &
   pid=$!
   echo "$pid" >"$dir/pulsar.pid"
-  deadline=$(( $(date +%s) + ${PULSAR_START_TIMEOUT:-120} ))
+  deadline=$(( $(date +%s) + ${PULSAR_START_TIMEOUT:-180} ))
   until healthy "$webport"; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$dir/pulsar.pid"
       local gist
-      gist=$(grep -h -E 'ERROR|Exception|Error' "$dir/pulsar.out" "$dir/pulsar.log" 2>/dev/null | tail -1 | cut -c1-300)
+      gist=$(grep -s -h -E 'ERROR|Exception|Error' "$dir/pulsar.out" "$dir/pulsar.log" | tail -1 | cut -c1-300 || true)
       die "broker exited during start-up (${gist:-no error logged}); see $dir/pulsar.log and $dir/pulsar.out"
     fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
       stop_broker
-      die "broker not healthy after ${PULSAR_START_TIMEOUT:-120}s; see $dir/pulsar.log"
+      die "broker not healthy after ${PULSAR_START_TIMEOUT:-180}s; see $dir/pulsar.log"
     fi
     sleep 0.25
   done
