@@ -52,7 +52,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=int, default=None,
                    help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time; "
-                        "--target: at most this long waiting for deliveries, 10000, ending after half of it without one)")
+                        "--target: at most this long waiting for deliveries, 30000, ending after 2-5 s without one)")
     p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
     p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
