@@ -69,6 +69,8 @@ client_cp() {
   hash=$( (cd "$jvm" && find src resources -type f | LC_ALL=C sort | xargs sha256sum; echo "$version") \
     | sha256sum | cut -c1-16)
   out="$cache/client-$hash"
+  exec 9>"$cache/.lock"
+  flock 9  # one compile at a time: a second caller finds the first one's classes
   if [ ! -f "$out/.complete" ]; then
     tmp="$out.tmp.$$"
     rm -rf "$tmp"
@@ -86,6 +88,7 @@ client_cp() {
     rm -rf "$out"
     mv "$tmp" "$out"
   fi
+  flock -u 9
   echo "$out:$libs/*"
 }
 
