@@ -104,6 +104,28 @@ def test_txn_visibility_and_blocking_behind_an_open_txn(client_cp: str, pulsar: 
     assert [e["type"] for e in subscribed] == (["Failover"] if design == "v4" else ["QueueConsumer"])
 
 
+def test_v5_split_merge_and_cumulative_acks(client_cp: str, pulsar: PulsarBroker, tmp_path: Path) -> None:
+    """split/merge name the model's segments (hex ranges, engine/topics.py); the broker's layout
+    follows; a subscription acked cumulatively runs on a StreamConsumer across the new segment."""
+    topic, s = _topic("v5"), 1_000_000
+    rows = [
+        _row(0, 0, "subscribe", topic=topic, subscription="sub"),
+        _row(1, s // 10, "publish", topic=topic, msg="m-a", size=16, key="k1"),
+        _row(2, s, "split", topic=topic, target="0000-ffff-0"),
+        _row(3, 6 * s, "merge", topic=topic, target="0000-7fff-1,8000-ffff-2"),
+        _row(4, 9 * s, "publish", topic=topic, msg="m-b", size=16, key="k1"),
+        _row(5, 9 * s + 1, "ack", topic=topic, msg="m-b", subscription="sub", ack_kind="cumulative"),
+    ]
+    rc, events, stderr = _run(client_cp, pulsar, "v5", rows, tmp_path)
+    assert rc == 0, (events[-3:], stderr[-2000:])
+    ops = {e["row"]: e for e in events if e["ev"] == "op"}
+    assert sorted(ops) == list(range(6)) and all(e["ok"] for e in ops.values()), ops
+    assert [e["type"] for e in events if e["ev"] == "subscribed"] == ["StreamConsumer"]
+    # The merged segment is the topic's fourth (ids 0; 1, 2 from the split; 3), as in the model.
+    assert "segment=3," in ops[4]["message_id"] and "segment=0," in ops[1]["message_id"]
+    assert [e["msg"] for e in events if e["ev"] == "deliver"] == ["m-a", "m-b"]
+
+
 @pytest.mark.parametrize(("design", "bad", "why"), [
     ("v4", {"op": "crash_tc"}, "crash_tc"),
     ("v4", {"op": "publish", "topic": "topic://public/x/t", "msg": "m", "size": 1}, "V5 SDK"),

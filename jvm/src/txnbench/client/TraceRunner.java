@@ -10,7 +10,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
@@ -47,6 +46,7 @@ final class TraceRunner {
     private final ConcurrentHashMap<String, Row> waitingAcks = new ConcurrentHashMap<>();
     private final AtomicLong maxLagUs = new AtomicLong(Long.MIN_VALUE);
     private volatile long lastDeliveryNanos = System.nanoTime();
+    private volatile long lastOpDoneNanos = System.nanoTime();
 
     TraceRunner(Backend backend, Rows rows, Events ev, Args args, BufferedReader stdin) {
         this.backend = backend;
@@ -264,6 +264,7 @@ final class TraceRunner {
         outstanding.add(f);
         f.whenComplete((v, e) -> {
             long end = ev.nowUs();
+            lastOpDoneNanos = System.nanoTime();
             outstanding.remove(f);
             if (permit) inFlight.release();
             String[] kv = e == null && extra != null && v != null ? extra.apply(v) : null;
@@ -280,23 +281,21 @@ final class TraceRunner {
         ev.emit(o);
     }
 
-    /** Waits for the issued operations, then for deliveries to go quiet, bounded by --drain-ms. */
+    /**
+     * Waits until every row has completed (issued ops and plain acks waiting for their message) and
+     * no delivery came for --quiet-ms, or until --drain-ms has passed since the last row was issued.
+     */
     private void drain() throws Exception {
         long startNs = System.nanoTime();
         long boundNs = startNs + TimeUnit.MILLISECONDS.toNanos(args.drainMs);
-        try {
-            CompletableFuture.allOf(outstanding.toArray(CompletableFuture[]::new)).handle((v, e) -> null)
-                    .get(Math.max(1, boundNs - System.nanoTime()), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            // reported by the ops that are still missing
-        }
-        long lastRowDone = System.nanoTime();
         long quietNs = TimeUnit.MILLISECONDS.toNanos(args.quietMs);
         while (true) {
             long now = System.nanoTime();
-            long lastActivity = Math.max(lastDeliveryNanos, lastRowDone);
-            if (now - lastActivity >= quietNs || now >= boundNs) break;
-            Thread.sleep(Math.min(20, Math.max(1, (Math.min(lastActivity + quietNs, boundNs) - now) / 1_000_000)));
+            if (now >= boundNs) break;
+            boolean idle = outstanding.isEmpty() && waitingAcks.isEmpty();
+            long lastActivity = Math.max(lastDeliveryNanos, lastOpDoneNanos);
+            if (idle && now - lastActivity >= quietNs) break;
+            Thread.sleep(idle ? Math.max(1, Math.min(20, (lastActivity + quietNs - now) / 1_000_000)) : 5);
         }
         long doneUs = ev.nowUs();
         for (Row r : waitingAcks.values()) {
