@@ -67,6 +67,7 @@ final class V4Backend implements Backend {
     public String settings() {
         Map<String, String> m = new LinkedHashMap<>();
         m.put("library", "pulsar-client-original " + PulsarClient.class.getPackage().getImplementationVersion());
+        m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         m.put("batching", "disabled");
         m.put("ack_grouping", "default (acknowledgmentGroupTime 100 ms)");
         m.put("subscription_type", SUB_TYPE.name());

@@ -92,6 +92,7 @@ final class V5Backend implements Backend {
     public String settings() {
         Map<String, String> m = new LinkedHashMap<>();
         m.put("library", "pulsar-client-v5 " + PulsarClient.class.getPackage().getImplementationVersion());
+        m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         m.put("batching", "disabled (BatchingPolicy.ofDisabled)");
         m.put("ack_grouping", "default");
         m.put("subscription_type", "QueueConsumer (Shared per segment) for individual acks, "
