@@ -105,6 +105,7 @@ class EventFold:
         self.client: dict[str, Any] = {}
         self.done: dict[str, Any] = {}
         self.subscribed: set[str] = set()  # trace topics with a subscription
+        self.subs: set[tuple[str, str]] = set()
         self.crashes: list[int] = []
         self.resumed: list[int] = []
         self.op_starts: list[int] = []  # issue times of the rows that wait for no delivery
@@ -135,6 +136,7 @@ class EventFold:
         elif kind == "subscribed":
             topic = self._trace_topic(ev.get("row"), ev.get("topic"))
             self.subscribed.add(topic)
+            self.subs.add((topic, str(ev["subscription"])))
             self._log(int(ev["t_us"]), 0, "subscribe", topic, ev["subscription"])
         elif kind == "ready":
             self.client = {k: v for k, v in ev.items() if k != "ev"}
@@ -144,6 +146,9 @@ class EventFold:
             self._log(int(ev["t_us"]), 4, "fault", "crash_broker")
         elif kind == "resumed":
             self.resumed.append(int(ev["t_us"]))
+            # back up: every consumer reconnects and gets what it has not acked again
+            for topic, sub in sorted(self.subs):
+                self._log(int(ev["t_us"]), 4, "fault", "redeliver", sub)
         elif kind == "done":
             self.done = {k: v for k, v in ev.items() if k != "ev"}
 
@@ -211,6 +216,11 @@ class EventFold:
             deliveries["msg"].append(msg)
             deliveries["delivered_ts_us"].append(t)
             deliveries["redelivery"].append(redelivery)
+            if redelivery and self._restarting(t):
+                # The broker went down and came back somewhere in [crash, resumed] (stopping takes
+                # seconds: its shutdown closes the topics and consumers reconnect); a message
+                # seen again in that window came back because of the restart.
+                self._log(t, 4, "fault", "redeliver", sub)
             self._log(t, 5, "deliver", topic, sub, msg, redelivery)
             if msg not in first or t < first[msg]:
                 first[msg] = t
@@ -262,6 +272,9 @@ class EventFold:
                       latency=self.hist.summary(), client=self.client, done=self.done, rates=self._rates(),
                       history=self._history() if self.want_history else None)
 
+    def _restarting(self, t: int) -> bool:
+        return any(c <= t <= (self.resumed[i] if i < len(self.resumed) else 1 << 62) for i, c in enumerate(self.crashes))
+
     def _rates(self) -> dict[str, Any]:
         """Offered (the trace's) vs achieved (the client's) rate of rows, and txns per second.
         The achieved rate and ``max_issue_lag_us`` leave acks out: an ack is issued when its
@@ -301,7 +314,7 @@ class EventFold:
             elif kind == "heard":
                 h.heard(args[0], "committed")
             elif kind == "fault":
-                h.fault(args[0])
+                h.fault(*args)
             elif kind == "deliver":
                 topic, sub, msg, redelivery = args
                 h.deliver(topic, sub, [_Delivery(msg, redelivery)])

@@ -167,3 +167,31 @@ def test_broker_counters_map_onto_our_names() -> None:
     assert (counts["pulsar.metadata.gets"], counts["pulsar.metadata.puts"], counts["pulsar.metadata.deletes"]) == (8, 7, 1)
     assert counts["pulsar.pulsar_txn_append_log_count"] == 12
     assert not any("jvm_threads" in k or k.endswith("_sum") for k in counts)  # gauges and sums are no counts
+
+
+def test_a_restart_window_explains_what_came_again_in_it() -> None:
+    """m0 is delivered, the broker restarts (crash at 1000, resumed at 9000) and m0 comes again
+    three times: while the broker shut down (5000), when the consumer is back (9500), and once
+    more with no cause (12000)."""
+    rows = ROWS[:3] + [(None, None, None, None)]  # row 3: crash_broker
+    events = [
+        {"ev": "subscribed", "row": 0, "topic": B, "subscription": "s", "type": "Failover", "t_us": 10},
+        op(2, "publish", 100, 400, msg="m0", message_id="7:0:-1"),
+        {"ev": "crash", "row": 3, "t_us": 1000},
+        deliver("m0", 1500),
+        deliver("m0", 5000, redelivery=True),
+        {"ev": "resumed", "row": 3, "t_us": 9000},
+        deliver("m0", 9500, redelivery=True),
+        deliver("m0", 12_000, redelivery=True),
+        {"ev": "done", "t_us": 20_000, "rows": 4, "max_lag_us": 0, "drain_ms": 2000},
+    ]
+    f = EventFold("v4", rows, {B: T}, history=True)
+    for ev in events:
+        f.feed(ev)
+    r = f.finish()
+    assert r.counts["crashes.broker"] == 1 and r.counts["deliveries"] == 4
+    # one redelivery seen in the window, one for the subscription when the broker was back
+    assert r.history.fault_counts() == {"crash_broker": 1, "redeliver": 2}
+    (v,) = check(r.history)  # only 12000 has no cause
+    assert v.kind == "duplicate" and v.msg == "m0"
+    assert r.latency["time_to_first_dispatch_after_crash_us"]["min_us"] == 500
