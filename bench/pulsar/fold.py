@@ -229,10 +229,16 @@ class EventFold:
             pub = self.pubs.get(msg)
             if pub is not None:
                 self.hist.record("dispatch_nontxn_us" if pub.txn is None else "dispatch_txn_us", t - pub.start_us)
-        if self.crashes:
-            after = [t for *_, t, _ in self.deliveries if t >= self.crashes[0]]
+        for i, crash in enumerate(self.crashes):
+            if i >= len(self.resumed):
+                break
+            # crash -> first delivery once the restarted broker is up (what came in between was
+            # the old broker shutting down); the restart itself is scripts/pulsar.sh restart's time
+            back = self.resumed[i]
+            self._count("pulsar.restart_ms", (back - crash) // 1000)
+            after = [t for *_, t, _ in self.deliveries if t >= back]
             if after:
-                self.hist.record("time_to_first_dispatch_after_crash_us", min(after) - self.crashes[0])
+                self.hist.record("time_to_first_dispatch_after_crash_us", min(after) - crash)
 
         txns: dict[str, list[Any]] = {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages")}
         aborted: set[str] = set()
