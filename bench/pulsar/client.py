@@ -96,6 +96,9 @@ def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
                     restart_broker(target.pulsar_dir)
                     proc.stdin.write(json.dumps({"cmd": "resume"}) + "\n")
                     proc.stdin.flush()
+        except BaseException:  # a failed restart, an interrupt: leave no client running
+            proc.kill()
+            raise
         finally:
             if fatal is not None and proc.poll() is None:
                 proc.kill()
