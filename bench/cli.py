@@ -53,7 +53,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=int, default=None,
-                   help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time)")
+                   help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time; "
+                        "--target: at most this long waiting for deliveries, 30000, ending after 2-5 s without one)")
     p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
     p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
@@ -110,6 +111,42 @@ def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
     return out
 
 
+def _add_target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=None, metavar="pulsar://HOST:PORT",
+                   help="run the trace through a real Pulsar 5 broker (v4 design on persistent://, v5 on topic://) "
+                        "instead of the models")
+    p.add_argument("--admin-url", default=None, metavar="URL",
+                   help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
+    p.add_argument("--pacing", default="trace", choices=["trace", "asap"],
+                   help="--target: issue rows at the trace's timestamps, or as fast as possible")
+    p.add_argument("--pulsar-dir", default=None, metavar="DIR",
+                   help="--target: the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), to restart it "
+                        "for crash_broker rows")
+
+
+def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from bench.pulsar.target import parse_target
+
+    return parse_target(args.target, args.admin_url, args.pacing, args.pulsar_dir, args.drain_ms)
+
+
+def _designs(engine: str) -> list[str]:
+    from engine.errors import ConfigError
+
+    if engine == "none":
+        raise ConfigError("--engine none: the Pulsar target runs the v4 and v5 designs")
+    return ["v4", "v5"] if engine == "both" else [engine]
+
+
+def _print_broker_runs(manifest: dict[str, object]) -> None:
+    for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
+        rates = run["rates"]
+        print(f"pulsar {label}: {run['events']} rows in {run['wall_seconds']} s; offered "
+              f"{rates['offered_rows_per_s'] or 'asap'} rows/s, achieved {rates['achieved_rows_per_s']} rows/s "
+              f"(acks aside), largest lag {rates['max_issue_lag_us'] / 1000:.0f} ms (acks aside), "
+              f"{run['max_lag_us'] / 1000:.0f} ms (all rows); {rates['committed_txns_per_s']} committed txn/s")
+
+
 # -- verbs --------------------------------------------------------------------------------------
 
 
@@ -122,6 +159,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.target:
+        from bench.pulsar.run import pulsar_replay
+
+        if args.spark:
+            from engine.errors import ConfigError
+
+            raise ConfigError("--spark and --target do not go together")
+        manifest = pulsar_replay(args.trace, _designs(args.engine), _target(args), args.out)
+        _print_broker_runs(manifest)
+        print(f"results in {args.out}")
+        return 0
     engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
     configs = _configs(args, engines)
     if args.spark:
@@ -159,6 +207,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     started = time.perf_counter()
+    target = _target(args) if args.target else None
+    if target is not None:  # an unreachable broker stops the run before anything is generated
+        from bench.pulsar.target import probe
+
+        probe(target)
     trace = out / "trace.parquet"
     rows = generate(load_profile(args.profile), args.events, args.seed, trace)
     print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
@@ -166,6 +219,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
     for label, run in manifest["runs"].items():
         print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+    results: list[str | Path] = [out / "results"]
+    if target is not None:  # the same trace through the real broker, reported beside the models
+        from bench.pulsar.run import pulsar_replay
+
+        broker = pulsar_replay(trace, ["v4", "v5"], target, out / "broker")
+        _print_broker_runs(broker)
+        results.append(out / "broker")
     from bench.runner import check_trace
 
     checked = check_trace(trace, configs)  # the report shows it beside the numbers
@@ -177,7 +237,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         done = run_scenarios()
         save(done, out / "scenarios.json")
         print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
-    report = build_report([out / "results"], out / "report", title=f"txnbench compare: {args.profile}")
+    report = build_report(results, out / "report", title=f"txnbench compare: {args.profile}")
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
@@ -198,13 +258,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     from bench.workloads import generate, load_profile
 
     out = Path(args.out)
+    if args.target:  # an unreachable broker stops the run before anything is written
+        from bench.pulsar.target import probe
+
+        probe(_target(args))
     if args.trace is None:
         trace = out / "trace.parquet"
         out.mkdir(parents=True, exist_ok=True)
         generate(load_profile(args.profile), args.events, args.seed, trace)
     else:
         trace = Path(args.trace)
-    summary = check_trace(trace, _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]), print)
+    if args.target:
+        from bench.pulsar.run import pulsar_check
+
+        summary = pulsar_check(trace, _designs(args.engine), _target(args), print)
+    else:
+        summary = check_trace(trace, _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]), print)
     for line in summary.lines():
         print(line)
     out.mkdir(parents=True, exist_ok=True)
@@ -310,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
     _add_run_options(p)
+    _add_target_options(p)
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="comparison report from one or more result directories")
@@ -325,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
+    _add_target_options(p)
     p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
@@ -340,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="both", choices=["v4", "v5", "both"])
     p.add_argument("--out", required=True)
     _add_run_options(p)
+    _add_target_options(p)
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("profiles", help="list the workload profiles")

@@ -5,7 +5,9 @@ Within one result set, engines are compared side by side (the ratio is other/fir
 Across result sets (e.g. two commits), each engine is compared with the baseline set and only
 changes beyond noise are flagged: counts and virtual-time latencies are deterministic, so the
 threshold there only ignores rounding (1 %); wall-clock figures need a wide one (25 %). Result
-sets replayed from different traces or options are marked not comparable.
+sets replayed from different traces or options are marked not comparable. A model set and a
+real-broker set (``--target pulsar://...``) are held side by side as "model vs broker"
+(:mod:`bench.model_vs_broker`), never as A/B.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import METRICS
+from bench.model_vs_broker import comparison_rows, is_broker
 from bench.plots import render_figures, result_set_plots
 from bench.results import load
 
@@ -128,12 +131,15 @@ def engine_rows(rs: dict[str, Any]) -> list[Row]:
         values[label] = counts
     rows: list[Row] = []
     names = sorted({n for s in rs["latency"].values() for n in s})
+    # wall-clock latencies (a real backend, or the real broker) get the wide noise threshold
+    wall = any(run.get("time_mode") == "wall" for run in rs["manifest"].get("runs", {}).values())
+    noise = WALL_NOISE if wall else DETERMINISTIC_NOISE
     for name in names:
         for pct in LATENCY_PCTS:
             key = f"latency.{name}.{pct}"
             vals = {lab: values[lab].get(key) for lab in labels}
-            ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], True, DETERMINISTIC_NOISE) if len(labels) > 1 else (None, "n/a")
-            rows.append(Row("Latency", f"{name} {pct[:-3]}", "µs", vals, ratio, verdict))
+            ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], True, noise) if len(labels) > 1 else (None, "n/a")
+            rows.append(Row("Latency", f"{name} {pct[:-3]}", "µs", vals, ratio, verdict, deterministic=not wall))
     for section, metric, key, unit, lower in COUNT_ROWS:
         vals = {lab: values[lab].get(key, 0) for lab in labels}
         if all(v == 0 for v in vals.values()) and section != "Outcomes":
@@ -228,7 +234,7 @@ def render_html(title: str, sections: list[tuple[str, list[str], list[Row], str]
         f"<title>{e(title)}</title><style>body{{font-family:sans-serif;margin:2em}}"
         "table{border-collapse:collapse;margin-bottom:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
         "td.num{text-align:right}.better{background:#e6f6e6}.worse{background:#fbe3e3}"
-        ".notcomparable{background:#eee;color:#777}</style></head><body>",
+        ".notcomparable{background:#eee;color:#777}.differs{background:#fff1cc}</style></head><body>",
         f"<h1>{e(title)}</h1>",
     ]
     for heading, labels, rows, note in sections:
@@ -265,11 +271,18 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
         trace = rs["manifest"].get("trace", {})
         note = (f"Result set `{rs['path']}`: trace {trace.get('path')} ({trace.get('rows')} rows, profile "
                 f"{trace.get('profile', '?')}, seed {trace.get('seed', '?')}). Ratio and verdict: {labels[-1]} vs {labels[0]}; "
-                f"counts and virtual-time latencies are exact, so 'same' means within {DETERMINISTIC_NOISE:.0%}.")
+                f"counts and virtual-time latencies are exact, so 'same' means within {DETERMINISTIC_NOISE:.0%}"
+                f"{f'; wall-clock latencies within {WALL_NOISE:.0%}' if any(r.get('time_mode') == 'wall' for r in rs['manifest'].get('runs', {}).values()) else ''}.")
+        if is_broker(rs):
+            target = rs["manifest"].get("target", {})
+            note += (f" Runs on the real broker (Pulsar {target.get('version', '?')} at {target.get('service_url', '?')}, "
+                     f"{target.get('pacing', '?')} pacing): both designs of one broker, measured by the trace client.")
         sections.append((f"Engines side by side — {Path(rs['path']).name}", labels, rows, note))
         summary["result_sets"].append({"path": rs["path"], "trace": trace, "runs": rs["manifest"].get("runs", {}),
                                        "rows": [asdict(r) for r in rows]})
     for other in sets[1:]:
+        if is_broker(other) != is_broker(sets[0]):
+            continue  # a model set and a broker set: held side by side below, not A/B
         rows = ab_rows(sets[0], other)
         why = comparable(sets[0], other)
         note = why and f"Not comparable: {why}." or (
@@ -280,6 +293,13 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
                          flagged or rows[:0], note + ("" if flagged else " No change beyond noise.")))
         summary["comparisons"].append({"baseline": sets[0]["path"], "new": other["path"], "comparable": why is None,
                                        "why_not": why, "changes": [asdict(r) for r in flagged]})
+    for broker in (b for b in sets if is_broker(b)):
+        for model in (m for m in sets if not is_broker(m)):
+            for design, rows, note in comparison_rows(model, broker, Row):
+                sections.append((f"Model vs broker ({design}) — {Path(model['path']).name} vs {Path(broker['path']).name}",
+                                 ["model", "broker"], rows, note))
+                summary.setdefault("model_vs_broker", []).append(
+                    {"design": design, "model": model["path"], "broker": broker["path"], "rows": [asdict(r) for r in rows]})
     scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
                              if q.is_file()})  # `txnbench scenarios` output next to the results
     if scenario_files:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import pytest
@@ -28,7 +29,7 @@ def _reachable(url: str) -> bool:
 
 
 def service_url(name: str) -> str:
-    """URL of the real service ``name`` (``redis``, ``kafka``), or skip/fail as the run demands."""
+    """URL of the real service ``name`` (``redis``, ``kafka``, ``pulsar``), or skip/fail as the run demands."""
     url = os.environ.get(f"TXNBENCH_{name.upper()}_URL", "")
     required = name in _required()
     if not url:
@@ -50,3 +51,24 @@ def redis_url() -> str:
 @pytest.fixture(scope="session")
 def kafka_url() -> str:
     return service_url("kafka")
+
+
+@dataclass(frozen=True)
+class PulsarBroker:
+    """The broker ``scripts/pulsar.sh start DIR`` runs: its URLs and DIR (for ``restart``)."""
+
+    url: str
+    admin_url: str
+    dir: str | None
+
+
+@pytest.fixture(scope="session")
+def pulsar() -> PulsarBroker:
+    """The real Pulsar 5 broker (``TXNBENCH_PULSAR_URL`` / ``_ADMIN_URL`` / ``_DIR``), or skip/fail."""
+    url = service_url("pulsar")
+    admin = os.environ.get("TXNBENCH_PULSAR_ADMIN_URL", "")
+    if not admin or not _reachable(admin):
+        if "pulsar" in _required():
+            pytest.fail(f"pulsar is required but its admin URL {admin or '(TXNBENCH_PULSAR_ADMIN_URL unset)'} is unreachable")
+        pytest.skip("no pulsar admin: set TXNBENCH_PULSAR_ADMIN_URL to run")
+    return PulsarBroker(url, admin, os.environ.get("TXNBENCH_PULSAR_DIR") or None)

@@ -1,0 +1,117 @@
+"""Starts the JVM trace client (``jvm/PROTOCOL.md``), feeds it, and hands its events over.
+
+The class path comes from ``scripts/pulsar.sh client-cp`` (which compiles the program when its
+sources changed). On a ``crash`` event the broker is restarted with ``scripts/pulsar.sh restart
+DIR`` (its data kept) and the program told to resume. Exit 2 (a refused row) and 3 (a fatal
+error) become one-line errors; the program's stderr goes to a log file whose last lines the
+error quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.errors import BackendUnavailable, ConfigError, TraceError
+from bench.pulsar.target import PulsarTarget
+
+ROOT = Path(__file__).resolve().parents[2]
+PULSAR_SH = ROOT / "scripts" / "pulsar.sh"
+MAIN_CLASS = "txnbench.client.TraceClient"
+
+
+def _script(*args: str, timeout: float = 600) -> str:
+    if not PULSAR_SH.is_file():
+        raise ConfigError(f"{PULSAR_SH} is missing: the Pulsar target needs the project's scripts/pulsar.sh")
+    try:
+        done = subprocess.run([str(PULSAR_SH), *args], capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise BackendUnavailable(f"scripts/pulsar.sh {' '.join(args)} took more than {timeout:.0f} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+        raise BackendUnavailable(f"scripts/pulsar.sh {' '.join(args)} failed: {last}")
+    return done.stdout
+
+
+def class_path() -> str:
+    out = _script("client-cp").strip().splitlines()
+    if not out:
+        raise ConfigError("scripts/pulsar.sh client-cp printed no class path")
+    return out[-1]
+
+
+def restart_broker(directory: Path) -> None:
+    _script("restart", str(directory))
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
+               on_event: Callable[[dict[str, Any]], None], *, source: str,
+               java: str = "java", extra_args: tuple[str, ...] = ()) -> int:
+    """Run the rows in ``rows`` through the broker; call ``on_event`` with each event in the order
+    read. Returns the program's exit code (0) or raises: a refused row is a TraceError naming
+    ``source`` and the row, a fatal error BackendUnavailable."""
+    cmd = [java, "-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp", class_path(), MAIN_CLASS,
+           "--service-url", target.service_url, "--admin-url", target.admin_url, "--design", design,
+           "--rows", str(rows), "--pacing", target.pacing, "--drain-ms", str(target.drain_ms),
+           "--quiet-ms", str(target.quiet_ms), *extra_args]
+    log = workdir / f"client-{design}.log"
+    refused: dict[str, Any] | None = None
+    fatal: str | None = None
+    with log.open("w") as err, (workdir / f"events-{design}.jsonl").open("w") as kept:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                line = line.strip()
+                if not line:
+                    continue
+                kept.write(line + "\n")  # the raw events, kept beside the result
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    fatal = f"the trace client wrote a line that is not JSON: {line[:200]!r}"
+                    break
+                kind = ev.get("ev")
+                if kind == "refused":
+                    refused = ev
+                    continue
+                if kind == "error":
+                    fatal = str(ev.get("message"))
+                    continue
+                on_event(ev)
+                if kind == "crash":
+                    if target.pulsar_dir is None:  # rows.refusal refuses such traces first
+                        fatal = "crash_broker with no broker directory to restart"
+                        break
+                    restart_broker(target.pulsar_dir)
+                    proc.stdin.write(json.dumps({"cmd": "resume"}) + "\n")
+                    proc.stdin.flush()
+        except BaseException:  # a failed restart, an interrupt: leave no client running
+            proc.kill()
+            raise
+        finally:
+            if fatal is not None and proc.poll() is None:
+                proc.kill()
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            code = proc.wait()
+    if refused is not None or code == 2:
+        row = refused.get("row") if refused else None
+        reason = refused.get("reason") if refused else _tail(log) or "refused"
+        raise TraceError(f"the Pulsar trace client refused it: {reason}", row=row, source=source)
+    if fatal is not None or code != 0:
+        why = fatal or _tail(log) or f"exit code {code}"
+        raise BackendUnavailable(f"Pulsar trace client ({design}) against {target.service_url} failed: {why}")
+    return code

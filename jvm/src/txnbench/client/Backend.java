@@ -1,0 +1,60 @@
+package txnbench.client;
+
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+
+/** What the trace runner needs from one design's client library (V4Backend, V5Backend). */
+interface Backend extends AutoCloseable {
+
+    /** A transaction as the client library holds it, with the broker's id "(mostBits,leastBits)". */
+    record Txn(Object handle, String id, long timeoutMs) {}
+
+    /** Where a consumer reports each message it receives. */
+    interface Deliveries {
+        void delivered(String topic, String subscription, String msg, Object messageId, int redeliveryCount);
+    }
+
+    /** A subscribed consumer; {@code type} names the subscription type used. */
+    record Sub(Object handle, String type) {}
+
+    /** Creates namespaces, topics and producers the rows need (before t0). */
+    void setup(Rows rows) throws Exception;
+
+    /** The client settings the {@code ready} event reports, as a JSON object. */
+    String settings();
+
+    CompletableFuture<Sub> subscribe(String topic, String subscription, boolean cumulative, Deliveries out);
+
+    CompletableFuture<Txn> newTxn(long timeoutMs);
+
+    /** Sends one message; completes with its message id. Must be called in per-producer order. */
+    CompletableFuture<Object> publish(String topic, String key, String msg, byte[] payload, Txn txn);
+
+    CompletableFuture<Void> ack(Sub sub, Object messageId, boolean cumulative, Txn txn);
+
+    CompletableFuture<Void> commit(Txn txn);
+
+    CompletableFuture<Void> abort(Txn txn);
+
+    /** Splits the active segment matching {@code target} (or holding {@code key}, or the first). */
+    CompletableFuture<Void> split(String topic, String target, String key);
+
+    CompletableFuture<Void> merge(String topic, String target);
+
+    @Override
+    void close();
+
+    /** The label carried by every message (jvm/PROTOCOL.md). */
+    String MSG_PROPERTY = "txnbench-msg";
+
+    static String settingsJson(Map<String, String> m) {
+        StringBuilder b = new StringBuilder("{");
+        m.forEach((k, v) -> {
+            if (b.length() > 1) b.append(',');
+            Json.quote(b, k);
+            b.append(':');
+            Json.quote(b, v);
+        });
+        return b.append('}').toString();
+    }
+}

@@ -1,0 +1,260 @@
+package txnbench.client;
+
+import java.lang.reflect.Field;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.pulsar.client.admin.PulsarAdmin;
+import org.apache.pulsar.client.admin.PulsarAdminException;
+import org.apache.pulsar.client.api.v5.Message;
+import org.apache.pulsar.client.api.v5.MessageId;
+import org.apache.pulsar.client.api.v5.Producer;
+import org.apache.pulsar.client.api.v5.PulsarClient;
+import org.apache.pulsar.client.api.v5.QueueConsumer;
+import org.apache.pulsar.client.api.v5.StreamConsumer;
+import org.apache.pulsar.client.api.v5.Transaction;
+import org.apache.pulsar.client.api.v5.async.AsyncMessageBuilder;
+import org.apache.pulsar.client.api.v5.config.BatchingPolicy;
+import org.apache.pulsar.client.api.v5.config.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.v5.config.TransactionPolicy;
+import org.apache.pulsar.client.api.v5.schema.Schema;
+import org.apache.pulsar.common.policies.data.ScalableTopicMetadata;
+import org.apache.pulsar.common.util.Murmur3_32Hash;
+
+/**
+ * v5: the V5 SDK (pulsar-client-v5) on topic:// scalable topics; its transactions are flagged
+ * scalable and run through TransactionCoordinatorV5 and the metadata-store buffers.
+ *
+ * <p>The SDK's transaction timeout is client-wide (TransactionPolicy), so there is one client per
+ * distinct timeout in the rows; a txn runs on its timeout's client (its producers too), plain
+ * publishes and every consumer on the client of the smallest timeout.
+ */
+final class V5Backend implements Backend {
+    private final String serviceUrl;
+    private final PulsarAdmin admin;
+    private final Map<Long, PulsarClient> clients = new TreeMap<>();
+    private final Map<String, Producer<byte[]>> producers = new ConcurrentHashMap<>();
+    private long baseTimeout = Row.DEFAULT_TIMEOUT_MS;
+
+    V5Backend(String serviceUrl, String adminUrl) throws Exception {
+        this.serviceUrl = serviceUrl;
+        this.admin = Admin.connect(adminUrl);
+    }
+
+    private synchronized PulsarClient client(long timeoutMs) throws Exception {
+        PulsarClient c = clients.get(timeoutMs);
+        if (c == null) {
+            c = PulsarClient.builder().serviceUrl(serviceUrl)
+                    .transactionPolicy(TransactionPolicy.builder().timeout(Duration.ofMillis(timeoutMs)).build())
+                    .build();
+            clients.put(timeoutMs, c);
+        }
+        return c;
+    }
+
+    @Override
+    public void setup(Rows rows) throws Exception {
+        if (!rows.timeouts.isEmpty()) baseTimeout = rows.timeouts.first();
+        client(baseTimeout);
+        for (long t : rows.timeouts) client(t);
+        Admin.ensureNamespaces(admin, rows.namespaces);
+        for (String topic : rows.topics.keySet()) {
+            try {
+                admin.scalableTopics().createScalableTopic(topic, 1);
+            } catch (PulsarAdminException.ConflictException e) {
+                // exists already (a reused namespace)
+            }
+        }
+        for (Map.Entry<String, Set<Long>> e : rows.producers.entrySet()) {
+            for (long t : e.getValue()) producer(e.getKey(), t == 0 ? baseTimeout : t);
+        }
+    }
+
+    Producer<byte[]> producer(String topic, long timeoutMs) throws Exception {
+        String k = timeoutMs + "\u0000" + topic;
+        Producer<byte[]> p = producers.get(k);
+        if (p == null) {
+            p = client(timeoutMs).newProducer(Schema.bytes()).topic(topic)
+                    .batchingPolicy(BatchingPolicy.ofDisabled()).blockIfQueueFull(true).create();
+            producers.put(k, p);
+        }
+        return p;
+    }
+
+    @Override
+    public String settings() {
+        Map<String, String> m = new LinkedHashMap<>();
+        m.put("library", "pulsar-client-v5 " + PulsarClient.class.getPackage().getImplementationVersion());
+        m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
+        m.put("batching", "disabled (BatchingPolicy.ofDisabled)");
+        m.put("ack_grouping", "default");
+        m.put("subscription_type", "QueueConsumer (Shared per segment) for individual acks, "
+                + "StreamConsumer (Exclusive per segment) for cumulative acks");
+        m.put("initial_position", "LATEST");
+        m.put("txn_timeout", "client-wide: one client per distinct timeout " + clients.keySet());
+        return Backend.settingsJson(m);
+    }
+
+    @Override
+    public CompletableFuture<Sub> subscribe(String topic, String subscription, boolean cumulative, Deliveries out) {
+        PulsarClient c;
+        try {
+            c = client(baseTimeout);
+        } catch (Exception e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        if (cumulative) {
+            return c.newStreamConsumer(Schema.bytes()).topic(topic).subscriptionName(subscription)
+                    .subscriptionInitialPosition(SubscriptionInitialPosition.LATEST).subscribeAsync()
+                    .thenApply(sc -> {
+                        receiveLoop(() -> sc.async().receive(), topic, subscription, out);
+                        return new Sub(sc, "StreamConsumer");
+                    });
+        }
+        return c.newQueueConsumer(Schema.bytes()).topic(topic).subscriptionName(subscription)
+                .subscriptionInitialPosition(SubscriptionInitialPosition.LATEST).subscribeAsync()
+                .thenApply(qc -> {
+                    receiveLoop(() -> qc.async().receive(), topic, subscription, out);
+                    return new Sub(qc, "QueueConsumer");
+                });
+    }
+
+    /** The SDK has no message listener: an async receive chained on itself, no thread per consumer. */
+    private void receiveLoop(java.util.function.Supplier<CompletableFuture<Message<byte[]>>> receive,
+                             String topic, String subscription, Deliveries out) {
+        receive.get().whenComplete((m, err) -> {
+            if (err != null) return;  // the consumer was closed
+            out.delivered(topic, subscription, m.properties().get(MSG_PROPERTY), m.id(), m.redeliveryCount());
+            receiveLoop(receive, topic, subscription, out);
+        });
+    }
+
+    @Override
+    public CompletableFuture<Txn> newTxn(long timeoutMs) {
+        try {
+            return client(timeoutMs).newTransactionAsync().thenApply(t -> new Txn(t, id(t), timeoutMs));
+        } catch (Exception e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    /** The broker's txn id: TransactionV5 wraps a classic Transaction (package-private field). */
+    private static String id(Transaction t) {
+        try {
+            Field f = t.getClass().getDeclaredField("v4Transaction");
+            f.setAccessible(true);
+            var v4 = (org.apache.pulsar.client.api.transaction.Transaction) f.get(t);
+            return V4Backend.id(v4.getTxnID());
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    @Override
+    public CompletableFuture<Object> publish(String topic, String key, String msg, byte[] payload, Txn txn) {
+        AsyncMessageBuilder<byte[]> b;
+        try {
+            b = producer(topic, txn == null ? baseTimeout : txn.timeoutMs()).async().newMessage();
+        } catch (Exception e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        b.value(payload).property(MSG_PROPERTY, msg);
+        if (key != null) b.key(key);
+        if (txn != null) b.transaction((Transaction) txn.handle());
+        return b.send().thenApply(id -> id);
+    }
+
+    @Override
+    @SuppressWarnings("unchecked")
+    public CompletableFuture<Void> ack(Sub sub, Object messageId, boolean cumulative, Txn txn) {
+        // The SDK's acks return nothing: they are handed to the client's ack grouping.
+        try {
+            MessageId id = (MessageId) messageId;
+            Transaction t = txn == null ? null : (Transaction) txn.handle();
+            if (sub.handle() instanceof StreamConsumer<?> sc) {
+                if (!cumulative) throw new IllegalStateException("an individual ack on a StreamConsumer");
+                if (t == null) sc.async().acknowledgeCumulative(id); else sc.async().acknowledgeCumulative(id, t);
+            } else {
+                if (cumulative) throw new IllegalStateException("a cumulative ack on a QueueConsumer");
+                QueueConsumer<byte[]> qc = (QueueConsumer<byte[]>) sub.handle();
+                if (t == null) qc.async().acknowledge(id); else qc.async().acknowledge(id, t);
+            }
+            return CompletableFuture.completedFuture(null);
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    @Override
+    public CompletableFuture<Void> commit(Txn txn) { return ((Transaction) txn.handle()).async().commit(); }
+
+    @Override
+    public CompletableFuture<Void> abort(Txn txn) { return ((Transaction) txn.handle()).async().abort(); }
+
+    @Override
+    public CompletableFuture<Void> split(String topic, String target, String key) {
+        return admin.scalableTopics().getMetadataAsync(topic).thenCompose(meta -> {
+            long id = segment(topic, meta, target == null ? null : target.split(",")[0].trim(), key);
+            return admin.scalableTopics().splitSegmentAsync(topic, id);
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> merge(String topic, String target) {
+        return admin.scalableTopics().getMetadataAsync(topic).thenCompose(meta -> {
+            String[] two = target.split(",");
+            long a = segment(topic, meta, two[0].trim(), null);
+            long b = segment(topic, meta, two[1].trim(), null);
+            return admin.scalableTopics().mergeSegmentsAsync(topic, a, b);
+        });
+    }
+
+    /**
+     * The broker's active segment for a model descriptor {@code <start>-<end>-<id>} (same hash range),
+     * or, without one, the active segment holding {@code key} (MurmurHash3 & 0xffff, as the SDK's
+     * SegmentRouter.hash routes keys), or the first active one.
+     */
+    static long segment(String topic, ScalableTopicMetadata meta, String descriptor, String key) {
+        List<ScalableTopicMetadata.SegmentInfo> active = new ArrayList<>();
+        for (ScalableTopicMetadata.SegmentInfo s : meta.getSegments().values()) if (s.isActive()) active.add(s);
+        active.sort(Comparator.comparingInt(s -> s.getHashRange().getStart()));
+        if (active.isEmpty()) throw new IllegalStateException(topic + " has no active segment");
+        if (descriptor != null) {
+            String[] p = descriptor.split("-");
+            if (p.length != 3) throw new IllegalArgumentException("segment descriptor " + descriptor + " is not <start>-<end>-<id>");
+            // The model writes the range in hex, end inclusive (engine/topics.py Segment.descriptor).
+            int start = Integer.parseInt(p[0], 16);
+            int end = Integer.parseInt(p[1], 16);
+            for (var s : active) {
+                if (s.getHashRange().getStart() == start && s.getHashRange().getEnd() == end) return s.getSegmentId();
+            }
+            throw new IllegalStateException(topic + " has no active segment over hash range " + start + "-" + end);
+        }
+        if (key != null) {
+            int h = Murmur3_32Hash.getInstance().makeHash(key.getBytes(java.nio.charset.StandardCharsets.UTF_8)) & 0xffff;
+            for (var s : active) {
+                if (s.getHashRange().getStart() <= h && h <= s.getHashRange().getEnd()) return s.getSegmentId();
+            }
+        }
+        return active.get(0).getSegmentId();
+    }
+
+    @Override
+    public void close() {
+        for (PulsarClient c : clients.values()) {
+            try {
+                c.close();
+            } catch (Exception e) {
+                // closing at exit
+            }
+        }
+        admin.close();
+    }
+}
