@@ -7,6 +7,8 @@ and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,71 @@ from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 
 EXIT_USAGE = 2
+
+# Resource bounds on user-given sizes (issue 20): large enough for every documented use (a 20M-row
+# trace, recovery at 10^7 entries, end-txn over 256 partitions), small enough to fail fast
+# instead of exhausting memory or running for hours.
+MAX_EVENTS = 200_000_000
+MAX_DEMO_MESSAGES = 100_000
+MAX_DRAIN_MS = 24 * 3600 * 1000  # a day of virtual time after the last event
+MAX_PARTICIPANTS = 4_096
+MAX_LOG_ENTRIES = 10_000_000
+MAX_SCENARIO_S = 24 * 3600
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so every ``finally`` and staging directory
+    cleans up as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo}..{hi:_}, got {text}")
+        return value
+
+    return parse
+
+
+def _float_in(lo: float, hi: float, *, open_lo: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {'(' if open_lo else '['}{lo:g}, {hi:g}], got {text}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def version_text() -> str:
+    from importlib import metadata
+
+    from bench.results import git_identity
+
+    try:
+        v = metadata.version("txnbench")
+    except metadata.PackageNotFoundError:
+        v = "unknown"
+    git = git_identity()
+    return f"txnbench {v}" + (f" (git {git['sha'][:12]}{', dirty' if git['dirty'] else ''})" if git else "")
 
 
 def _progress(enabled: bool):  # type: ignore[no-untyped-def]
@@ -50,13 +117,18 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
-    p.add_argument("--drain-ms", type=int, default=None,
+    p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time)")
     p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
     p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v5 setting (metadata_v5/options.py), e.g. retention_ms=60000; repeatable")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="replace what an earlier txnbench run wrote in --out (other files are never touched)")
 
 
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
@@ -112,25 +184,32 @@ def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from bench.output import check_out
     from bench.workloads import generate, load_profile
 
-    rows = generate(load_profile(args.profile), args.events, args.seed, args.out)
+    profile = load_profile(args.profile)
+    check_out(args.out, force=args.force, kind="file")
+    rows = generate(profile, args.events, args.seed, args.out)  # written to a temp file, renamed at the end
     print(f"wrote {rows} events to {args.out}")
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from bench.output import check_out
+
     engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
     configs = _configs(args, engines)
+    check_out(args.out, force=args.force)
     if args.spark:
         from bench.spark import spark_replay
 
         manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
-                                progress=_progress(not args.no_progress))
+                                progress=_progress(not args.no_progress), force=args.force)
     else:
         from bench.runner import replay_trace
 
-        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
+        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress),
+                                force=args.force)
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
@@ -145,37 +224,43 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from bench.report import build_report
 
-    path = build_report(args.results, args.out)
+    path = build_report(args.results, args.out, force=args.force)
     print(f"report: {path}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.output import staged_dir
     from bench.report import build_report
-    from bench.runner import replay_trace
+    from bench.runner import check_trace, replay_trace
     from bench.workloads import generate, load_profile
 
     out = Path(args.out)
     started = time.perf_counter()
-    trace = out / "trace.parquet"
-    rows = generate(load_profile(args.profile), args.events, args.seed, trace)
-    print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
+    profile = load_profile(args.profile)
     configs = _configs(args, ["v4", "v5"])
-    manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
-    for label, run in manifest["runs"].items():
-        print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
-    from bench.runner import check_trace
+    # Everything goes to a private staging directory that becomes --out only when complete, so
+    # an earlier compare's files (e.g. its scenarios and plots) never mix with this one's.
+    with staged_dir(out, force=args.force) as tmp:
+        shown = {str(tmp): str(out)}
+        trace = tmp / "trace.parquet"
+        rows = generate(profile, args.events, args.seed, trace)
+        print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
+        manifest = replay_trace(trace, configs, tmp / "results", progress=_progress(not args.no_progress),
+                                shown=shown)
+        for label, run in manifest["runs"].items():
+            print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+        checked = check_trace(trace, configs)  # the report shows it beside the numbers
+        checked.write(tmp / "check.json")
+        print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
+        if not args.no_scenarios:  # the review questions, with their plots, in the same report
+            from bench.scenarios import run_scenarios, save
 
-    checked = check_trace(trace, configs)  # the report shows it beside the numbers
-    checked.write(out / "check.json")
-    print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
-    if not args.no_scenarios:  # the review questions, with their plots, in the same report
-        from bench.scenarios import run_scenarios, save
-
-        done = run_scenarios()
-        save(done, out / "scenarios.json")
-        print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
-    report = build_report([out / "results"], out / "report", title=f"txnbench compare: {args.profile}")
+            done = run_scenarios()
+            save(done, tmp / "scenarios.json")
+            print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
+        build_report([tmp / "results"], tmp / "report", title=f"txnbench compare: {args.profile}", shown=shown)
+    report = out / "report" / "report.html"
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
@@ -192,21 +277,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
     (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
+    from bench.output import staged_dir
     from bench.runner import check_trace
     from bench.workloads import generate, load_profile
 
     out = Path(args.out)
-    if args.trace is None:
-        trace = out / "trace.parquet"
-        out.mkdir(parents=True, exist_ok=True)
-        generate(load_profile(args.profile), args.events, args.seed, trace)
-    else:
-        trace = Path(args.trace)
-    summary = check_trace(trace, _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]), print)
-    for line in summary.lines():
-        print(line)
-    out.mkdir(parents=True, exist_ok=True)
-    summary.write(out / "check.json")
+    profile = load_profile(args.profile) if args.trace is None else None
+    configs = _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine])
+    with staged_dir(out, force=args.force, protect=[Path(args.trace)] if args.trace else []) as tmp:
+        if profile is not None:
+            trace = tmp / "trace.parquet"
+            generate(profile, args.events, args.seed, trace)
+        else:
+            trace = Path(args.trace)
+        summary = check_trace(trace, configs, print)
+        for line in summary.lines():
+            print(line)
+        summary.write(tmp / "check.json")
     print(f"summary in {out / 'check.json'}")
     return 1 if summary.to_json()["total_violations"] else 0
 
@@ -231,8 +318,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         params.setdefault("recovery-open", {})["open_txns"] = tuple(args.open_txns)
     if args.open_log:
         params.setdefault("recovery-open", {})["n"] = args.open_log
+    from bench.output import staged_dir
+
     started = time.perf_counter()
-    run_scenarios(args.names or None, args.out, large=args.large, params=params, progress=print)
+    with staged_dir(args.out, force=args.force) as tmp:
+        run_scenarios(args.names or None, tmp, large=args.large, params=params, progress=print)
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {Path(args.out) / 'report.html'}")
     print(f"        {Path(args.out) / 'report.md'} (data: scenarios.json)")
@@ -240,10 +330,19 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from engine.errors import ConfigError
+
+    if not args.topic and not args.demo and (args.ledger != "memory://" or args.metadata != "memory://"):
+        raise ConfigError("--topic is required with --ledger/--metadata (name the topic's ledgers; "
+                          "--demo runs the embedded demo instead)")
+    if args.topic and args.demo:
+        raise ConfigError("--demo runs the embedded demo; it takes no --topic")
     if args.demo or not args.topic:
+        from bench.output import staged_dir
         from bench.scenarios import run_scenarios
 
-        (sc,) = run_scenarios(["migration"], args.out)
+        with staged_dir(args.out, force=args.force) as tmp:
+            (sc,) = run_scenarios(["migration"], tmp)
         print("\n".join(sc.findings))
         print(f"report: {Path(args.out) / 'report.html'}")
         return 0
@@ -280,8 +379,11 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
 
+    from bench.output import check_out
+
+    check_out(args.out, force=args.force)
     manifest = run_stream(args.kafka, args.out, configs, topic=args.topic, output_topic=args.output_topic,
-                          progress=None if args.no_progress else progress, timeout_s=args.timeout)
+                          progress=None if args.no_progress else progress, timeout_s=args.timeout, force=args.force)
     s = manifest["stream"]
     print(f"streamed {s['events']} events through {', '.join(manifest['runs'])} at {s['events_per_second']:.0f} events/s "
           f"(measurements in {s['output_topic']}, table changelog {s['table_changelog']})")
@@ -290,14 +392,16 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
-    sub = parser.add_subparsers(dest="verb", required=True)
+    parser = _Parser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
+    parser.add_argument("--version", action="version", version=version_text())
+    sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write a trace (Parquet) from a workload profile")
     p.add_argument("--profile", required=True)
-    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
+    _add_force(p)
     p.set_defaults(fn=cmd_generate)
 
     p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
@@ -308,36 +412,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
     _add_run_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="comparison report from one or more result directories")
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--out", required=True)
+    _add_force(p)
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("compare", help="the main job: generate, replay both engines, report (no services needed)")
     p.add_argument("--profile", default="small")
-    p.add_argument("--events", type=int, default=50_000)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=50_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="txnbench-out/compare")
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
-    p.add_argument("--messages", type=int, default=12)
+    p.add_argument("--messages", type=_int_in(1, MAX_DEMO_MESSAGES), default=12)
     p.add_argument("--dispatch", default="polling", choices=[m.value for m in DispatchMode])
     p.set_defaults(fn=cmd_demo)
 
     p = sub.add_parser("check", help="replay a trace with histories and check them for wrong deliveries")
     p.add_argument("--trace", default=None, help="trace to check (default: generate one from --profile)")
     p.add_argument("--profile", default="small")
-    p.add_argument("--events", type=int, default=5_000)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=5_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--engine", default="both", choices=["v4", "v5", "both"])
     p.add_argument("--out", required=True)
     _add_run_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("profiles", help="list the workload profiles")
@@ -354,20 +462,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default="txnbench-trace")
     p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")
     p.add_argument("--out", required=True)
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument("--timeout", type=_float_in(0, 7 * 24 * 3600, open_lo=True), default=None, metavar="S",
+                   help="give up after S seconds")
     _add_run_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, migration (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
     p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
-    p.add_argument("--window-s", type=int, default=30, help="sealed: seconds of virtual time after the commit")
-    p.add_argument("--hold-s", type=float, default=5.0, help="polling: seconds the txn stays open")
-    p.add_argument("--participants", type=int, nargs="+", default=None, help="endtxn: participant counts")
-    p.add_argument("--sizes", type=int, nargs="+", default=None, help="recovery: log lengths")
-    p.add_argument("--open-txns", type=int, nargs="+", default=None, help="recovery-open: txns open at the crash")
-    p.add_argument("--open-log", type=int, default=None, help="recovery-open: entries in the log (default 10000)")
+    p.add_argument("--window-s", type=_int_in(1, MAX_SCENARIO_S), default=30, help="sealed: seconds of virtual time after the commit")
+    p.add_argument("--hold-s", type=_float_in(0, MAX_SCENARIO_S, open_lo=True), default=5.0, help="polling: seconds the txn stays open")
+    p.add_argument("--participants", type=_int_in(1, MAX_PARTICIPANTS), nargs="+", default=None, help="endtxn: participant counts")
+    p.add_argument("--sizes", type=_int_in(1, MAX_LOG_ENTRIES), nargs="+", default=None, help="recovery: log lengths")
+    p.add_argument("--open-txns", type=_int_in(1, MAX_LOG_ENTRIES // 10), nargs="+", default=None, help="recovery-open: txns open at the crash")
+    p.add_argument("--open-log", type=_int_in(10, MAX_LOG_ENTRIES), default=None, help="recovery-open: entries in the log (default 10000)")
+    _add_force(p)
     p.set_defaults(fn=cmd_scenarios)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
@@ -377,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="derive and print the plan; write nothing")
     p.add_argument("--demo", action="store_true", help="embedded demo: migrate a v4 topic, compare readers, roll back")
     p.add_argument("--out", default="txnbench-out/migrate")
+    _add_force(p)
     p.set_defaults(fn=cmd_migrate)
     return parser
 
@@ -385,15 +497,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    handled = (signal.SIGTERM, signal.SIGHUP)
+    previous = {}
+    try:
+        for sig in handled:  # only the main thread may install handlers (tests may call main elsewhere)
+            previous[sig] = signal.signal(sig, terminate)
+    except ValueError:
+        pass
     try:
         return fn(args)
     except TxnbenchError as exc:
         message = " ".join(str(exc).split())  # one line, even when a driver's text has several
         print(f"txnbench {args.verb}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # a full disk, a read-only file system: output is already cleaned up
+        from bench.output import describe_os_error
+
+        print(f"txnbench {args.verb}: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Terminated as exc:
+        print(f"txnbench {args.verb}: terminated by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"txnbench {args.verb}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

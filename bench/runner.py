@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from bench.config import RunConfig
 from bench.replay import Replayer, RunResult
+from bench.output import check_out, shown_path
 from bench.results import ResultWriter, result_dir
 from bench.trace import read_events, trace_metadata, validate
 
@@ -15,18 +16,22 @@ Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 
 def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
-                 progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Validate ``trace`` whole, then replay it once per config; write one result directory.
+                 progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None, *,
+                 force: bool = False, shown: dict[str, str] | None = None) -> dict[str, Any]:
+    """Validate ``trace`` whole, then replay it once per config; write one result directory
+    (:func:`bench.results.result_dir`: an existing non-empty ``out`` only with ``force``).
+    ``shown`` maps a staging directory to the path the results will have (for the manifest).
     Returns the manifest."""
+    check_out(out, force=force)
     rows = validate(trace)  # a bad trace is refused before anything is written
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
-        "trace": {"path": str(trace), "rows": rows, **meta},
+        "trace": {"path": shown_path(trace, shown), "rows": rows, **meta},
         "seed": meta.get("seed"),
         "runs": {},
         **(extra_manifest or {}),
     }
-    with result_dir(out) as writer:
+    with result_dir(out, force=force, protect=[Path(trace)]) as writer:
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
             replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns)

@@ -200,7 +200,7 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, master: str = "local[*]",
-                 shards: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
+                 shards: int | None = None, progress: Progress | None = None, *, force: bool = False) -> dict[str, Any]:
     for cfg in configs:
         if not cfg.ledger_url.startswith("memory://") or not cfg.metadata_url.startswith("memory://"):
             raise ConfigError("Spark replay runs each shard on embedded backends; drop --ledger/--metadata")
@@ -330,7 +330,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
                   "shard_replay_seconds": {k: [v[i] for i in sorted(v)] for k, v in sorted(shard_seconds.items())}},
         "runs": {},
     }
-    with result_dir(out) as writer:
+    with result_dir(out, force=force, protect=[Path(trace)]) as writer:
         for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
                                     ("txn", TXN_SCHEMA, writer.txns_table)):
             for part in _parts(spool, kind):

@@ -401,7 +401,7 @@ def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -
 
 def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None, *, topic: str = DEFAULT_TOPIC,
                output_topic: str | None = None, progress: StreamProgress | None = None,
-               timeout_s: float | None = None) -> dict[str, Any]:
+               timeout_s: float | None = None, force: bool = False) -> dict[str, Any]:
     """Consume trace ``topic`` with the Faust app to its end marker; write result dir ``out``.
     Returns the manifest."""
     from bench.results import result_dir
@@ -414,7 +414,7 @@ def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None
         raise ConfigError(f"trace topic {topic} on {url} is empty")
     app = StreamApp(url, topic, output_topic or f"{topic}-measurements")
     app.create_topics()
-    with result_dir(out) as writer:
+    with result_dir(out, force=force) as writer:
         replay = StreamReplay(configs or default_configs(), delivery_sink=writer.deliveries, progress=progress)
         try:
             app.run(replay, timeout_s=timeout_s)

@@ -8,6 +8,8 @@ the file, the 0-based row number and the reason.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
@@ -43,6 +45,11 @@ OPS = (
 ACK_KINDS = ("individual", "cumulative")
 MAX_SIZE = 100 * 1024 * 1024  # Pulsar's largest message with chunking disabled is far below this
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+# ts_us counts microseconds from the trace's start. Virtual time is simulated tick by tick (v5's
+# periodic GC and watch timers run through idle time: ~8 s of CPU per idle virtual year), so a
+# trace in epoch microseconds (~1.7e15) would run for minutes before its first event, and
+# ts_us near 2^63 overflows the clock; both are refused up front.
+MAX_TS_US = 31 * 24 * 3600 * 1_000_000
 
 
 class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build per row
@@ -71,7 +78,7 @@ class LabelSet:
     any other label is kept as is."""
 
     __slots__ = ("_bits", "_other")
-    _MAX_INDEX = 1 << 31
+    _DENSE_START = 1 << 16
 
     def __init__(self) -> None:
         self._bits: dict[str, bytearray] = {}
@@ -92,6 +99,9 @@ class LabelSet:
             return
         prefix, n = split
         bits = self._bits.get(prefix)
+        if n >= max(2 * len(bits) if bits is not None else 0, self._DENSE_START):
+            self._other.add(label)  # too sparse for the bitmap
+            return
         if bits is None:
             bits = self._bits[prefix] = bytearray()
         if n >= len(bits):
@@ -105,7 +115,9 @@ class LabelSet:
         if split is None:
             return label in self._other
         bits = self._bits.get(split[0])
-        return bits is not None and split[1] < len(bits) and bits[split[1]] == 1
+        if bits is not None and split[1] < len(bits) and bits[split[1]] == 1:
+            return True
+        return label in self._other
 
 
 class _Validator:
@@ -127,6 +139,9 @@ class _Validator:
         row = e.row
         if e.ts_us is None or e.ts_us < 0:
             raise self.fail(row, f"ts_us must be a non-negative integer, got {e.ts_us!r}")
+        if e.ts_us > MAX_TS_US:
+            raise self.fail(row, f"ts_us {e.ts_us} is beyond {MAX_TS_US} (31 days): ts_us counts microseconds "
+                                 "from the trace's start; rebase epoch timestamps to the first row")
         if e.ts_us < self.last_ts:
             raise self.fail(row, f"ts_us goes backwards ({e.ts_us} after {self.last_ts})")
         self.last_ts = e.ts_us
@@ -210,7 +225,11 @@ def _open(path: str | Path) -> pq.ParquetFile:
         pf = parquet_stream(p)
     except Exception as exc:  # pyarrow raises several types for a non-Parquet file
         raise TraceError(f"not a readable Parquet file ({exc})", source=str(p)) from None
-    names = set(pf.schema_arrow.names)
+    all_names = pf.schema_arrow.names
+    dup = sorted({n for n in all_names if all_names.count(n) > 1})
+    if dup:
+        raise TraceError(f"duplicate columns {', '.join(dup)}", source=str(p))
+    names = set(all_names)
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise TraceError(f"missing columns {', '.join(missing)}", source=str(p))
@@ -282,7 +301,7 @@ def _domain_ok(batch: pa.RecordBatch, v: _Validator) -> bool:
         return True
     col = batch.column
     ts = col(_C["ts_us"])
-    if ts.null_count or pc.min(ts).as_py() < v.last_ts or ts[0].as_py() < v.last_ts:
+    if ts.null_count or pc.min(ts).as_py() < v.last_ts or ts[0].as_py() < v.last_ts or pc.max(ts).as_py() > MAX_TS_US:
         return False
     if batch.num_rows > 1 and pc.any(pc.less(ts.slice(1), ts.slice(0, batch.num_rows - 1))).as_py():
         return False
@@ -365,10 +384,17 @@ class TraceWriter:
     def __init__(self, path: str | Path, rows_per_group: int = 65_536,
                  metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A new private file (O_EXCL): a fixed ".NAME.partial" could be a planted symlink.
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
+        os.close(fd)
+        self.tmp = Path(tmp)
         schema = SCHEMA.with_metadata({f"txnbench.{k}": v for k, v in (metadata or {}).items()})
-        self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        try:
+            self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
         self._schema = schema
         self._rows: dict[str, list] = {c: [] for c in COLUMNS}  # type: ignore[type-arg]
         self._n = 0
@@ -393,9 +419,13 @@ class TraceWriter:
             self._n = 0
 
     def close(self) -> Path:
-        self._flush()
-        self._writer.close()
-        self.tmp.replace(self.path)
+        try:
+            self._flush()
+            self._writer.close()
+            self.tmp.replace(self.path)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
         return self.path
 
     def abort(self) -> None:
