@@ -204,7 +204,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from bench.spark import spark_replay
 
         manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
-                                progress=_progress(not args.no_progress), force=args.force)
+                                progress=_progress(not args.no_progress), force=args.force,
+                                driver_host=args.spark_driver_host)
     else:
         from bench.runner import replay_trace
 
@@ -411,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
+    p.add_argument("--spark-driver-host", default="127.0.0.1", metavar="ADDR",
+                   help="address the Spark driver binds to and advertises (default loopback: nothing listens on "
+                        "external interfaces); on a cluster, one the executors can reach")
     _add_run_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_replay)
