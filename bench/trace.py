@@ -120,7 +120,7 @@ class LabelSet:
         return label in self._other
 
 
-class _Validator:
+class RowValidator:
     """Checks rows in order; keeps just enough state for reference checks (open txns as
     strings, ended txns and published messages as :class:`LabelSet`)."""
 
@@ -250,7 +250,7 @@ def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool =
     ``validated=True`` skips the row checks for a trace that :func:`validate` has just passed
     (a replay validates once up front, then reads once per engine)."""
     pf = _open(path)
-    check = None if validated else _Validator(str(path)).check
+    check = None if validated else RowValidator(str(path)).check
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
         cols = [batch.column(i).to_pylist() for i in range(len(COLUMNS))]
@@ -276,7 +276,7 @@ def validate(path: str | Path, batch_rows: int = 65_536) -> int:
     vectorised domain checks only has its labels checked row by row; any other batch, and any
     row that fails, goes through the full per-row check, which words the error."""
     pf = _open(path)
-    v = _Validator(str(path))
+    v = RowValidator(str(path))
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=COLUMNS):
         if _domain_ok(batch, v):
@@ -294,7 +294,7 @@ _COMMON_OPS = pa.array(["new_txn", "commit", "abort", "publish", "ack"])
 _C = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def _domain_ok(batch: pa.RecordBatch, v: _Validator) -> bool:
+def _domain_ok(batch: pa.RecordBatch, v: RowValidator) -> bool:
     """True if every row's own fields are fine (no state needed) and every rare op is one the
     label loop hands to the full check: then only labels remain to be checked."""
     if batch.num_rows == 0:
@@ -348,8 +348,8 @@ def _empty_not_null(c: pa.Array) -> pa.Array:
     return pc.fill_null(pc.equal(pc.utf8_length(c), 0), False)
 
 
-def _check_labels(batch: pa.RecordBatch, first_row: int, v: _Validator) -> None:
-    """The reference checks of :meth:`_Validator.check` for a batch that passed
+def _check_labels(batch: pa.RecordBatch, first_row: int, v: RowValidator) -> None:
+    """The reference checks of :meth:`RowValidator.check` for a batch that passed
     :func:`_domain_ok`; a rare op or a failing row goes through the full check."""
     ops = batch.column(_C["op"]).to_pylist()
     txns = batch.column(_C["txn"]).to_pylist()
