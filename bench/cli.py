@@ -119,6 +119,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time)")
+    p.add_argument("--drain-max-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
+                   help="then keep draining while messages are undelivered or committed txns not visible, up to this "
+                        "long after the last event; a run still not quiescent says so and exits 1 (default: 60000 in "
+                        "wall time; in virtual time no extension)")
     p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
     p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
@@ -133,15 +137,21 @@ def _add_force(p: argparse.ArgumentParser) -> None:
 
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
     from bench.config import RunConfig
+    from engine.errors import ConfigError
 
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
     time_mode = args.time or ("wall" if real else "virtual")
     drain_ms = args.drain_ms if args.drain_ms is not None else (5_000 if time_mode == "wall" else 70_000)
+    drain_max_ms = args.drain_max_ms
+    if drain_max_ms is None and time_mode == "wall":  # real backends: wait for in-flight work to land
+        drain_max_ms = max(drain_ms, 60_000)
+    if drain_max_ms is not None and drain_max_ms < drain_ms:
+        raise ConfigError(f"--drain-max-ms {drain_max_ms} is below --drain-ms {drain_ms}")
     options = {"v4": _engine_options("v4", args.v4_option), "v5": _engine_options("v5", args.v5_option)}
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
                   polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
-                  drain_ms=drain_ms, options=options.get(e, {}))
+                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options.get(e, {}))
         for e in engines
     ]
 
@@ -219,7 +229,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"spark {s['master']}: {s['shards']} shards in {s['wall_seconds']} s; peak RSS per shard task "
               f"{s['task_peak_rss_mb']:.0f} MB, driver {s['driver_peak_rss_mb']:.0f} MB")
     print(f"results in {args.out}")
-    return 0
+    return _quiescent(args, manifest)
+
+
+def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
+    """0, or 1 after saying which runs ended with work in flight (their results are incomplete)."""
+    from bench.runner import not_quiescent
+
+    lines = not_quiescent(manifest)
+    for line in lines:
+        print(f"txnbench {args.verb}: warning: {line}", file=sys.stderr)
+    return 1 if lines else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -265,7 +285,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
-    return 0
+    return _quiescent(args, manifest)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -64,11 +64,29 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             "peak_rss_mb": result.peak_rss_mb,  # the process's peak so far (runs go one after another)
             "virtual_end_us": result.virtual_end_us,
             "time_mode": cfg.time_mode,
+            # did the run end quiescent? (bench.replay.Replayer.in_flight; the CLI exits 1 if not)
+            "drain": {"ran_ms": result.drained_us // 1000, "in_flight": result.in_flight,
+                      "quiescent": not any(result.in_flight.values())},
             **(extra_run(result) if extra_run else {}),
         }
     manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
+
+
+def not_quiescent(manifest: dict[str, Any]) -> list[str]:
+    """One line per run that ended with messages undelivered or committed txns not visible."""
+    lines = []
+    for label, run in manifest.get("runs", {}).items():
+        drain = run.get("drain") or {}
+        if drain and not drain.get("quiescent", True):
+            f = drain.get("in_flight", {})
+            lines.append(f"{label}: not quiescent after draining {drain.get('ran_ms')} ms: "
+                         f"{f.get('undelivered', 0)} messages undelivered, {f.get('committed_not_visible', 0)} "
+                         f"committed txns not visible, {f.get('ending_txns', 0)} txns still ending" + (" (results are incomplete; raise --drain-max-ms)"
+                                                           if run.get("time_mode") == "wall" else
+                                                           " (the model never delivers them: lost to the consumers)"))
+    return lines
 
 
 def check_trace(trace: str | Path, configs: list[RunConfig],
