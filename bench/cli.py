@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import time
@@ -412,6 +413,18 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """The lockstep/fault state machine with random seeds, in parallel (bench.campaign); exit 1
+    if any violation was found."""
+    from bench.campaign import run_campaign
+
+    result = run_campaign(args.budget_s, args.histories, args.workers, redis_url=args.redis, steps=args.steps,
+                          progress=None if args.no_progress else (lambda line: print(line, file=sys.stderr)))
+    for line in result.lines():
+        print(line)
+    return 1 if result.violations else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
     parser.add_argument("--version", action="version", version=version_text())
@@ -504,6 +517,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--open-log", type=_int_in(10, MAX_LOG_ENTRIES), default=None, help="recovery-open: entries in the log (default 10000)")
     _add_force(p)
     p.set_defaults(fn=cmd_scenarios)
+    p = sub.add_parser("campaign", help="run the lockstep/fault state machine with random seeds for a budget, "
+                                        "in parallel processes (from a source checkout)")
+    p.add_argument("--budget-s", type=_float_in(0, 7 * 24 * 3600, open_lo=True), default=300.0,
+                   help="stop after this many seconds (default 300)")
+    p.add_argument("--histories", type=_int_in(1, 10**9), default=10**9,
+                   help="or once about this many histories are checked")
+    p.add_argument("--workers", type=_int_in(1, 256), default=os.cpu_count() or 1,
+                   help="parallel processes (default: one per CPU)")
+    p.add_argument("--steps", type=_int_in(1, 1000), default=14, help="steps per example (default 14, as in CI)")
+    p.add_argument("--redis", default=None, metavar="URL", help="also run the Redis-backed combinations on this server")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_campaign)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
     p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")
