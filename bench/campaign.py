@@ -58,7 +58,7 @@ class CampaignResult:
         return out
 
 
-def _machine(redis_url: str | None) -> tuple[type, dict[str, int]]:
+def _machine(redis_url: str | None) -> tuple[Any, dict[str, int]]:
     try:
         from tests.combos import COMBOS
         from tests.stateful import test_lockstep as lockstep
