@@ -329,6 +329,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    from bench.output import staged_dir
     from bench.scenarios import run_scenarios
 
     params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
@@ -340,8 +341,6 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         params.setdefault("recovery-open", {})["open_txns"] = tuple(args.open_txns)
     if args.open_log:
         params.setdefault("recovery-open", {})["n"] = args.open_log
-    from bench.output import staged_dir
-
     started = time.perf_counter()
     with staged_dir(args.out, force=args.force) as tmp:
         run_scenarios(args.names or None, tmp, large=args.large, params=params, progress=print)
