@@ -73,3 +73,14 @@ def test_v4_on_sealed_segments_reports_the_txns_it_never_makes_visible(tmp_path:
                  "--no-progress", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 1 and "v4: not quiescent" in err and "v5" not in err, err
+
+
+def test_the_warning_names_the_remedy_by_time_mode() -> None:
+    from bench.runner import not_quiescent
+
+    drain = {"ran_ms": 5000, "quiescent": False, "in_flight": {"undelivered": 71, "committed_not_visible": 13}}
+    wall, virtual = (not_quiescent({"runs": {"v4": {"time_mode": mode, "drain": drain}}}) for mode in ("wall", "virtual"))
+    assert wall == ["v4: not quiescent after draining 5000 ms: 71 messages undelivered, 13 committed txns not visible, "
+                    "0 txns still ending (results are incomplete; raise --drain-max-ms)"]
+    assert "never delivers them" in virtual[0]
+    assert not_quiescent({"runs": {"v4": {"drain": {**drain, "quiescent": True}}}}) == []
