@@ -50,6 +50,10 @@ MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 # trace in epoch microseconds (~1.7e15) would run for minutes before its first event, and
 # ts_us near 2^63 overflows the clock; both are refused up front.
 MAX_TS_US = 31 * 24 * 3600 * 1_000_000
+# Labels (txn, msg, subscription, key, target) are names, not payloads: a replay keeps many of
+# them in memory at once, so a trace of megabyte-long labels is refused rather than held.
+MAX_LABEL = 1024
+LABEL_COLUMNS = ("txn", "msg", "subscription", "key", "target", "topic")
 
 
 class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build per row
@@ -145,6 +149,10 @@ class RowValidator:
         if e.ts_us < self.last_ts:
             raise self.fail(row, f"ts_us goes backwards ({e.ts_us} after {self.last_ts})")
         self.last_ts = e.ts_us
+        for name in LABEL_COLUMNS:
+            v = getattr(e, name)
+            if v is not None and len(v) > MAX_LABEL:
+                raise self.fail(row, f"{name} is {len(v):,} characters long; labels may have at most {MAX_LABEL}")
         op = e.op
         if op not in OPS:
             raise self.fail(row, f"unknown op {op!r}; expected one of {', '.join(OPS)}")
@@ -308,6 +316,10 @@ def _domain_ok(batch: pa.RecordBatch, v: RowValidator) -> bool:
     op = col(_C["op"])
     if op.null_count or not pc.all(pc.is_in(op, value_set=pa.array(OPS))).as_py():
         return False
+    for name in LABEL_COLUMNS:
+        longest = pc.max(pc.utf8_length(col(_C[name]))).as_py()
+        if longest is not None and longest > MAX_LABEL:
+            return False
     common = pc.is_in(op, value_set=_COMMON_OPS)
 
     def bad(where: pa.Array) -> bool:  # any common row where the condition holds

@@ -185,3 +185,20 @@ def test_report_on_good_results_still_renders(tmp_path: Path, capsys: pytest.Cap
     assert code == 0, err
     assert json.loads((tmp_path / "rep" / "summary.json").read_text())["result_sets"]
 
+
+
+@pytest.mark.parametrize("column", ["msg", "txn", "subscription"])
+def test_huge_labels_are_refused_by_row(tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str) -> None:
+    from bench.trace import MAX_LABEL
+
+    rows = [dict(ts=0, op="subscribe", topic="persistent://a/b/c", subscription="s"),
+            dict(ts=1, op="new_txn", txn="t", timeout_ms=1000),
+            dict(ts=2, op="publish", topic="persistent://a/b/c", msg="m", size=1, txn="t"),
+            dict(ts=3, op="ack", topic="persistent://a/b/c", msg="m", subscription="s", txn="t")]
+    rows[{"msg": 2, "txn": 1, "subscription": 0}[column]][column] = "x" * (MAX_LABEL + 1)
+    with TraceWriter(tmp_path / "t.parquet") as w:
+        for r in rows:
+            w.add(r.pop("ts"), r.pop("op"), **r)
+    with pytest.raises(TraceError, match=f"{column} is 1,025 characters long"):
+        validate(tmp_path / "t.parquet")
+    refused(capsys, tmp_path, "check", "--trace", str(tmp_path / "t.parquet"), says="characters long")
