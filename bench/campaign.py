@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -120,6 +121,13 @@ def _worker(args: tuple[int, float, int, str | None, int]) -> dict[str, Any]:
     }
 
 
+def _quiet_worker() -> None:
+    """Ctrl-C at a terminal reaches the whole process group: the parent stops the pool (its
+    workers then end by SIGTERM), so the workers ignore SIGINT instead of each printing a
+    KeyboardInterrupt stack trace."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_campaign(budget_s: float, histories: int, workers: int, *, redis_url: str | None = None, steps: int = 14,
                  progress: Callable[[str], None] | None = None) -> CampaignResult:
     """Run ``workers`` processes until ``budget_s`` seconds pass or about ``histories``
@@ -134,7 +142,7 @@ def run_campaign(budget_s: float, histories: int, workers: int, *, redis_url: st
     per_worker = -(-histories // workers)
     result = CampaignResult(workers=workers)
     ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited Hypothesis or engine state
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_quiet_worker) as pool:  # Ctrl-C: the pool is terminated on the way out
         for done in pool.imap_unordered(_worker, [(i, deadline, per_worker, redis_url, steps) for i in range(workers)]):
             result.add(done)
             if progress is not None:
