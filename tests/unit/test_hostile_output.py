@@ -235,3 +235,17 @@ def test_manifest_records_the_run_identity(tmp_path: Path, trace: Path, capsys: 
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert ident["git"]["sha"] == head and isinstance(ident["git"]["dirty"], bool)
     assert ident["host"]["cpus"] == os.cpu_count() and ident["argv"]
+
+
+def test_a_read_only_file_system_is_one_line(tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def read_only(*args: object, **kwargs: object) -> str:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    code, _, err = replay(capsys, trace, tmp_path / "res")
+    assert code == 2 and "Read-only file system" in err
+    one_line(err)
+    assert not (tmp_path / "res").exists()
