@@ -7,6 +7,9 @@ and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +19,71 @@ from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 
 EXIT_USAGE = 2
+
+# Resource bounds on user-given sizes (issue 20): large enough for every documented use (a 20M-row
+# trace, recovery at 10^7 entries, end-txn over 256 partitions), small enough to fail fast
+# instead of exhausting memory or running for hours.
+MAX_EVENTS = 200_000_000
+MAX_DEMO_MESSAGES = 100_000
+MAX_DRAIN_MS = 24 * 3600 * 1000  # a day of virtual time after the last event
+MAX_PARTICIPANTS = 4_096
+MAX_LOG_ENTRIES = 10_000_000
+MAX_SCENARIO_S = 24 * 3600
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so every ``finally`` and staging directory
+    cleans up as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo}..{hi:_}, got {text}")
+        return value
+
+    return parse
+
+
+def _float_in(lo: float, hi: float, *, open_lo: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {'(' if open_lo else '['}{lo:g}, {hi:g}], got {text}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def version_text() -> str:
+    from importlib import metadata
+
+    from bench.results import git_identity
+
+    try:
+        v = metadata.version("txnbench")
+    except metadata.PackageNotFoundError:
+        v = "unknown"
+    git = git_identity()
+    return f"txnbench {v}" + (f" (git {git['sha'][:12]}{', dirty' if git['dirty'] else ''})" if git else "")
 
 
 def _progress(enabled: bool):  # type: ignore[no-untyped-def]
@@ -52,9 +120,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
-    p.add_argument("--drain-ms", type=int, default=None,
+    p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="time to run after the last event (default: 70000 in virtual time, 5000 in wall time; "
                         "--target: at most this long waiting for deliveries, 30000, ending after 2-5 s without one)")
+    p.add_argument("--drain-max-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
+                   help="then keep draining while messages are undelivered or committed txns not visible, up to this "
+                        "long after the last event; a run still not quiescent says so and exits 1 (default: 60000 in "
+                        "wall time; in virtual time no extension)")
     p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
     p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
@@ -62,17 +134,28 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="replace what an earlier txnbench run wrote in --out (other files are never touched)")
+
+
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
     from bench.config import RunConfig
+    from engine.errors import ConfigError
 
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
     time_mode = args.time or ("wall" if real else "virtual")
     drain_ms = args.drain_ms if args.drain_ms is not None else (5_000 if time_mode == "wall" else 70_000)
+    drain_max_ms = args.drain_max_ms
+    if drain_max_ms is None and time_mode == "wall":  # real backends: wait for in-flight work to land
+        drain_max_ms = max(drain_ms, 60_000)
+    if drain_max_ms is not None and drain_max_ms < drain_ms:
+        raise ConfigError(f"--drain-max-ms {drain_max_ms} is below --drain-ms {drain_ms}")
     options = {"v4": _engine_options("v4", args.v4_option), "v5": _engine_options("v5", args.v5_option)}
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
                   polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
-                  drain_ms=drain_ms, options=options.get(e, {}))
+                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options.get(e, {}))
         for e in engines
     ]
 
@@ -151,14 +234,19 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from bench.output import check_out
     from bench.workloads import generate, load_profile
 
-    rows = generate(load_profile(args.profile), args.events, args.seed, args.out)
+    profile = load_profile(args.profile)
+    check_out(args.out, force=args.force, kind="file")
+    rows = generate(profile, args.events, args.seed, args.out)  # written to a temp file, renamed at the end
     print(f"wrote {rows} events to {args.out}")
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from bench.output import check_out
+
     if args.target:
         from bench.pulsar.run import pulsar_replay
 
@@ -166,21 +254,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
             from engine.errors import ConfigError
 
             raise ConfigError("--spark and --target do not go together")
-        manifest = pulsar_replay(args.trace, _designs(args.engine), _target(args), args.out)
+        check_out(args.out, force=args.force)
+        manifest = pulsar_replay(args.trace, _designs(args.engine), _target(args), args.out, force=args.force)
         _print_broker_runs(manifest)
         print(f"results in {args.out}")
         return 0
     engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
     configs = _configs(args, engines)
+    check_out(args.out, force=args.force)
     if args.spark:
         from bench.spark import spark_replay
 
         manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
-                                progress=_progress(not args.no_progress))
+                                progress=_progress(not args.no_progress), force=args.force,
+                                driver_host=args.spark_driver_host)
     else:
         from bench.runner import replay_trace
 
-        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
+        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress),
+                                force=args.force)
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
@@ -189,20 +281,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"spark {s['master']}: {s['shards']} shards in {s['wall_seconds']} s; peak RSS per shard task "
               f"{s['task_peak_rss_mb']:.0f} MB, driver {s['driver_peak_rss_mb']:.0f} MB")
     print(f"results in {args.out}")
-    return 0
+    return _quiescent(args, manifest)
+
+
+def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
+    """0, or 1 after saying which runs ended with work in flight (their results are incomplete)."""
+    from bench.runner import not_quiescent
+
+    lines = not_quiescent(manifest)
+    for line in lines:
+        print(f"txnbench {args.verb}: warning: {line}", file=sys.stderr)
+    return 1 if lines else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from bench.report import build_report
 
-    path = build_report(args.results, args.out)
+    path = build_report(args.results, args.out, force=args.force)
     print(f"report: {path}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.output import staged_dir
     from bench.report import build_report
-    from bench.runner import replay_trace
+    from bench.runner import check_trace, replay_trace
     from bench.workloads import generate, load_profile
 
     out = Path(args.out)
@@ -212,36 +315,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from bench.pulsar.target import probe
 
         probe(target)
-    trace = out / "trace.parquet"
-    rows = generate(load_profile(args.profile), args.events, args.seed, trace)
-    print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
+    profile = load_profile(args.profile)
     configs = _configs(args, ["v4", "v5"])
-    manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
-    for label, run in manifest["runs"].items():
-        print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
-    results: list[str | Path] = [out / "results"]
-    if target is not None:  # the same trace through the real broker, reported beside the models
-        from bench.pulsar.run import pulsar_replay
+    # Everything goes to a private staging directory that becomes --out only when complete, so
+    # an earlier compare's files (e.g. its scenarios and plots) never mix with this one's.
+    with staged_dir(out, force=args.force) as tmp:
+        shown = {str(tmp): str(out)}
+        trace = tmp / "trace.parquet"
+        rows = generate(profile, args.events, args.seed, trace)
+        print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
+        manifest = replay_trace(trace, configs, tmp / "results", progress=_progress(not args.no_progress),
+                                shown=shown)
+        for label, run in manifest["runs"].items():
+            print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+        results: list[str | Path] = [tmp / "results"]
+        if target is not None:  # the same trace through the real broker, reported beside the models
+            from bench.pulsar.run import pulsar_replay
 
-        broker = pulsar_replay(trace, ["v4", "v5"], target, out / "broker")
-        _print_broker_runs(broker)
-        results.append(out / "broker")
-    from bench.runner import check_trace
+            broker = pulsar_replay(trace, ["v4", "v5"], target, tmp / "broker")
+            _print_broker_runs(broker)
+            results.append(tmp / "broker")
+        checked = check_trace(trace, configs)  # the report shows it beside the numbers
+        checked.write(tmp / "check.json")
+        print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
+        if not args.no_scenarios:  # the review questions, with their plots, in the same report
+            from bench.scenarios import run_scenarios, save
 
-    checked = check_trace(trace, configs)  # the report shows it beside the numbers
-    checked.write(out / "check.json")
-    print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
-    if not args.no_scenarios:  # the review questions, with their plots, in the same report
-        from bench.scenarios import run_scenarios, save
-
-        done = run_scenarios()
-        save(done, out / "scenarios.json")
-        print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
-    report = build_report(results, out / "report", title=f"txnbench compare: {args.profile}")
+            done = run_scenarios()
+            save(done, tmp / "scenarios.json")
+            print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
+        build_report(results, tmp / "report", title=f"txnbench compare: {args.profile}", shown=shown)
+    report = out / "report" / "report.html"
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
-    return 0
+    return _quiescent(args, manifest)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -254,6 +362,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
     (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
+    from bench.output import staged_dir
     from bench.runner import check_trace
     from bench.workloads import generate, load_profile
 
@@ -262,22 +371,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         from bench.pulsar.target import probe
 
         probe(_target(args))
-    if args.trace is None:
-        trace = out / "trace.parquet"
-        out.mkdir(parents=True, exist_ok=True)
-        generate(load_profile(args.profile), args.events, args.seed, trace)
-    else:
-        trace = Path(args.trace)
-    if args.target:
-        from bench.pulsar.run import pulsar_check
+    profile = load_profile(args.profile) if args.trace is None else None
+    engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
+    configs = None if args.target else _configs(args, engines)
+    with staged_dir(out, force=args.force, protect=[Path(args.trace)] if args.trace else []) as tmp:
+        if profile is not None:
+            trace = tmp / "trace.parquet"
+            generate(profile, args.events, args.seed, trace)
+        else:
+            trace = Path(args.trace)
+        if args.target:
+            from bench.pulsar.run import pulsar_check
 
-        summary = pulsar_check(trace, _designs(args.engine), _target(args), print)
-    else:
-        summary = check_trace(trace, _configs(args, ["v4", "v5"] if args.engine == "both" else [args.engine]), print)
-    for line in summary.lines():
-        print(line)
-    out.mkdir(parents=True, exist_ok=True)
-    summary.write(out / "check.json")
+            summary = pulsar_check(trace, _designs(args.engine), _target(args), print)
+        else:
+            summary = check_trace(trace, configs, print)
+        for line in summary.lines():
+            print(line)
+        summary.write(tmp / "check.json")
     print(f"summary in {out / 'check.json'}")
     return 1 if summary.to_json()["total_violations"] else 0
 
@@ -291,6 +402,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    from bench.output import staged_dir
     from bench.scenarios import run_scenarios
 
     params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
@@ -303,7 +415,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     if args.open_log:
         params.setdefault("recovery-open", {})["n"] = args.open_log
     started = time.perf_counter()
-    run_scenarios(args.names or None, args.out, large=args.large, params=params, progress=print)
+    with staged_dir(args.out, force=args.force) as tmp:
+        run_scenarios(args.names or None, tmp, large=args.large, params=params, progress=print)
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {Path(args.out) / 'report.html'}")
     print(f"        {Path(args.out) / 'report.md'} (data: scenarios.json)")
@@ -311,10 +424,19 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from engine.errors import ConfigError
+
+    if not args.topic and not args.demo and (args.ledger != "memory://" or args.metadata != "memory://"):
+        raise ConfigError("--topic is required with --ledger/--metadata (name the topic's ledgers; "
+                          "--demo runs the embedded demo instead)")
+    if args.topic and args.demo:
+        raise ConfigError("--demo runs the embedded demo; it takes no --topic")
     if args.demo or not args.topic:
+        from bench.output import staged_dir
         from bench.scenarios import run_scenarios
 
-        (sc,) = run_scenarios(["migration"], args.out)
+        with staged_dir(args.out, force=args.force) as tmp:
+            (sc,) = run_scenarios(["migration"], tmp)
         print("\n".join(sc.findings))
         print(f"report: {Path(args.out) / 'report.html'}")
         return 0
@@ -351,8 +473,11 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
 
+    from bench.output import check_out
+
+    check_out(args.out, force=args.force)
     manifest = run_stream(args.kafka, args.out, configs, topic=args.topic, output_topic=args.output_topic,
-                          progress=None if args.no_progress else progress, timeout_s=args.timeout)
+                          progress=None if args.no_progress else progress, timeout_s=args.timeout, force=args.force)
     s = manifest["stream"]
     print(f"streamed {s['events']} events through {', '.join(manifest['runs'])} at {s['events_per_second']:.0f} events/s "
           f"(measurements in {s['output_topic']}, table changelog {s['table_changelog']})")
@@ -360,15 +485,29 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """The lockstep/fault state machine with random seeds, in parallel (bench.campaign); exit 1
+    if any violation was found."""
+    from bench.campaign import run_campaign
+
+    result = run_campaign(args.budget_s, args.histories, args.workers, redis_url=args.redis, steps=args.steps,
+                          progress=None if args.no_progress else (lambda line: print(line, file=sys.stderr)))
+    for line in result.lines():
+        print(line)
+    return 1 if result.violations else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
-    sub = parser.add_subparsers(dest="verb", required=True)
+    parser = _Parser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
+    parser.add_argument("--version", action="version", version=version_text())
+    sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write a trace (Parquet) from a workload profile")
     p.add_argument("--profile", required=True)
-    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
+    _add_force(p)
     p.set_defaults(fn=cmd_generate)
 
     p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
@@ -378,40 +517,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
+    p.add_argument("--spark-driver-host", default="127.0.0.1", metavar="ADDR",
+                   help="address the Spark driver binds to and advertises (default loopback: nothing listens on "
+                        "external interfaces); on a cluster, one the executors can reach")
     _add_run_options(p)
     _add_target_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="comparison report from one or more result directories")
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--out", required=True)
+    _add_force(p)
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("compare", help="the main job: generate, replay both engines, report (no services needed)")
     p.add_argument("--profile", default="small")
-    p.add_argument("--events", type=int, default=50_000)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=50_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="txnbench-out/compare")
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
     _add_target_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
-    p.add_argument("--messages", type=int, default=12)
+    p.add_argument("--messages", type=_int_in(1, MAX_DEMO_MESSAGES), default=12)
     p.add_argument("--dispatch", default="polling", choices=[m.value for m in DispatchMode])
     p.set_defaults(fn=cmd_demo)
 
     p = sub.add_parser("check", help="replay a trace with histories and check them for wrong deliveries")
     p.add_argument("--trace", default=None, help="trace to check (default: generate one from --profile)")
     p.add_argument("--profile", default="small")
-    p.add_argument("--events", type=int, default=5_000)
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=5_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--engine", default="both", choices=["v4", "v5", "both"])
     p.add_argument("--out", required=True)
     _add_run_options(p)
     _add_target_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("profiles", help="list the workload profiles")
@@ -428,21 +574,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default="txnbench-trace")
     p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")
     p.add_argument("--out", required=True)
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument("--timeout", type=_float_in(0, 7 * 24 * 3600, open_lo=True), default=None, metavar="S",
+                   help="give up after S seconds")
     _add_run_options(p)
+    _add_force(p)
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, migration (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
     p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
-    p.add_argument("--window-s", type=int, default=30, help="sealed: seconds of virtual time after the commit")
-    p.add_argument("--hold-s", type=float, default=5.0, help="polling: seconds the txn stays open")
-    p.add_argument("--participants", type=int, nargs="+", default=None, help="endtxn: participant counts")
-    p.add_argument("--sizes", type=int, nargs="+", default=None, help="recovery: log lengths")
-    p.add_argument("--open-txns", type=int, nargs="+", default=None, help="recovery-open: txns open at the crash")
-    p.add_argument("--open-log", type=int, default=None, help="recovery-open: entries in the log (default 10000)")
+    p.add_argument("--window-s", type=_int_in(1, MAX_SCENARIO_S), default=30, help="sealed: seconds of virtual time after the commit")
+    p.add_argument("--hold-s", type=_float_in(0, MAX_SCENARIO_S, open_lo=True), default=5.0, help="polling: seconds the txn stays open")
+    p.add_argument("--participants", type=_int_in(1, MAX_PARTICIPANTS), nargs="+", default=None, help="endtxn: participant counts")
+    p.add_argument("--sizes", type=_int_in(1, MAX_LOG_ENTRIES), nargs="+", default=None, help="recovery: log lengths")
+    p.add_argument("--open-txns", type=_int_in(1, MAX_LOG_ENTRIES // 10), nargs="+", default=None, help="recovery-open: txns open at the crash")
+    p.add_argument("--open-log", type=_int_in(10, MAX_LOG_ENTRIES), default=None, help="recovery-open: entries in the log (default 10000)")
+    _add_force(p)
     p.set_defaults(fn=cmd_scenarios)
+    p = sub.add_parser("campaign", help="run the lockstep/fault state machine with random seeds for a budget, "
+                                        "in parallel processes (from a source checkout)")
+    p.add_argument("--budget-s", type=_float_in(0, 7 * 24 * 3600, open_lo=True), default=300.0,
+                   help="stop after this many seconds (default 300)")
+    p.add_argument("--histories", type=_int_in(1, 10**9), default=10**9,
+                   help="or once about this many histories are checked")
+    p.add_argument("--workers", type=_int_in(1, 256), default=os.cpu_count() or 1,
+                   help="parallel processes (default: one per CPU)")
+    p.add_argument("--steps", type=_int_in(1, 1000), default=14, help="steps per example (default 14, as in CI)")
+    p.add_argument("--redis", default=None, metavar="URL", help="also run the Redis-backed combinations on this server")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_campaign)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
     p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")
@@ -451,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="derive and print the plan; write nothing")
     p.add_argument("--demo", action="store_true", help="embedded demo: migrate a v4 topic, compare readers, roll back")
     p.add_argument("--out", default="txnbench-out/migrate")
+    _add_force(p)
     p.set_defaults(fn=cmd_migrate)
     return parser
 
@@ -459,15 +621,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    handled = (signal.SIGTERM, signal.SIGHUP)
+    previous = {}
+    try:
+        for sig in handled:  # only the main thread may install handlers (tests may call main elsewhere)
+            previous[sig] = signal.signal(sig, terminate)
+    except ValueError:
+        pass
     try:
         return fn(args)
     except TxnbenchError as exc:
         message = " ".join(str(exc).split())  # one line, even when a driver's text has several
         print(f"txnbench {args.verb}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # a full disk, a read-only file system: output is already cleaned up
+        from bench.output import describe_os_error
+
+        print(f"txnbench {args.verb}: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Terminated as exc:
+        print(f"txnbench {args.verb}: terminated by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"txnbench {args.verb}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

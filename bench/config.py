@@ -27,6 +27,9 @@ class RunConfig:
     time_mode: str = "virtual"
     latency: LatencyModel = field(default_factory=LatencyModel)
     drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
+    # then, while messages are undelivered or committed txns not visible, keep draining up to this
+    # long after the last event (None: drain_ms, no extension; bench.replay.Replayer.steps)
+    drain_max_ms: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # engine-specific extras
 
     def __post_init__(self) -> None:
@@ -41,6 +44,8 @@ class RunConfig:
         PollingPolicy.preset(self.polling)  # raises ConfigError on a bad name
         if self.drain_ms < 0:
             raise ConfigError(f"drain_ms must be >= 0, got {self.drain_ms}")
+        if self.drain_max_ms is not None and self.drain_max_ms < self.drain_ms:
+            raise ConfigError(f"drain_max_ms ({self.drain_max_ms}) must be >= drain_ms ({self.drain_ms})")
 
     @property
     def label(self) -> str:

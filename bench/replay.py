@@ -98,6 +98,9 @@ class RunResult:
     events: int
     virtual_end_us: int
     peak_rss_mb: float = 0.0
+    # what was still in flight when the drain ended (Replayer.in_flight): all zero = quiescent
+    in_flight: dict[str, int] = field(default_factory=dict)
+    drained_us: int = 0  # time run after the last event
 
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
@@ -520,11 +523,48 @@ class Replayer:
                     n += 1
                     if n % every == 0:
                         yield n
-                self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
+                in_flight = self._drain(last_ts)
             self.result = self._result(n, time.perf_counter() - start)
+            self.result.in_flight = in_flight
+            self.result.drained_us = self.sched.now_us() - last_ts
         finally:
             self.broker.close()
             self.setup.close()
+
+    DRAIN_STEP_US = 100_000  # how often an extended drain looks at what is still in flight
+
+    def _drain(self, last_ts: int) -> dict[str, int]:
+        """Run ``drain_ms`` after the last event (as always: the model's virtual-time results do
+        not change), then, while anything is in flight, on up to ``drain_max_ms`` (e.g. a Kafka
+        ledger still delivering: 5 s left 71 of 888 messages behind). Returns what is still in
+        flight at the end, so a run that did not quiesce can say so."""
+        sched = self.sched
+        sched.run_until(last_ts + self.cfg.drain_ms * 1000)
+        limit = last_ts + max(self.cfg.drain_max_ms or 0, self.cfg.drain_ms) * 1000
+        in_flight = self.in_flight()
+        while any(in_flight.values()) and sched.now_us() < limit:
+            sched.run_until(min(limit, sched.now_us() + self.DRAIN_STEP_US))
+            in_flight = self.in_flight()
+        return in_flight
+
+    def in_flight(self) -> dict[str, int]:
+        """Work a quiescent system has none of: messages that some subscription should receive
+        (non-transactional or of a committed txn, on a topic with subscriptions) never delivered,
+        committed txns whose messages are not all visible yet, and txns whose commit or abort was
+        requested and has not finished."""
+        undelivered = 0
+        for msg in self.undelivered:
+            txn = self.msg_txn.get(msg)
+            m = self.msgs.get(msg)
+            if m is not None and m.acks_left > 0 and (txn is None or txn.outcome == "committed"):
+                undelivered += 1
+        not_visible = ending = 0
+        for t in self.txns.values():
+            if t.outcome == "committed" and t.msgs and t.visible_us is None:
+                not_visible += 1
+            elif t.outcome is None and t.end_requested_us is not None and t.id is not None:
+                ending += 1  # commit or abort requested, not finished
+        return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending}
 
     def _retire(self, txn: _Txn) -> None:
         """Move a txn whose story is over (or the run is) to the txn rows."""

@@ -17,12 +17,14 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.measure import METRICS
 from bench.model_vs_broker import comparison_rows, is_broker
 from bench.plots import render_figures, result_set_plots
+from bench.output import check_out, shown_path, staged_dir
 from bench.results import load
+from engine.errors import ConfigError
 
 DETERMINISTIC_NOISE = 0.01
 WALL_NOISE = 0.25
@@ -259,10 +261,44 @@ def render_html(title: str, sections: list[tuple[str, list[str], list[Row], str]
     return "\n".join(parts)
 
 
-def build_report(results: list[str | Path], out: str | Path, title: str = "txnbench comparison") -> Path:
+def build_report(results: list[str | Path], out: str | Path, title: str = "txnbench comparison", *,
+                 force: bool = False, shown: dict[str, str] | None = None) -> Path:
+    """Load and check every input first, then write the report into a staging directory that
+    becomes ``out`` only when complete (:mod:`bench.output`). ``shown`` maps staging paths to
+    the paths they will have, for the text."""
+    check_out(out, force=force)
     sets = [load(p) for p in results]
-    outdir = Path(out)
-    outdir.mkdir(parents=True, exist_ok=True)
+    for rs in sets:
+        rs["path"] = shown_path(rs["path"], shown)
+    scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
+                             if q.is_file()})  # `txnbench scenarios` output next to the results
+    check_files = sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
+                          if q.is_file()})  # `txnbench check` output next to the results
+    scenario_parts = [_read_part(f, _scenario_part) for f in scenario_files]
+    check_parts = [_read_part(f, lambda f: (check_section(f, shown_path(f, shown)), json.loads(f.read_text())))
+                   for f in check_files]
+    with staged_dir(out, force=force) as outdir:
+        _write_report(sets, outdir, title, scenario_parts, check_parts)
+    return Path(out) / "report.html"
+
+
+def _read_part(path: Path, read: Callable[[Path], Any]) -> Any:
+    """A scenarios.json or check.json read whole before anything is written; a malformed or
+    foreign one is one ConfigError naming it."""
+    try:
+        return read(path)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a txnbench {path.name} ({type(exc).__name__}: {exc})") from None
+
+
+def _scenario_part(path: Path) -> tuple[list[Any], list[Any]]:
+    from bench.scenarios import load_figures, load_sections
+
+    return load_sections(path), load_figures(path)
+
+
+def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario_parts: list[Any],
+                  check_parts: list[Any]) -> None:
     sections: list[tuple[str, list[str], list[Row], str]] = []
     summary: dict[str, Any] = {"title": title, "result_sets": [], "comparisons": []}
     for rs in sets:
@@ -300,37 +336,33 @@ def build_report(results: list[str | Path], out: str | Path, title: str = "txnbe
                                  ["model", "broker"], rows, note))
                 summary.setdefault("model_vs_broker", []).append(
                     {"design": design, "model": model["path"], "broker": broker["path"], "rows": [asdict(r) for r in rows]})
-    scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
-                             if q.is_file()})  # `txnbench scenarios` output next to the results
-    if scenario_files:
-        from bench.scenarios import load_figures, load_sections
-
-        for found in scenario_files:
-            sections += load_sections(found)
-    for found in sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
-                         if q.is_file()}):  # `txnbench check` output next to the results
-        sections.append(check_section(found))
-        summary.setdefault("checks", []).append(json.loads(found.read_text()))
+    for scenario_sections, _ in scenario_parts:
+        sections += scenario_sections
+    for section, data in check_parts:
+        sections.append(section)
+        summary.setdefault("checks", []).append(data)
     plots = result_set_plots(sets[-1], outdir)
-    for found in scenario_files:
-        plots += [f for f in render_figures(load_figures(found), outdir) if f not in plots]
+    for _, figures in scenario_parts:
+        plots += [f for f in render_figures(figures, outdir) if f not in plots]
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))
     summary["plots"] = plots
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
-    return outdir / "report.html"
 
 
-def check_section(path: Path) -> tuple[str, list[str], list[Row], str]:
+def check_section(path: Path, shown: str | None = None) -> tuple[str, list[str], list[Row], str]:
     """The evidence of a ``txnbench check`` run: histories checked, faults injected by kind,
     violations by kind (each must be zero)."""
     j = json.loads(path.read_text())
+    if not (isinstance(j, dict) and isinstance(j.get("histories"), int) and isinstance(j.get("deliveries"), int)
+            and isinstance(j.get("faults"), dict) and isinstance(j.get("violations"), dict)):
+        raise ValueError("expected an object with histories, deliveries, faults and violations")
     rows = [Row("Check", "histories checked", "histories", {"value": j["histories"]}, None, "n/a"),
             Row("Check", "deliveries checked", "messages", {"value": j["deliveries"]}, None, "n/a")]
     rows += [Row("Faults", f"injected: {k}", "faults", {"value": v}, None, "n/a") for k, v in j["faults"].items()]
     rows += [Row("Violations", k, "violations", {"value": v}, None, "ok" if v == 0 else "VIOLATION")
              for k, v in j["violations"].items()]
-    note = f"From `{path}` (`txnbench check`); every violation count must be zero."
+    note = f"From `{shown or path}` (`txnbench check`); every violation count must be zero."
     return (f"Correctness check — {path.parent.name}", ["value"], rows, note)
 
 

@@ -1,8 +1,9 @@
 """Result sets on disk (DESIGN.md "Results"): ``deliveries.parquet``, ``txns.parquet``,
 ``counts.json``, ``latency.json``, ``recovery.json`` and ``manifest.json`` in one directory.
 
-Writes go to a hidden sibling directory that is renamed into place at the end, so a failed run
-leaves nothing half-written; an existing result directory is replaced only on success.
+Writes go to a private sibling directory whose files are renamed into place at the end
+(:mod:`bench.output`), so a failed run leaves nothing half-written and nothing txnbench did not
+write is ever replaced.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import sys
-import tempfile
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.output import staged_dir
 from engine.errors import ConfigError
 
 DELIVERY_SCHEMA = pa.schema(
@@ -48,6 +48,30 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def git_identity() -> dict[str, Any] | None:
+    """The commit of the txnbench checkout this code runs from and whether it has uncommitted
+    changes (None outside a git checkout, e.g. an installed wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"sha": sha, "dirty": bool(status.strip())}
+
+
+def run_identity() -> dict[str, Any]:
+    """What a result set needs to be traced back to its run (issue 18 item 3): the code's git
+    commit and dirty flag, the command line, and the host."""
+    return {"git": git_identity(), "argv": list(sys.argv), "cwd": os.getcwd(),
+            "host": {"hostname": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                     "python": sys.version.split()[0]}}
 
 
 class ResultWriter:
@@ -86,7 +110,8 @@ class ResultWriter:
         _dump(self.dir / "counts.json", counts)
         _dump(self.dir / "latency.json", latency)
         _dump(self.dir / "recovery.json", recovery)
-        _dump(self.dir / "manifest.json", {**manifest, "versions": versions(), "delivery_rows": self.delivery_rows})
+        _dump(self.dir / "manifest.json", {**manifest, "versions": versions(), "identity": run_identity(),
+                                           "delivery_rows": self.delivery_rows})
 
     def abort(self) -> None:
         for w in (self._deliveries, self._txns):
@@ -101,40 +126,69 @@ def _dump(path: Path, data: Any) -> None:
 
 
 @contextmanager
-def result_dir(out: str | Path) -> Iterator[ResultWriter]:
-    """Yield a writer on a temporary directory; on success it becomes ``out``."""
-    final = Path(out)
-    if final.exists() and not final.is_dir():
-        raise ConfigError(f"--out {final} exists and is not a directory")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    writer = ResultWriter(tmp)
-    try:
-        yield writer
-    except BaseException:
-        writer.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():
-        old = final.with_name(f".{final.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
+def result_dir(out: str | Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[ResultWriter]:
+    """Yield a writer on a private temporary directory; on success its files become ``out``'s
+    (:func:`bench.output.staged_dir`: a non-empty ``out`` is refused unless ``force``, and then
+    only what txnbench wrote there is replaced; ``protect`` names inputs never to replace)."""
+    with staged_dir(out, force=force, protect=protect) as tmp:
+        writer = ResultWriter(tmp)
+        try:
+            yield writer
+        except BaseException:
+            writer.abort()
+            raise
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Load a result set's JSON parts (not the Parquet tables)."""
+    """Load a result set's JSON parts (not the Parquet tables), checking their shape, so a
+    malformed or foreign file is one ConfigError naming it rather than a traceback later."""
     p = Path(path)
     if not (p / "manifest.json").is_file():
         raise ConfigError(f"{p} is not a txnbench result directory (no manifest.json)")
     out: dict[str, Any] = {"path": str(p)}
-    for name in ("counts", "latency", "recovery", "manifest"):
+    for name, kind in (("counts", dict), ("latency", dict), ("recovery", list), ("manifest", dict)):
         f = p / f"{name}.json"
         try:
-            out[name] = json.loads(f.read_text()) if f.is_file() else {}
-        except json.JSONDecodeError as exc:
+            data = json.loads(f.read_text()) if f.is_file() else kind()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{f}: not valid JSON ({exc})") from None
+        if not isinstance(data, kind):
+            raise ConfigError(f"{f}: expected a JSON {'object' if kind is dict else 'array'}, got {type(data).__name__}")
+        out[name] = data
+    _check_shape(p, out)
     return out
+
+
+def _check_shape(p: Path, rs: dict[str, Any]) -> None:
+    from bench.measure import histogram_from_summary
+
+    def bad(name: str, why: str) -> ConfigError:
+        return ConfigError(f"{p / name}: {why}")
+
+    runs = rs["manifest"].get("runs")
+    if not isinstance(runs, dict) or not runs:
+        raise bad("manifest.json", "no runs (expected a non-empty object \"runs\")")
+    for label, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
+            raise bad("manifest.json", f"run {label!r} is not an object with a \"config\" object")
+    if not isinstance(rs["manifest"].get("trace", {}), dict):
+        raise bad("manifest.json", "\"trace\" is not an object")
+    for label, counts in rs["counts"].items():
+        if not isinstance(counts, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in counts.values()):
+            raise bad("counts.json", f"{label!r}: expected an object of numbers")
+    for label, metrics in rs["latency"].items():
+        if not isinstance(metrics, dict):
+            raise bad("latency.json", f"{label!r}: expected an object of latency summaries")
+        for metric, s in metrics.items():
+            ok = isinstance(s, dict) and isinstance(s.get("count"), int) and all(
+                isinstance(s.get(k), (int, float)) for k in ("p50_us", "p99_us", "p99.9_us", "max_us"))
+            if ok:
+                try:
+                    histogram_from_summary(s)
+                except Exception:  # noqa: BLE001 - the decoder raises several types on bad input
+                    ok = False
+            if not ok:
+                raise bad("latency.json", f"{label!r} {metric!r}: not a latency summary (count, p50_us.., hdr)")
+    if not all(isinstance(r, dict) for r in rs["recovery"]):
+        raise bad("recovery.json", "expected an array of objects")

@@ -23,6 +23,7 @@ trace's path (shared storage).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 
 from bench.config import RunConfig
 from bench.measure import Histograms, peak_rss_mb
+from bench.output import check_out
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards, trace_aggregates
 from bench.trace import parquet_stream, trace_metadata, validate
@@ -55,7 +57,50 @@ OUT_DDL = "kind string, shard int, engine string, name string, value long, paylo
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
 
-def _session(master: str):  # type: ignore[no-untyped-def]
+LOOPBACK = "127.0.0.1"
+# Crash rows go to every shard (bench.sharding.CRASH_OPS: a crash hits the whole broker), so each
+# shard counts each crash once; these counts are per crash, not per shard, when summed.
+BROADCAST_COUNTS = ("crashes.broker", "crashes.tc", "events.crash_broker", "events.crash_tc")
+
+
+def _check_master(master: str) -> None:
+    """A ``spark://host:port`` master that does not accept connections is refused in bounded
+    time (Spark's standalone client retries for minutes)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not master.startswith("spark://"):
+        return
+    for hostport in master[len("spark://"):].split(","):  # a list of masters (standby HA)
+        try:
+            parts = urlsplit(f"spark://{hostport}")
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host = port = None
+        if not host or not port:
+            raise ConfigError(f"--spark {master}: expected spark://HOST:PORT")
+        try:
+            with socket.create_connection((host, port), timeout=5):
+                return
+        except OSError as exc:
+            last = exc
+    raise BackendUnavailable(f"Spark master {master} is not reachable ({last.strerror or last})")
+
+
+def _drop_py4j_interrupt(record: logging.LogRecord) -> bool:
+    """py4j logs a KeyboardInterrupt during a JVM call with its stack trace on the root logger
+    (java_gateway.py, ``logging.exception("KeyboardInterrupt while sending command.")``); the
+    CLI already says "interrupted" in one line."""
+    return not record.getMessage().startswith("KeyboardInterrupt while sending command")
+
+
+def _session(master: str, driver_host: str = LOOPBACK):  # type: ignore[no-untyped-def]
+    """A Spark session whose driver listens on ``driver_host`` only: loopback by default, so
+    ``local[N]`` opens no port on the machine's external interfaces (Spark's RPC has no
+    authentication unless configured); a cluster needs an address its executors can reach."""
+    _check_master(master)
+    if _drop_py4j_interrupt not in logging.getLogger().filters:
+        logging.getLogger().addFilter(_drop_py4j_interrupt)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
@@ -71,6 +116,8 @@ def _session(master: str):  # type: ignore[no-untyped-def]
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
             .config("spark.sql.shuffle.partitions", "8")
             .config("spark.driver.memory", "2g")
+            .config("spark.driver.host", driver_host)
+            .config("spark.driver.bindAddress", driver_host)
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
             .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
             .getOrCreate()
@@ -200,16 +247,18 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, master: str = "local[*]",
-                 shards: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
+                 shards: int | None = None, progress: Progress | None = None, *, force: bool = False,
+                 driver_host: str = LOOPBACK) -> dict[str, Any]:
     for cfg in configs:
         if not cfg.ledger_url.startswith("memory://") or not cfg.metadata_url.startswith("memory://"):
             raise ConfigError("Spark replay runs each shard on embedded backends; drop --ledger/--metadata")
+    check_out(out, force=force)
     trace_path = str(Path(trace).resolve())
     trace_metadata(trace)  # a missing or unreadable file is refused before Spark starts
     started = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:  # the plan's aggregates are computed while the JVM starts
         aggregates = pool.submit(trace_aggregates, trace_path)
-        spark = _session(master)
+        spark = _session(master, driver_host)
         checked = _Validation(trace, spark)
         try:
             rows_per_topic, topic_sets = aggregates.result()
@@ -250,7 +299,7 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
             counts = _summed_counts(spark, spool / "meta")
             phases = {"start_and_plan": round(planned - started, 2), "replay": round(replayed - planned, 2),
                       "validate_and_count": round(time.perf_counter() - replayed, 2)}
-            return _collect(spool, trace, rows, configs, counts, out, master, n_shards, started, phases)
+            return _collect(spool, trace, rows, configs, counts, out, master, n_shards, started, phases, force)
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     finally:
@@ -304,7 +353,8 @@ def _parts(spool: Path, kind: str) -> list[Path]:
 
 
 def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig], counts: dict[str, dict[str, int]],
-             out: str | Path, master: str, shards: int, started: float, phases: dict[str, float]) -> dict[str, Any]:
+             out: str | Path, master: str, shards: int, started: float, phases: dict[str, float],
+             force: bool = False) -> dict[str, Any]:
     latency_parts: dict[str, list[dict[str, Any]]] = {}
     recovery: list[dict[str, Any]] = []
     events: dict[str, int] = {}
@@ -319,6 +369,13 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
             events[label] = events.get(label, 0) + s["events"]
             task_rss.append(s["peak_rss_mb"])
             shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
+    for label, c in counts.items():  # every shard replayed every crash row: count each once
+        ran = len(shard_seconds.get(label, {})) or 1
+        crash_rows = sum(c.get(f"events.{op}", 0) for op in ("crash_broker", "crash_tc")) // ran
+        for key in BROADCAST_COUNTS:
+            if key in c:
+                c[key] //= ran
+        events[label] = events.get(label, 0) - crash_rows * (ran - 1)
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
         "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"),
@@ -330,7 +387,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
                   "shard_replay_seconds": {k: [v[i] for i in sorted(v)] for k, v in sorted(shard_seconds.items())}},
         "runs": {},
     }
-    with result_dir(out) as writer:
+    with result_dir(out, force=force, protect=[Path(trace)]) as writer:
         for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
                                     ("txn", TXN_SCHEMA, writer.txns_table)):
             for part in _parts(spool, kind):

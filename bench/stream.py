@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 from bench.config import RunConfig
 from bench.replay import DeliverySink, Replayer, RunResult
-from bench.trace import COLUMNS, Event, read_events, trace_metadata, validate
+from bench.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError, TxnbenchError
 from engine.kafkaledger import translated
 
@@ -146,9 +146,22 @@ def encode_event(e: Event) -> dict[str, Any]:
     return rec
 
 
+_INT_FIELDS = ("ts_us", "size", "timeout_ms")
+
+
 def decode_event(rec: dict[str, Any]) -> Event:
+    """The event of a record, its fields' types checked (records may come from anywhere that
+    can write to the topic, not only ``load``): a bad one is a TraceError naming the row."""
+    row = rec.get("row")
+    if not isinstance(row, int) or isinstance(row, bool):
+        raise TraceError(f"stream: event record without an integer row: {str(rec)[:80]}")
     fields: dict[str, Any] = {name: rec.get(name) for name in _FIELDS}
-    return Event(row=rec["row"], **fields)
+    for name, v in fields.items():
+        want_int = name in _INT_FIELDS
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) if want_int else not isinstance(v, str)):
+            raise TraceError(f"{name} must be {'an integer' if want_int else 'a string'}, got {v!r}", row=row,
+                             source="stream")
+    return Event(row=row, **fields)
 
 
 def trace_records(trace: str | Path, rows: int) -> Iterator[dict[str, Any]]:
@@ -211,6 +224,7 @@ class StreamReplay:
             raise ConfigError(f"stream: engine labels must differ, got {labels}")
         self._sink = delivery_sink
         self._progress = progress
+        self._validator = RowValidator("stream")
         self.replayers: list[Replayer] = []
         self.header: dict[str, Any] | None = None
         self.rows = 0
@@ -262,6 +276,7 @@ class StreamReplay:
     async def _event(self, e: Event) -> list[dict[str, Any]]:
         if e.row != self.events:
             raise TraceError(f"stream: expected row {self.events}, got row {e.row}", row=e.row)
+        self._validator.check(e)  # the trace checks, row by row: an unknown op or txn is refused by row
         await self._until(e.ts_us)
         out = []
         for r in self.replayers:
@@ -401,7 +416,7 @@ def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -
 
 def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None, *, topic: str = DEFAULT_TOPIC,
                output_topic: str | None = None, progress: StreamProgress | None = None,
-               timeout_s: float | None = None) -> dict[str, Any]:
+               timeout_s: float | None = None, force: bool = False) -> dict[str, Any]:
     """Consume trace ``topic`` with the Faust app to its end marker; write result dir ``out``.
     Returns the manifest."""
     from bench.results import result_dir
@@ -414,7 +429,7 @@ def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None
         raise ConfigError(f"trace topic {topic} on {url} is empty")
     app = StreamApp(url, topic, output_topic or f"{topic}-measurements")
     app.create_topics()
-    with result_dir(out) as writer:
+    with result_dir(out, force=force) as writer:
         replay = StreamReplay(configs or default_configs(), delivery_sink=writer.deliveries, progress=progress)
         try:
             app.run(replay, timeout_s=timeout_s)

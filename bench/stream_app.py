@@ -106,10 +106,13 @@ class StreamApp:
                     done.set()
 
         app.agent(trace, name="replay")(agent)
-        await app.start()
+        # --timeout bounds the whole run, the app's start-up (joining the group) included
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
         try:
             try:
-                await asyncio.wait_for(done.wait(), timeout_s)
+                await asyncio.wait_for(app.start(), timeout_s)
+                remaining = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+                await asyncio.wait_for(done.wait(), remaining)
             except asyncio.TimeoutError:
                 raise TxnbenchError(f"stream: no end of trace on {self.trace_topic} within {timeout_s} s "
                                     f"({replay.events} events applied)") from None

@@ -8,6 +8,8 @@ the file, the 0-based row number and the reason.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
@@ -50,6 +52,15 @@ OPS = (
 ACK_KINDS = ("individual", "cumulative")
 MAX_SIZE = 100 * 1024 * 1024  # Pulsar's largest message with chunking disabled is far below this
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+# ts_us counts microseconds from the trace's start. Virtual time is simulated tick by tick (v5's
+# periodic GC and watch timers run through idle time: ~8 s of CPU per idle virtual year), so a
+# trace in epoch microseconds (~1.7e15) would run for minutes before its first event, and
+# ts_us near 2^63 overflows the clock; both are refused up front.
+MAX_TS_US = 31 * 24 * 3600 * 1_000_000
+# Labels (txn, msg, subscription, key, target) are names, not payloads: a replay keeps many of
+# them in memory at once, so a trace of megabyte-long labels is refused rather than held.
+MAX_LABEL = 1024
+LABEL_COLUMNS = ("txn", "msg", "subscription", "key", "target", "topic")
 
 
 class Event(NamedTuple):  # a tuple, not a frozen dataclass: 5x cheaper to build per row
@@ -79,7 +90,7 @@ class LabelSet:
     any other label is kept as is."""
 
     __slots__ = ("_bits", "_other")
-    _MAX_INDEX = 1 << 31
+    _DENSE_START = 1 << 16
 
     def __init__(self) -> None:
         self._bits: dict[str, bytearray] = {}
@@ -100,6 +111,9 @@ class LabelSet:
             return
         prefix, n = split
         bits = self._bits.get(prefix)
+        if n >= max(2 * len(bits) if bits is not None else 0, self._DENSE_START):
+            self._other.add(label)  # too sparse for the bitmap
+            return
         if bits is None:
             bits = self._bits[prefix] = bytearray()
         if n >= len(bits):
@@ -113,10 +127,12 @@ class LabelSet:
         if split is None:
             return label in self._other
         bits = self._bits.get(split[0])
-        return bits is not None and split[1] < len(bits) and bits[split[1]] == 1
+        if bits is not None and split[1] < len(bits) and bits[split[1]] == 1:
+            return True
+        return label in self._other
 
 
-class _Validator:
+class RowValidator:
     """Checks rows in order; keeps just enough state for reference checks (open txns as
     strings, ended txns and published messages as :class:`LabelSet`)."""
 
@@ -135,9 +151,16 @@ class _Validator:
         row = e.row
         if e.ts_us is None or e.ts_us < 0:
             raise self.fail(row, f"ts_us must be a non-negative integer, got {e.ts_us!r}")
+        if e.ts_us > MAX_TS_US:
+            raise self.fail(row, f"ts_us {e.ts_us} is beyond {MAX_TS_US} (31 days): ts_us counts microseconds "
+                                 "from the trace's start; rebase epoch timestamps to the first row")
         if e.ts_us < self.last_ts:
             raise self.fail(row, f"ts_us goes backwards ({e.ts_us} after {self.last_ts})")
         self.last_ts = e.ts_us
+        for name in LABEL_COLUMNS:
+            v = getattr(e, name)
+            if v is not None and len(v) > MAX_LABEL:
+                raise self.fail(row, f"{name} is {len(v):,} characters long; labels may have at most {MAX_LABEL}")
         op = e.op
         if op not in OPS:
             raise self.fail(row, f"unknown op {op!r}; expected one of {', '.join(OPS)}")
@@ -223,7 +246,11 @@ def _open(path: str | Path) -> pq.ParquetFile:
         pf = parquet_stream(p)
     except Exception as exc:  # pyarrow raises several types for a non-Parquet file
         raise TraceError(f"not a readable Parquet file ({exc})", source=str(p)) from None
-    names = set(pf.schema_arrow.names)
+    all_names = pf.schema_arrow.names
+    dup = sorted({n for n in all_names if all_names.count(n) > 1})
+    if dup:
+        raise TraceError(f"duplicate columns {', '.join(dup)}", source=str(p))
+    names = set(all_names)
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise TraceError(f"missing columns {', '.join(missing)}", source=str(p))
@@ -244,7 +271,7 @@ def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool =
     ``validated=True`` skips the row checks for a trace that :func:`validate` has just passed
     (a replay validates once up front, then reads once per engine)."""
     pf = _open(path)
-    check = None if validated else _Validator(str(path)).check
+    check = None if validated else RowValidator(str(path)).check
     row = 0
     columns = trace_columns(pf)
     for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
@@ -271,7 +298,7 @@ def validate(path: str | Path, batch_rows: int = 65_536) -> int:
     vectorised domain checks only has its labels checked row by row; any other batch, and any
     row that fails, goes through the full per-row check, which words the error."""
     pf = _open(path)
-    v = _Validator(str(path))
+    v = RowValidator(str(path))
     row = 0
     columns = trace_columns(pf)
     for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
@@ -305,20 +332,24 @@ _COMMON_OPS = pa.array(["new_txn", "commit", "abort", "publish", "ack"])
 _C = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def _domain_ok(batch: pa.RecordBatch, v: _Validator) -> bool:
+def _domain_ok(batch: pa.RecordBatch, v: RowValidator) -> bool:
     """True if every row's own fields are fine (no state needed) and every rare op is one the
     label loop hands to the full check: then only labels remain to be checked."""
     if batch.num_rows == 0:
         return True
     col = batch.column
     ts = col(_C["ts_us"])
-    if ts.null_count or pc.min(ts).as_py() < v.last_ts or ts[0].as_py() < v.last_ts:
+    if ts.null_count or pc.min(ts).as_py() < v.last_ts or ts[0].as_py() < v.last_ts or pc.max(ts).as_py() > MAX_TS_US:
         return False
     if batch.num_rows > 1 and pc.any(pc.less(ts.slice(1), ts.slice(0, batch.num_rows - 1))).as_py():
         return False
     op = col(_C["op"])
     if op.null_count or not pc.all(pc.is_in(op, value_set=pa.array(OPS))).as_py():
         return False
+    for name in LABEL_COLUMNS:
+        longest = pc.max(pc.utf8_length(col(_C[name]))).as_py()
+        if longest is not None and longest > MAX_LABEL:
+            return False
     common = pc.is_in(op, value_set=_COMMON_OPS)
 
     def bad(where: pa.Array) -> bool:  # any common row where the condition holds
@@ -361,8 +392,8 @@ def _empty_not_null(c: pa.Array) -> pa.Array:
     return pc.fill_null(pc.equal(pc.utf8_length(c), 0), False)
 
 
-def _check_labels(batch: pa.RecordBatch, first_row: int, v: _Validator) -> None:
-    """The reference checks of :meth:`_Validator.check` for a batch that passed
+def _check_labels(batch: pa.RecordBatch, first_row: int, v: RowValidator) -> None:
+    """The reference checks of :meth:`RowValidator.check` for a batch that passed
     :func:`_domain_ok`; a rare op or a failing row goes through the full check."""
     ops = batch.column(_C["op"]).to_pylist()
     txns = batch.column(_C["txn"]).to_pylist()
@@ -402,12 +433,19 @@ class TraceWriter:
         if unknown:
             raise TraceError(f"unknown optional columns {', '.join(unknown)}", source=str(path))
         self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A new private file (O_EXCL): a fixed ".NAME.partial" could be a planted symlink.
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
+        os.close(fd)
+        self.tmp = Path(tmp)
         self._columns = COLUMNS + [c for c in OPTIONAL_COLUMNS if c in optional]
         base = pa.schema([WRITE_SCHEMA.field(c) for c in self._columns])
         schema = base.with_metadata({f"txnbench.{k}": v for k, v in (metadata or {}).items()})
-        self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        try:
+            self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
         self._schema = schema
         self._rows: dict[str, list] = {c: [] for c in self._columns}  # type: ignore[type-arg]
         self._n = 0
@@ -435,9 +473,13 @@ class TraceWriter:
             self._n = 0
 
     def close(self) -> Path:
-        self._flush()
-        self._writer.close()
-        self.tmp.replace(self.path)
+        try:
+            self._flush()
+            self._writer.close()
+            self.tmp.replace(self.path)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
         return self.path
 
     def abort(self) -> None:

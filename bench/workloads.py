@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import ConfigError
-from bench.trace import SUB_TYPES, TraceWriter
+from bench.trace import MAX_SIZE, MAX_TIMEOUT_MS, MAX_TS_US, SUB_TYPES, TraceWriter
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "datasets" / "profiles"
 
@@ -57,14 +58,15 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "profile") -> Profile:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: a profile is a JSON object of fields, got a JSON {type(data).__name__}")
+        known = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
         if unknown:
             raise ConfigError(f"{source}: unknown profile fields {', '.join(unknown)}")
         values = dict(data)
-        for tup in ("txn_messages", "txn_partitions", "crash_broker_at_ms", "crash_tc_at_ms"):
-            if tup in values:
-                values[tup] = tuple(values[tup])
+        for name, value in data.items():
+            values[name] = _typed(source, name, str(known[name]), value)
         try:
             profile = cls(**values)
         except TypeError as exc:
@@ -85,8 +87,23 @@ class Profile:
         need(self.concurrent_txns >= 1, "concurrent_txns must be >= 1")
         need(self.txn_groups >= 1, "txn_groups must be >= 1")
         need(self.long_open_fraction + self.hanging_fraction <= 1, "long_open + hanging fractions exceed 1")
-        need(self.message_size >= 0 and self.timeout_ms > 0, "message_size >= 0 and timeout_ms > 0")
         need(self.sub_type in SUB_TYPES, f"sub_type must be one of {', '.join(SUB_TYPES)}, got {self.sub_type!r}")
+        need(0 <= self.message_size <= MAX_SIZE, f"message_size must be in 0..{MAX_SIZE}")
+        need(0 < self.timeout_ms <= MAX_TIMEOUT_MS, f"timeout_ms must be in 1..{MAX_TIMEOUT_MS}")
+        need(self.keys >= 1 and self.subscriptions >= 0, "keys must be >= 1 and subscriptions >= 0")
+        for name in ("txn_fraction", "abort_ratio", "long_open_fraction", "hanging_fraction", "txn_ack_fraction"):
+            need(0 <= getattr(self, name) <= 1, f"{name} must be in [0, 1]")
+        need(self.topics * self.partitions <= MAX_PROFILE_TOPICS,
+             f"topics x partitions must be <= {MAX_PROFILE_TOPICS}")
+        need(self.subscriptions <= MAX_PROFILE_TOPICS and self.concurrent_txns <= MAX_PROFILE_TOPICS
+             and self.txn_messages[1] <= MAX_PROFILE_TOPICS and self.keys <= MAX_PROFILE_TOPICS,
+             f"subscriptions, concurrent_txns, txn_messages and keys must be <= {MAX_PROFILE_TOPICS}")
+        # times land in the trace's ts_us, which replay bounds (bench.trace.MAX_TS_US)
+        for name in ("ack_delay_ms", "long_open_ms", "split_every_ms", "merge_every_ms"):
+            need(0 <= getattr(self, name) <= MAX_TS_US // 1000, f"{name} must be in 0..{MAX_TS_US // 1000} ms")
+        for name in ("crash_broker_at_ms", "crash_tc_at_ms"):
+            need(all(0 <= t <= MAX_TS_US // 1000 for t in getattr(self, name)),
+                 f"{name} must be times in 0..{MAX_TS_US // 1000} ms")
 
     def topic_names(self) -> list[str]:
         base = "topic" if self.scalable else "persistent"
@@ -97,6 +114,40 @@ class Profile:
             else:
                 names.extend(f"{base}://{self.namespace}/t{t}-partition-{p}" for p in range(self.partitions))
         return names
+
+
+MAX_PROFILE_TOPICS = 100_000  # topics x partitions, subscriptions, concurrent txns, keys: a bound on memory
+
+
+def _typed(source: str, name: str, annotation: str, value: Any) -> Any:
+    """``value`` checked against the field's annotation (JSON has no tuples: lists become
+    them); a wrong type is one ConfigError naming the field."""
+    def wrong(expected: str) -> ConfigError:
+        return ConfigError(f"{source}: {name} must be {expected}, got {json.dumps(value)[:60]}")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if annotation == "str":
+        if not isinstance(value, str):
+            raise wrong("a string")
+    elif annotation == "bool":
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+    elif annotation == "int":
+        if not is_int(value):
+            raise wrong("an integer")
+    elif annotation == "float":
+        if not (is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise wrong("a finite number")
+        value = float(value)
+    elif annotation.startswith("tuple[int"):
+        if not isinstance(value, list) or not all(is_int(v) for v in value):
+            raise wrong("a list of integers")
+        if annotation == "tuple[int, int]" and len(value) != 2:
+            raise wrong("[min, max]")
+        value = tuple(value)
+    return value
 
 
 def list_profiles() -> list[str]:
@@ -110,9 +161,13 @@ def load_profile(name_or_path: str) -> Profile:
     if not path.is_file():
         raise ConfigError(f"unknown profile {name_or_path!r}; known: {', '.join(list_profiles())}")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     return Profile.from_dict(data, str(path))
 
 
@@ -131,6 +186,9 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
     ``out``. Returns the number of rows written."""
     if events < 1:
         raise ConfigError(f"--events must be >= 1, got {events}")
+    if events / profile.rate_per_s * 1e6 > MAX_TS_US:
+        raise ConfigError(f"{events} events at rate_per_s {profile.rate_per_s:g} span more than a trace may "
+                          f"({MAX_TS_US // 86_400_000_000} days of ts_us)")
     rng = random.Random(seed)
     topics = profile.topic_names()
     subs = [f"sub{s}" for s in range(profile.subscriptions)]
@@ -184,6 +242,8 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
 
         while written() < events:
             ts += max(1, int(rng.expovariate(1.0) * mean_gap_us))
+            if ts > MAX_TS_US:  # the jitter's tail: refuse rather than write a trace replay rejects
+                raise ConfigError(f"the trace would run past {MAX_TS_US} µs of ts_us; raise rate_per_s or lower --events")
             # Splits and merges act on the segment of a recent message's key, so they spread
             # over the hash space instead of always halving the first segment.
             if next_split is not None and ts >= next_split:
@@ -242,6 +302,9 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
                 progress(written())
         for txn in list(open_txns):  # close what is still open, as a client would
             end_txn(txn, ts + 1)
+        if later and max(at for at, *_ in later) > MAX_TS_US:
+            raise ConfigError(f"the trace's last acks or ends would run past {MAX_TS_US} µs of ts_us; "
+                              "shorten long_open_ms/ack_delay_ms or the trace")
         flush_until(1 << 62)
         return written()
 

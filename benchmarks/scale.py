@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         rates = []
         for i in range(args.repeats):
             res = out / f"speed-{label}"
-            cmd = _txnbench("replay", "--trace", str(trace[args.small]), "--out", str(res), "--no-progress", *opts)
+            cmd = _txnbench("replay", "--trace", str(trace[args.small]), "--out", str(res), "--no-progress", "--force", *opts)
             _run(cmd)
             rates.append(_manifest(res)["runs"][label]["events_per_second"])
         figures["speed"][label] = {"events": args.small, "median": int(statistics.median(rates)),
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, (opts, flat) in MEMORY.items():  # 2. memory against trace length
         for n in (*sizes, 2 * args.big) if flat else sizes:
             res = out / f"memory-{label.replace(' ', '-')}-{n}"
-            cmd = _txnbench("replay", "--trace", str(trace[n]), "--out", str(res), "--no-progress", *opts)
+            cmd = _txnbench("replay", "--trace", str(trace[n]), "--out", str(res), "--no-progress", "--force", *opts)
             _run(cmd)
             run = next(iter(_manifest(res)["runs"].values()))
             figures["memory"].setdefault(label, {})[str(n)] = run["peak_rss_mb"]
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for master in ("local[1]", "local[2]"):  # 3. and 4. Spark, both engines
         res = out / f"spark-{master.strip('local[]')}-{args.big}"
         cmd = _txnbench("replay", "--trace", str(trace[args.big]), "--engine", "both", "--out", str(res),
-                        "--no-progress", "--spark", master)
+                        "--no-progress", "--force", "--spark", master)
         wall = _run(cmd)
         s = _manifest(res)["spark"]
         figures["spark"][master] = {

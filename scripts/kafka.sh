@@ -61,6 +61,15 @@ free_port() {
 
 pid_alive() { [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; }
 
+# ours PID -> 0 if PID is the broker this script started from DIR (its command line runs
+# kafka.Kafka on DIR/server.properties): a reused PID must not get another process killed.
+ours() {
+  local pid=$1 args
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  args=$(ps -ww -o args= -p "$pid" 2>/dev/null) || return 1
+  [[ "$args" == *"kafka.Kafka $dir/server.properties"* ]]
+}
+
 probe() { python3 "$conf/probe.py" "$1"; }
 
 java_cmd() {  # [tool]: sets the array JAVA (the broker's JVM, or a short-lived tool's)
@@ -119,6 +128,10 @@ stop_broker() {
   pid_alive || { rm -f "$dir/kafka.pid"; return 0; }
   local pid i
   pid=$(cat "$dir/kafka.pid")
+  if ! ours "$pid"; then
+    rm -f "$dir/kafka.pid"
+    die "not stopping pid $pid: it is not the broker started from $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
+  fi
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 150); do  # controlled shutdown normally takes 1-3 s
     kill -0 "$pid" 2>/dev/null || break
@@ -136,7 +149,7 @@ case "$cmd" in
   start)
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
-    if pid_alive; then die "a broker is already running from $dir (pid $(cat "$dir/kafka.pid")); stop it first"; fi
+    if pid_alive && ours "$(cat "$dir/kafka.pid")"; then die "a broker is already running from $dir (pid $(cat "$dir/kafka.pid")); stop it first"; fi
     command -v java >/dev/null || die "java not found (Kafka $version needs Java 11+; 17 is tested)"
     fetch_jars
     rm -rf "$dir/data" "$dir/kafka.out" "$dir"/server.log*
@@ -156,6 +169,7 @@ case "$cmd" in
     ;;
   stop)
     [ -d "$dir" ] || exit 0
+    dir="$(cd "$dir" && pwd)"
     stop_broker
     ;;
   status)

@@ -41,11 +41,23 @@ ping() {  # ping PORT -> 0 when the server answers PONG
 
 alive() { [ -f "$1/redis.pid" ] && kill -0 "$(cat "$1/redis.pid")" 2>/dev/null; }
 
+# ours DIR PID -> 0 if PID is the redis-server this script started in DIR: a reused PID (or an
+# edited pid file) must not get some other process killed. redis-server sets its title to
+# "redis-server 127.0.0.1:PORT", and PORT is in DIR/url.
+ours() {
+  local dir=$1 pid=$2 args port
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  args=$(ps -o args= -p "$pid" 2>/dev/null) || return 1
+  [ -f "$dir/url" ] || return 1
+  port=$(sed 's/.*://' "$dir/url")
+  [[ "$args" == redis-server*":$port"* ]]
+}
+
 start() {
   local dir=$1
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
-  if alive "$dir" && [ -f "$dir/url" ] && ping "$(sed 's/.*://' "$dir/url")"; then
+  if alive "$dir" && ours "$dir" "$(cat "$dir/redis.pid")" && ping "$(sed 's/.*://' "$dir/url")"; then
     cat "$dir/url"
     return 0
   fi
@@ -75,6 +87,10 @@ stop() {
   [ -f "$dir/redis.pid" ] || { echo "redis.sh: no redis.pid in $dir (not running)" >&2; return 0; }
   pid=$(cat "$dir/redis.pid")
   if kill -0 "$pid" 2>/dev/null; then
+    if ! ours "$dir" "$pid"; then
+      rm -f "$dir/redis.pid" "$dir/url"
+      die "not stopping pid $pid: it is not the redis-server started in $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
+    fi
     kill "$pid"
     for _ in $(seq 1 100); do
       kill -0 "$pid" 2>/dev/null || break

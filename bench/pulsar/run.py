@@ -101,7 +101,8 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
 
 
 def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, out: str | Path,
-                  progress: Callable[[str], None] | None = None, histories: dict[str, Any] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None, histories: dict[str, Any] | None = None, *,
+                  force: bool = False) -> dict[str, Any]:
     """Validate the trace, map and refuse rows, check the broker answers, then run each design
     and write one result directory (nothing is written if any of that fails). Returns the
     manifest; ``histories``, if given, receives each design's checker History."""
@@ -118,7 +119,7 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
             "target": {"kind": TARGET, "service_url": target.service_url, "admin_url": target.admin_url,
                        "version": broker["version"], "pacing": target.pacing},
         }
-        with result_dir(out) as writer:
+        with result_dir(out, force=force, protect=[Path(trace)]) as writer:
             runs = []
             for d in designs:
                 if progress:

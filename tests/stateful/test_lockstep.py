@@ -212,10 +212,16 @@ class Lockstep(RuleBasedStateMachine):
                     self._all(f"commit {t.label}", lambda s, i: s.end(t.ids[i], TxnAction.COMMIT))
             self._run(SETTLE_US + QUIET_US)
             self.everyone_delivered_the_same()
+            found = []
             for s in self.systems:
                 violations = s.finish()
-                STATS["faults"] = STATS.get("faults", 0) + sum(s.history.fault_counts().values())
-                assert violations == [], f"{s.combo.name}/{s.mode.value}: " + "; ".join(map(str, violations))
+                for kind, n in s.history.fault_counts().items():  # bench.campaign reports these by kind
+                    STATS["faults"] = STATS.get("faults", 0) + n
+                    STATS[f"faults.{kind}"] = STATS.get(f"faults.{kind}", 0) + n
+                for v in violations:
+                    STATS[f"violations.{v.kind}"] = STATS.get(f"violations.{v.kind}", 0) + 1
+                found += [f"{s.combo.name}/{s.mode.value}: {v}" for v in violations]
+            assert found == [], "; ".join(found)
         finally:
             for s in self.systems:
                 s.combo.close_durable(s.durable)

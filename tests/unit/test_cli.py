@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
+from bench.output import MARKER
 from bench.results import DELIVERY_SCHEMA, FILES, TXN_SCHEMA
 
 
@@ -28,7 +29,7 @@ def test_replay_writes_the_result_contract_and_report_renders_it(tmp_path: Path,
     res = tmp_path / "res"
     code, out, err = run(capsys, "replay", "--trace", str(trace), "--engine", "none", "--out", str(res), "--no-progress")
     assert code == 0, err
-    assert sorted(p.name for p in res.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in res.iterdir()) == sorted([*FILES, MARKER])  # MARKER: what txnbench wrote there
     assert pq.read_schema(res / "deliveries.parquet").remove_metadata() == DELIVERY_SCHEMA
     assert pq.read_schema(res / "txns.parquet").remove_metadata() == TXN_SCHEMA
     manifest = json.loads((res / "manifest.json").read_text())

@@ -1,0 +1,42 @@
+"""Issue 20: ``scripts/redis.sh stop`` and ``scripts/kafka.sh stop`` kill only the service they
+started, not whatever process now has the pid file's PID."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@pytest.mark.parametrize("script, pidfile, extra", [
+    ("redis.sh", "redis.pid", {"url": "redis://127.0.0.1:1\n"}),
+    ("kafka.sh", "kafka.pid", {"port": "1\n", "server.properties": ""}),
+])
+def test_stop_refuses_a_pid_that_is_not_its_service(tmp_path: Path, script: str, pidfile: str, extra: dict[str, str]) -> None:
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / pidfile).write_text(f"{bystander.pid}\n")
+        for name, text in extra.items():
+            (tmp_path / name).write_text(text)
+        done = subprocess.run([str(SCRIPTS / script), "stop", str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and "not stopping pid" in done.stderr, done.stderr
+        assert bystander.poll() is None  # still running
+        assert not (tmp_path / pidfile).exists()  # the stale pid file is gone
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_redis_stop_still_stops_its_own_server(tmp_path: Path) -> None:
+    url = subprocess.run([str(SCRIPTS / "redis.sh"), "start", str(tmp_path)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
+    pid = int((tmp_path / "redis.pid").read_text())
+    assert url.startswith("redis://127.0.0.1:")
+    subprocess.run([str(SCRIPTS / "redis.sh"), "stop", str(tmp_path)], check=True, timeout=60)
+    assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
