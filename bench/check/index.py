@@ -49,8 +49,12 @@ class HistoryIndex:
     def candidates(self, sub: str, p: Pub) -> list[Ack]:
         """The acks of ``sub`` that may cover ``p``, in the order they happened (looked up by
         message and ledger: scanning every ack of the subscription made the check quadratic)."""
-        found = {id(a): a for a in self.by_msg.get((sub, p.msg), ())}
-        found.update((id(a), a) for a in self.by_ledger_cum.get((sub, p.ledger), ()))
+        named = self.by_msg.get((sub, p.msg), ())
+        cumulative = self.by_ledger_cum.get((sub, p.ledger), ())
+        if not cumulative:
+            return list(named)  # recorded in order, once each (build)
+        found = {id(a): a for a in named}
+        found.update((id(a), a) for a in cumulative)
         return sorted(found.values(), key=lambda a: a.seq)
 
     def covered(self, sub: str, p: Pub, before: int = NEVER) -> bool:
@@ -100,9 +104,9 @@ def build(h: History) -> HistoryIndex:
         for m in a.msgs:
             q = h.pubs.get(m)
             if not a.cumulative:
-                by_msg.setdefault((a.sub, m), []).append(a)
+                _append_once(by_msg.setdefault((a.sub, m), []), a)
             elif q is not None:
-                by_ledger_cum.setdefault((a.sub, q.ledger), []).append(a)
+                _append_once(by_ledger_cum.setdefault((a.sub, q.ledger), []), a)
     per: dict[tuple[str, str], list[tuple[int, bool]]] = {}
     for seq, _topic, sub, msg, redelivery in h.deliveries:
         per.setdefault((sub, msg), []).append((seq, redelivery))
@@ -121,6 +125,12 @@ def build(h: History) -> HistoryIndex:
         redeliver_req=redeliver_req, undecided=_undecided(h, outcomes), exempt=frozenset())
     exempt = frozenset(k for k, seq in index.first.items() if index.causes(k[0], h.pubs[k[1]], 0, seq))
     return HistoryIndex(**{**index.__dict__, "exempt": exempt})
+
+
+def _append_once(acks: list[Ack], a: Ack) -> None:
+    """Acks arrive in order, so an ack naming a message (or ledger) twice is the last one."""
+    if not acks or acks[-1] is not a:
+        acks.append(a)
 
 
 def _undecided(h: History, outcomes: Outcomes) -> dict[str, Any]:
