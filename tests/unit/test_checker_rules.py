@@ -5,11 +5,13 @@ infers rather than hears (``ambiguous_outcome``), counted apart and judged under
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from bench.check import KINDS, RULES, CheckSummary, History, ambiguous_outcomes, build, check
+from bench.report import check_section
 from engine.records import MessageId, Position
 
 T = "persistent://public/default/x"
@@ -252,3 +254,14 @@ def test_an_unheard_commit_held_back_by_an_open_txn_elsewhere_is_not_torn() -> N
     h.deliver(T, "s", [_D("a")])
     h.deliver(T, "t", [_D("a")])
     assert check(h) == [] and ambiguous_outcomes(h) == ["t1"]
+
+
+def test_the_report_shows_the_ambiguous_count_beside_the_violations(tmp_path: Path) -> None:
+    summary = CheckSummary()
+    h = _unheard(())
+    summary.add(h, check(h))
+    summary.write(tmp_path / "check.json")
+    _title, _cols, rows, _note = check_section(tmp_path / "check.json")
+    (row,) = [r for r in rows if "ambiguous_outcome" in r.metric]
+    assert row.values == {"value": 1}
+    assert all(r.values == {"value": 0} for r in rows if r.section == "Violations")
