@@ -11,7 +11,7 @@ cumulative ack on ``m``'s ledger at or after ``m``'s position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.check.history import Ack, History, Pub
@@ -21,7 +21,7 @@ CAUSE_FAULTS = frozenset({"crash_broker"})  # faults after which every unacked m
 NEVER = 1 << 62  # a sequence number after every event
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: it holds the whole history
 class HistoryIndex:
     h: History
     outcomes: Outcomes
@@ -124,7 +124,7 @@ def build(h: History) -> HistoryIndex:
         crashes=[seq for seq, kind, _ in h.faults if kind in CAUSE_FAULTS],
         redeliver_req=redeliver_req, undecided=_undecided(h, outcomes), exempt=frozenset())
     exempt = frozenset(k for k, seq in index.first.items() if index.causes(k[0], h.pubs[k[1]], 0, seq))
-    return HistoryIndex(**{**index.__dict__, "exempt": exempt})
+    return replace(index, exempt=exempt)  # exemptions need the causes, hence a second step
 
 
 def _append_once(acks: list[Ack], a: Ack) -> None:
