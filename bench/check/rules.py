@@ -168,7 +168,7 @@ def acked_redelivered(ix: HistoryIndex) -> Found:
     """``m`` delivered on ``S`` after a plain ack or a committed txn's individual ack covered
     it, or while a txn's individual pending ack covered it (from the ack until the abort is
     requested). A txn's *cumulative* ack filters nothing while pending (as in Pulsar, only
-    individually pending positions are held back: ``PendingAckHandleImpl``); it binds from when
+    individually pending positions are held back: ``PendingAckHandleImpl.individualAckPositions``); it binds from when
     the client heard the commit. An ambiguous txn's ack may have aborted any time: not judged."""
     for (sub, msg), ds in ix.per.items():
         p = ix.h.pubs.get(msg)
@@ -201,8 +201,9 @@ def _ack_window(ix: HistoryIndex, a: Ack) -> tuple[int, int] | None:
 
 def aborted_ack_not_redelivered(ix: HistoryIndex) -> Found:
     """A txn whose outcome is ``aborted`` individually acked ``m`` on ``S``; ``m`` is not
-    delivered on ``S`` after the abort and no later ack covers it. Pulsar: aborting a pending
-    ack redelivers its positions (``PendingAckHandleImpl`` abort -> ``redeliverUnacknowledgedMessages``)."""
+    delivered on ``S`` after the abort and no later ack covers it. Pulsar: aborting a txn drops its
+    individually pending positions (``PendingAckHandleImpl`` abort, ``individualAckPositions``), which
+    makes them deliverable again (as ``engine/pending_acks.py`` ``abort`` does)."""
     for a in ix.h.acks:
         if a.txn is None or a.txn not in ix.outcomes.aborted or a.cumulative:
             continue
