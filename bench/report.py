@@ -362,6 +362,8 @@ def check_section(path: Path, shown: str | None = None) -> tuple[str, list[str],
     rows += [Row("Faults", f"injected: {k}", "faults", {"value": v}, None, "n/a") for k, v in j["faults"].items()]
     rows += [Row("Violations", k, "violations", {"value": v}, None, "ok" if v == 0 else "VIOLATION")
              for k, v in j["violations"].items()]
+    rows.append(Row("Outcomes", "commit asked, outcome never heard (ambiguous_outcome: judged under either outcome)",
+                    "txns", {"value": j.get("ambiguous_outcome", 0)}, None, "n/a"))  # absent before bench/check
     note = f"From `{shown or path}` (`txnbench check`); every violation count must be zero."
     return (f"Correctness check — {path.parent.name}", ["value"], rows, note)
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from bench.checker import KINDS, CheckSummary, History, check
+from bench.checker import KINDS, CheckSummary, History, ambiguous_outcomes, check
 from engine.dispatcher import DispatchMode
 from engine.ports import AckKind
 from engine.records import MessageId, Position
@@ -153,14 +153,16 @@ def test_aborted_ack_is_redelivered_or_reacked() -> None:
     assert check(h) == []
 
 
-def test_unheard_commit_is_judged_by_what_was_delivered() -> None:
+def test_unheard_commit_is_ambiguous_and_held_to_either_outcome() -> None:
     h = _h()
     h.subscribe(T, "t")
     _pub(h, "a", 0, "t1")
     h.end("t1", "commit")  # the answer was lost to a crash; the coordinator forgot the txn
     h.outcome("t1", "unknown")
     h.deliver(T, "s", [_D("a")])
-    assert [(v.kind, v.subscription) for v in check(h)] == [("lost_write", "t")]  # visible on s, not on t
+    # visible on s, not on t: wrong whether t1 committed (lost on t) or aborted (read on s)
+    assert [(v.kind, v.subscription) for v in check(h)] == [("torn_txn", "t")]
+    assert ambiguous_outcomes(h) == ["t1"]
 
 
 def test_summary_counts_and_renders() -> None:
