@@ -18,6 +18,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 conf="$here/kafka"
 say() { echo "kafka.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
+# shellcheck source=lib/service.sh
+. "$here/lib/service.sh"
 
 usage() { die "usage: $0 start|restart|stop|status DIR"; }
 [ $# -eq 2 ] || usage
@@ -53,10 +55,6 @@ fetch_jars() {
     rm -rf "$cache/m2"  # the jars are all we need; keep the cache small
   fi
   flock -u 9
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 pid_alive() { [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; }
@@ -126,22 +124,13 @@ launch() {
 
 stop_broker() {
   pid_alive || { rm -f "$dir/kafka.pid"; return 0; }
-  local pid i
+  local pid
   pid=$(cat "$dir/kafka.pid")
   if ! ours "$pid"; then
     rm -f "$dir/kafka.pid"
     die "not stopping pid $pid: it is not the broker started from $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
   fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 150); do  # controlled shutdown normally takes 1-3 s
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "broker $pid did not stop in 30 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
+  terminate "$pid" 30  # controlled shutdown normally takes 1-3 s
   rm -f "$dir/kafka.pid"
 }
 

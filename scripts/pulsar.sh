@@ -21,6 +21,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 jvm="$(cd "$here/../jvm" && pwd)"
 say() { echo "pulsar.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
+# shellcheck source=lib/service.sh
+. "$here/lib/service.sh"
 
 usage() { die "usage: $0 start|restart|stop|status DIR | client-cp"; }
 [ $# -ge 1 ] || usage
@@ -94,10 +96,6 @@ client_cp() {
 
 # --- the broker -------------------------------------------------------------------------------
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 # The pid in DIR/pulsar.pid, only if it is alive *and* is the java process started from DIR
 # (its command line names DIR): a stale pid file never gets another process killed.
 our_pid() {
@@ -167,18 +165,9 @@ launch() {
 }
 
 stop_broker() {
-  local pid i
+  local pid
   if ! pid=$(our_pid); then rm -f "$dir/pulsar.pid"; return 0; fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 150); do  # the shutdown hook normally takes 2-3 s
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "broker $pid did not stop in 30 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
+  terminate "$pid" 30  # the shutdown hook normally takes 2-3 s
   rm -f "$dir/pulsar.pid"
 }
 

@@ -11,6 +11,8 @@
 set -euo pipefail
 
 die() { echo "redis.sh: $*" >&2; exit 1; }
+# shellcheck source=lib/service.sh
+. "$(dirname "$0")/lib/service.sh"
 
 ensure_installed() {
   command -v redis-server >/dev/null 2>&1 && return 0
@@ -19,10 +21,6 @@ ensure_installed() {
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >&2 \
     || die "apt-get install redis-server failed"
   command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after apt-get install"
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 ping() {  # ping PORT -> 0 when the server answers PONG
@@ -91,12 +89,7 @@ stop() {
       rm -f "$dir/redis.pid" "$dir/url"
       die "not stopping pid $pid: it is not the redis-server started in $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
     fi
-    kill "$pid"
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+    terminate "$pid" 5
   fi
   rm -f "$dir/redis.pid" "$dir/url"
 }
