@@ -73,22 +73,20 @@ class EmulatedMetadataStore(MetadataStore):
             try:
                 results = self.inner._raw_batch(inner_ops)  # type: ignore[attr-defined]
             except BadVersion:
-                if self._own_conflict(ops):
-                    raise
+                if not self._counter_moved(inner_ops[len(ops):]):
+                    raise  # the caller's own condition failed
                 continue  # another handle moved a counter between our GET and the CAS: retry
             self._seq_allocs += sum(1 for op in ops if isinstance(op, PutSequential))
-            return [results[i] for i in range(len(ops))]
+            return results[:len(ops)]
         raise BadVersion(f"gave up after {MAX_ATTEMPTS} attempts: sequence counters kept changing")
 
-    def _own_conflict(self, ops: Sequence[Op]) -> bool:
-        """Whether the caller's own conditions fail (then the BadVersion is theirs to see)."""
-        for op in ops:
-            expected = getattr(op, "expected_version", None)
-            if expected is None:
-                continue
-            rec = self.inner.get(op.key)  # type: ignore[union-attr]
-            if (rec.version if rec else ABSENT) != expected:
-                return True
+    def _counter_moved(self, counter_ops: Sequence[Op]) -> bool:
+        """Whether a counter this batch CASes changed since its GET (a race, worth a retry)."""
+        for op in counter_ops:
+            if isinstance(op, Put) and op.expected_version is not None:
+                rec = self.inner.get(op.key)
+                if (rec.version if rec else ABSENT) != op.expected_version:
+                    return True
         return False
 
     def _with_counters(self, ops: Sequence[Op]) -> builtins.list[Op]:
