@@ -26,8 +26,9 @@ from engine.dispatcher import DispatchMode
 
 ENGINES = {
     "v4": RunConfig(engine="v4"),
-    "v5-watch": RunConfig(engine="v5", v5_variant="watch"),
-    "v5-events": RunConfig(engine="v5", v5_variant="events"),
+    "v5-shipped": RunConfig(engine="v5", v5_variant="shipped"),
+    "v5-pip": RunConfig(engine="v5", v5_variant="pip"),
+    "v5-state-events": RunConfig(engine="v5", v5_variant="state-events"),
 }
 # The real backend each engine can run on besides the embedded one: v4's ledgers on Kafka, v5's
 # metadata on Redis (the URL field of RunConfig it replaces, and the variable that names it).

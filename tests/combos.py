@@ -28,14 +28,15 @@ COMBOS.append(Combo("v4/kafka", True, _kafka_durable, lambda d: v4_engine(), nee
 
 
 def _v5(variant: str, backend: str) -> Combo:
-    """v5 on a metadata store: ``memory``, ``memory-degraded`` or ``redis`` (a fresh key prefix
-    per test on the server the test command started)."""
+    """v5 on a metadata store: ``memory``, ``memory-degraded``, ``memory-emulated`` or ``redis``
+    (a fresh key prefix per test on the server the test command started)."""
 
     def durable() -> Durable:
         if backend == "redis":
             url = f"{os.environ['TXNBENCH_REDIS_URL']}?prefix=t{uuid.uuid4().hex[:12]}:"
         else:
-            url = "memory://?degraded=1" if backend == "memory-degraded" else "memory://"
+            url = {"memory-degraded": "memory://?degraded=1", "memory-emulated": "memory://?emulated=1"}.get(
+                backend, "memory://")
         factory, close = open_v5(url, variant=variant)
         return Durable(MemoryLedgerFactory(max_entries_per_ledger=64), {"v5": factory, "close": close})
 
@@ -43,7 +44,8 @@ def _v5(variant: str, backend: str) -> Combo:
                  needs=("redis",) if backend == "redis" else (), close_durable=lambda d: d.extra["close"]())
 
 
-for _variant in ("watch", "events"):
+for _variant in ("shipped", "pip", "state-events"):
     COMBOS.append(_v5(_variant, "memory"))
     COMBOS.append(_v5(_variant, "redis"))
-COMBOS.append(_v5("watch", "memory-degraded"))
+COMBOS.append(_v5("shipped", "memory-emulated"))  # Pulsar's standalone: the AbstractMetadataStore fallback
+COMBOS.append(_v5("pip", "memory-degraded"))
