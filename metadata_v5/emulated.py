@@ -90,35 +90,45 @@ class EmulatedMetadataStore(MetadataStore):
         return False
 
     def _with_counters(self, ops: Sequence[Op]) -> builtins.list[Op]:
-        """The caller's ops, each PutSequential turned into a create of its key, then one CAS per
-        counter used (GET it first: 1 read each) and one delete per DeleteSequence'd counter."""
+        """The caller's ops, each PutSequential turned into a create of its key, then per counter
+        used one CAS (GET it first: 1 read each), or a delete if a DeleteSequence came last."""
         out: builtins.list[Op] = []
-        counters: dict[str, tuple[int, int]] = {}  # prefix -> (next seq, counter version or ABSENT)
-        forgotten: set[str] = set()
+        version: dict[str, int] = {}  # prefix -> the counter's version (ABSENT: none)
+        nxt: dict[str, int | None] = {}  # prefix -> last seq issued; None: forgotten (DeleteSequence)
+        last_forgets: dict[str, bool] = {}
+        forgot: set[str] = set()  # forgotten since their last PutSequential in this batch
+
+        def counter(prefix: str) -> None:
+            if prefix not in version:
+                rec = self.inner.get(COUNTER + prefix)
+                version[prefix] = rec.version if rec else ABSENT
+                nxt[prefix] = int(rec.fields["n"]) if rec else None
+
         for op in ops:
             if isinstance(op, PutSequential):
                 prefix = op.prefix
-                if prefix not in counters:
-                    rec = None if prefix in forgotten else self.inner.get(COUNTER + prefix)
-                    if rec is not None:
-                        counters[prefix] = (int(rec.fields["n"]), rec.version)
-                    else:
-                        # No counter yet (a new prefix, or one forgotten by DeleteSequence):
-                        # continue after the highest key still there, as the port promises.
-                        seqs = [sequence_of(prefix, k) for k in self.inner.list_keys(prefix)]
-                        counters[prefix] = (max([s for s in seqs if s is not None], default=0), ABSENT)
-                n, version = counters[prefix]
-                counters[prefix] = (n + 1, version)
+                counter(prefix)
+                n = None if prefix in forgot else nxt[prefix]
+                forgot.discard(prefix)
+                if n is None:
+                    # No counter (a new prefix, or one forgotten by DeleteSequence): continue
+                    # after the highest key there before the batch, as the port promises.
+                    seqs = [sequence_of(prefix, k) for k in self.inner.list_keys(prefix)]
+                    n = max([q for q in seqs if q is not None], default=0)
+                nxt[prefix] = n + 1
+                last_forgets[prefix] = False
                 out.append(Put(sequential_key(prefix, n + 1), op.fields, ABSENT))
             elif isinstance(op, DeleteSequence):
-                forgotten.add(op.prefix)
+                forgot.add(op.prefix)
+                last_forgets[op.prefix] = True
                 out.append(op)  # the wrapped store forgets its own (unused) counter too
             else:
                 out.append(op)
-        for prefix, (n, version) in counters.items():
-            out.append(Put(COUNTER + prefix, {"n": str(n)}, version))
-        for prefix in forgotten - set(counters):
-            out.append(Delete(COUNTER + prefix))
+        for prefix in {**version, **dict.fromkeys(forgot)}:
+            if last_forgets.get(prefix):
+                out.append(Delete(COUNTER + prefix))  # no version needed: it goes either way
+            else:
+                out.append(Put(COUNTER + prefix, {"n": str(nxt[prefix])}, version[prefix]))
         return out
 
     # -- indexes: a full listing of the prefix, then a GET per child, filtered here --

@@ -33,6 +33,9 @@ class ShippedCoordinator(CoordinatorV5):
         super().__init__(*args, **kwargs)
         # what the client has registered, per open txn (the client's own set: TransactionImpl)
         self._registered: dict[TxnID, set[tuple[str, str | None]]] = {}
+        # txns whose END_TXN the client has had answered: it refuses to end them again
+        # (TransactionImpl's state check); an unanswered one it retries, which is D7's repeat
+        self._answered: set[TxnID] = set()
 
     # -- client operations ------------------------------------------------------------------------
 
@@ -77,6 +80,8 @@ class ShippedCoordinator(CoordinatorV5):
 
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         self._live()
+        if txn in self._answered:
+            raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
         self._verify_ownership(txn)
         header = self._open_header(txn)
         state = FINAL[action]
@@ -103,7 +108,12 @@ class ShippedCoordinator(CoordinatorV5):
             return
         took = self._fan_out(txn, state, self._records.ops_by_txn(txn))
         if on_done is not None:
-            self._sched.call_later(took + self._lat.of("rpc"), on_done, txn, state)
+            self._sched.call_later(took + self._lat.of("rpc"), self._answer, on_done, txn, state)
+
+    def _answer(self, on_done: EndTxnCallback, txn: TxnID, state: TxnStatus) -> None:
+        if not self._closed:
+            self._answered.add(txn)
+            on_done(txn, state)
 
     def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> int:
         """One event per segment written and per (segment, subscription) acked; returns the

@@ -9,6 +9,7 @@ from engine.dispatcher import DispatchMode
 from engine.memledger import MemoryLedgerFactory
 from legacy_v4 import v4_engine
 from metadata_v5.engine import open_v5
+from metadata_v5.options import Variant
 from tests.harness import NO_TXN, Combo, Durable, memory_durable
 
 COMBOS: list[Combo] = [NO_TXN]
@@ -41,7 +42,8 @@ def _v5(variant: str, backend: str) -> Combo:
         return Durable(MemoryLedgerFactory(max_entries_per_ledger=64), {"v5": factory, "close": close})
 
     return Combo(f"v5-{variant}/{backend}", True, durable, lambda d: d.extra["v5"],
-                 needs=("redis",) if backend == "redis" else (), close_durable=lambda d: d.extra["close"]())
+                 needs=("redis",) if backend == "redis" else (), close_durable=lambda d: d.extra["close"](),
+                 crash_safe=Variant(variant) is not Variant.SHIPPED)
 
 
 for _variant in ("shipped", "pip", "state-events"):
