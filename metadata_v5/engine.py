@@ -66,7 +66,7 @@ class V5Engine(Engine):
             # this model is written through this engine, so read it once after each burst of
             # writes (coalesced), rather than on a timer.
             self.records.on_write = self._arm_poll
-        if not store.capabilities.range_watch_events and opts.variant is Variant.STATE_EVENTS:
+        if not store.capabilities.range_watch_events and opts.variant is not Variant.PIP:  # event watches
             ctx.scheduler.call_later(RELIST_US, self._relist)
         self.coordinator()  # runs its sweeps from the start, as a coordinator does with no clients
 
