@@ -668,7 +668,7 @@ def migration(txns: int = 30) -> Scenario:
     from bench.migrate import MigrationRefused, migrate
     from legacy_v4 import v4_engine
     from metadata_v5.engine import open_store
-    from metadata_v5.options import V5Options
+    from metadata_v5.options import V5Options, Variant
     from metadata_v5.engine import V5Engine
 
     labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
@@ -709,7 +709,7 @@ def migration(txns: int = 30) -> Scenario:
         refused = 1
     result = migrate(ledgers, [T], store.reopen())
     untouched = fingerprint == {n: (ledgers.open(n).last_confirmed(), ledgers.open(n).entry_count()) for n in ledgers.names("")}
-    opts = V5Options(variant="pip", timeout_sweep_ms=1_000)  # migrated data is the PIP design's (5.0.1 migrates no txn state)
+    opts = V5Options(variant=Variant.PIP, timeout_sweep_ms=1_000)  # migrated data is the PIP design's (5.0.1 migrates no txn state)
     b5 = Broker(r.sched, ledgers, r.bcfg, lambda ctx: V5Engine(ctx, store.reopen(), opts))
     after = read(b5, "fresh-after", 100_000)
     b5.crash()

@@ -285,7 +285,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             if self._wm_version == ABSENT:  # unless a persist since the start already knows better
                 self._durable, self._wm_version = durable, version
             self._aborted.update(r.txn for r in aborted)
-            decided = []
+            decided: list[tuple[TxnID, TxnStatus]] = []
             for txn, state in states.items():
                 if state is TxnStatus.OPEN:
                     if txn not in self._first:  # found open, position unknown

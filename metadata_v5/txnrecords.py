@@ -195,6 +195,19 @@ class TxnRecords(ABC):
         L477): one scan; on an emulated store, a GET of every op record under the prefix."""
 
     @abstractmethod
+    def writes_scan(self, segment: str) -> list[OpRecord]:
+        """:meth:`writes_on` as the shipped design issues it: one scan of ``writes-by-segment``
+        (``TxnMetadataStore`` L154-159, L290-317), noting its serial GETs in ``last_scan_gets``."""
+
+    @abstractmethod
+    def acks_scan(self, segment: str, subscription: str) -> list[OpRecord]:
+        """:meth:`acks_on` as one scan of ``acks-by-segment-subscription`` (L221-222)."""
+
+    @abstractmethod
+    def aborted_scan(self, segment: str) -> list[AbortedRange]:
+        """:meth:`aborted_on` as one scan of the segment's aborted records (recovery, pruning)."""
+
+    @abstractmethod
     def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
         """Append one record to the participant's event sequence (``/txn/segment-events/<seg>-<seq>``
         or ``/txn/subscription-events/<seg>:<sub>-<seq>``, fanOutEvents L475-508). Never deleted."""
