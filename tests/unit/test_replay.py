@@ -94,7 +94,9 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     # rpc 200 + append 1000 + rpc 200 for every publish; v4 adds, on a txn's first publish to a
     # partition, the TC registration (rpc + log append + rpc) and, on the topic's first
     # transactional append, the first snapshot (an append); v5 adds the op-record write (1000)
-    # to every transactional publish and a header read (300) on a participant's cache miss.
+    # to every transactional publish and a header read (300) on a participant's cache miss; the
+    # shipped v5 (the default) also the client's registration (rpc + rpc) with its ownership read
+    # (300) on a txn's first publish to a segment (ServerCnx.handleAddPartitionToTxn L4152-4176).
     U = "persistent://public/default/u"
     rows = [{"ts_us": 0, "op": "publish", "topic": T, "msg": "plain", "size": 1},
             {"ts_us": 10, "op": "new_txn", "txn": "t1"}]
@@ -103,9 +105,10 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     rows += [{"ts_us": 100, "op": "commit", "txn": "t1"}]
     trace = write(tmp_path / "t.parquet", rows)
     sums = {}
-    for engine in ("v4", "v5"):
-        latency = Replayer(RunConfig(engine=engine)).run(read_events(trace)).latency
+    for engine, variant in (("v4", "shipped"), ("v5", "shipped"), ("v5-pip", "pip")):
+        latency = Replayer(RunConfig(engine=engine[:2], v5_variant=variant)).run(read_events(trace)).latency
         assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, 1_400)
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
     assert sums["v4"] == (4, 4 * 1_400 + 2 * (1_400 + 1_000))  # two partitions: two registrations, two first snapshots
-    assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads
+    assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * (2 * 200 + 300 + 300))  # two registrations, two header reads
+    assert sums["v5-pip"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads
