@@ -186,7 +186,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             self.stats["aborted_record_writes"] += 1
             took += self._lat.of("meta.write")
         took += self._persist_watermark()
-        mine = [r for r in self._records.writes_scan(self._segment) if r.txn == txn]  # deleteWriteOpsForSegmentAndTxn
+        mine = self._records.writes_scan(self._segment, txn)  # deleteWriteOpsForSegmentAndTxn
         self.stats["cleanup_scans"] += 1
         took += self._lat.of("meta.list") + self._records.last_scan_gets * self._lat.of("meta.read")
         for rec in mine:

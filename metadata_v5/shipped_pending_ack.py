@@ -89,7 +89,7 @@ class ShippedPendingAckStore(PendingAckStore):
         else:
             self._pending.abort(txn)
         self._txns.pop(txn)  # nothing here needs the decision any more
-        mine = [r for r in self._records.acks_scan(self._segment, self._sub) if r.txn == txn]
+        mine = self._records.acks_scan(self._segment, self._sub, txn)
         self.stats["cleanup_scans"] += 1
         for rec in mine:
             self._records.delete_op(rec)

@@ -101,6 +101,15 @@ def _op_record(rec: Record) -> OpRecord:
     return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
 
 
+def _of_txn(records: list[Record], txn: TxnID | None) -> list[Record]:
+    """The scanned records of ``txn`` (all with None), filtered on the client by the key's tag
+    before decoding: a cleanup scan reads the whole segment but keeps one txn's records."""
+    if txn is None:
+        return records
+    tag = f"{{{_tag(txn)}}}"
+    return [r for r in records if tag in r.key and _op_record(r).txn == txn]
+
+
 class StoreTxnRecords(TxnRecords):
     def __init__(self, store: MetadataStore, notify: Callable[[Callable[[], None]], None]) -> None:
         self.store = store
@@ -329,14 +338,14 @@ class StoreTxnRecords(TxnRecords):
         # the index's key is the tag; a v4 id migrated in shares it only by accident of numbers
         return [o for o in map(_op_record, recs) if o.txn == txn]
 
-    def writes_scan(self, segment: str) -> list[OpRecord]:
-        """:meth:`writes_on` counted as a scan (the shipped cleanup and recovery)."""
-        return [_op_record(r) for r in
-                self._scan(lambda: self.store.query_records("writes-by-segment", prefix=(segment,)))]
+    def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
+        recs = self._scan(lambda: self.store.query_records("writes-by-segment", prefix=(segment,)))
+        return [_op_record(r) for r in _of_txn(recs, txn)]
 
-    def acks_scan(self, segment: str, subscription: str) -> list[OpRecord]:
-        return [_op_record(r) for r in self._scan(
-            lambda: self.store.query_records("acks-by-segment-subscription", prefix=(segment, subscription)))]
+    def acks_scan(self, segment: str, subscription: str, txn: TxnID | None = None) -> list[OpRecord]:
+        recs = self._scan(
+            lambda: self.store.query_records("acks-by-segment-subscription", prefix=(segment, subscription)))
+        return [_op_record(r) for r in _of_txn(recs, txn)]
 
     def aborted_scan(self, segment: str) -> list[AbortedRange]:
         recs = self._scan(lambda: self.store.query_records("aborted-by-segment", prefix=(segment,)))

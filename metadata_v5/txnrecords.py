@@ -195,13 +195,16 @@ class TxnRecords(ABC):
         L477): one scan; on an emulated store, a GET of every op record under the prefix."""
 
     @abstractmethod
-    def writes_scan(self, segment: str) -> list[OpRecord]:
+    def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
         """:meth:`writes_on` as the shipped design issues it: one scan of ``writes-by-segment``
-        (``TxnMetadataStore`` L154-159, L290-317), noting its serial GETs in ``last_scan_gets``."""
+        over all the segment's write ops (``TxnMetadataStore`` L154-159, L290-317), noting its
+        serial GETs in ``last_scan_gets``; with ``txn``, only that txn's records are returned
+        (filtered on the client, as 5.0.1 does)."""
 
     @abstractmethod
-    def acks_scan(self, segment: str, subscription: str) -> list[OpRecord]:
-        """:meth:`acks_on` as one scan of ``acks-by-segment-subscription`` (L221-222)."""
+    def acks_scan(self, segment: str, subscription: str, txn: TxnID | None = None) -> list[OpRecord]:
+        """:meth:`acks_on` as one scan of ``acks-by-segment-subscription`` (L221-222); ``txn`` as
+        in :meth:`writes_scan`."""
 
     @abstractmethod
     def aborted_scan(self, segment: str) -> list[AbortedRange]:
