@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from engine.dispatcher import DispatchMode
-from engine.errors import InvalidTxnState
+from engine.errors import InvalidTxnState, TxnConflict
 from engine.memledger import MemoryLedgerFactory
 from engine.ports import TxnAction, TxnStatus
 from metadata_v5.engine import V5Engine
@@ -256,3 +256,29 @@ def test_coordinator_restart_between_cas_and_fan_out_leaves_the_commit_unseen() 
     # the buffer never hears of it: y stays pinned (the checker calls a committed txn's entry that
     # never arrives a lost write) until another event on the segment or the GC's repair
     assert found["shipped"][0] == [] and found["shipped"][1]["lost_write"] == 1
+
+
+def test_a_conflicting_txn_ack_still_writes_its_op_record() -> None:
+    """5.0.1 appends the ack records before the conflict checks (appendAcks L210-240,
+    PendingAckHandleImpl L240-257); the PIP variant checks first."""
+    for variant, written in (("shipped", 1), ("pip", 0)):
+        s = _ready(variant)
+        first, second = s.new_txn(), s.new_txn()
+        s.ack("sub", "p0", txn=first)
+        before = s.stats()["meta.op_writes"]
+        with pytest.raises(TxnConflict):
+            s.ack("sub", "p0", txn=second)
+        assert s.stats()["meta.op_writes"] - before == written, variant
+
+
+@pytest.mark.parametrize(("gc", "visible"), [("repair", True), ("wait", False)])
+def test_gc_repair_re_publishes_the_events_a_lost_fan_out_never_wrote(gc: str, visible: bool) -> None:
+    s = System(_combo(variant="shipped", gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.POLLING)
+    s.subscribe(U, "out")
+    t = s.new_txn()
+    s.publish(U, "y", txn=t)
+    s.commit(t)
+    s.broker.restart_coordinator()  # the CAS landed; the fan-out never ran
+    s.run(5_000_000)  # past the retention: the GC finds y's op record left
+    assert (s.msgs(U, "out") == ["y"]) is visible
+    assert (s.stats().get("tc.gc.refanouts", 0) >= 1) is visible
