@@ -282,3 +282,20 @@ def test_gc_repair_re_publishes_the_events_a_lost_fan_out_never_wrote(gc: str, v
     s.run(5_000_000)  # past the retention: the GC finds y's op record left
     assert (s.msgs(U, "out") == ["y"]) is visible
     assert (s.stats().get("tc.gc.refanouts", 0) >= 1) is visible
+
+
+def test_unused_transactions_do_not_stall_dispatch_after_a_reload() -> None:
+    """With transactions enabled but unused, the shipped buffer starts at the LAC (L158): a
+    reloaded topic dispatches before its recovery (watermark read, two scans) has landed."""
+    s = System(_combo(variant="shipped"), DispatchMode.NOTIFY)
+    s.subscribe(T, "sub")
+    s.publish(T, "m0")
+    s.run(100_000)
+    s.crash()
+    reloaded = s.sched.now_us()
+    s.subscribe(T, "late")  # a new subscription reads from the earliest entry
+    s.run(100_000)
+    (first,) = s.received[(T, "late")]
+    recovery = s.broker.recovery_stats()
+    tb = next(r for r in recovery if r.component.startswith("tb-v5"))
+    assert first.delivered_ts_us - reloaded < tb.modelled_us
