@@ -30,7 +30,8 @@ from typing import Callable, Sequence
 from engine.errors import BadVersion
 from metadata_v5.store import (
     ABSENT, RESERVED_PREFIX, Bounds, Callback, DeleteSequence, IndexEntry, IndexSpec, MetadataStore, Op,
-    OpResult, Put, PutSequential, Record, Watch, Delete, sequence_of, sequential_key, validate_fields, validate_ops,
+    OpResult, Put, PutSequential, Record, Watch, Delete, condition_error, conditions, sequence_of, sequential_key,
+    validate_fields, validate_ops,
     _Bound,
 )
 
@@ -70,6 +71,7 @@ class EmulatedMetadataStore(MetadataStore):
                 validate_fields(op.fields)
         for _ in range(MAX_ATTEMPTS):
             inner_ops = self._with_counters(ops)
+            self._check_before_duplicates(ops, inner_ops)
             try:
                 results = self.inner._raw_batch(inner_ops)  # type: ignore[attr-defined]
             except BadVersion:
@@ -79,6 +81,19 @@ class EmulatedMetadataStore(MetadataStore):
             self._seq_allocs += sum(1 for op in ops if isinstance(op, PutSequential))
             return results[:len(ops)]
         raise BadVersion(f"gave up after {MAX_ATTEMPTS} attempts: sequence counters kept changing")
+
+    def _check_before_duplicates(self, ops: Sequence[Op], inner_ops: Sequence[Op]) -> None:
+        """Two writes of one assigned key are a ValueError, but only once the caller's conditions
+        hold (the order the port's other adapters check them in)."""
+        keys = [op.key for op in inner_ops if isinstance(op, (Put, Delete))]
+        if len(keys) == len(set(keys)):
+            return
+        for key, expected in conditions(ops):
+            rec = self.inner.get(key)
+            actual = rec.version if rec else None
+            if (actual or ABSENT) != expected:
+                raise condition_error(key, expected, actual)
+        raise ValueError("a batch writes one key twice (counting the keys PutSequential assigns)")
 
     def _counter_moved(self, counter_ops: Sequence[Op]) -> bool:
         """Whether a counter this batch CASes changed since its GET (a race, worth a retry)."""
