@@ -43,6 +43,7 @@ class Factory:
         self.kind = kind
         self.degraded = kind.endswith("-degraded")
         self.url = f"{redis_url}/0?prefix=t{uuid.uuid4().hex[:12]}:" if redis_url else "memory://"
+        self.backend_url = self.url  # the wrapped backend's own URL (the purger's)
         if kind.endswith("-emulated"):  # Pulsar's AbstractMetadataStore fallback (metadata_v5.emulated)
             self.url += "&emulated=1" if "?" in self.url else "?emulated=1"
         self.handles: list[MetadataStore] = []
@@ -64,7 +65,7 @@ class Factory:
         if self.url.startswith("redis"):
             from metadata_v5.redis import RedisMetadataStore
 
-            purger = RedisMetadataStore.from_url(self.url)
+            purger = RedisMetadataStore.from_url(self.backend_url)
             purger.purge()
             purger.close()
 
