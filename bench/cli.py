@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
+from metadata_v5.options import GcMode, Variant
 
 EXIT_USAGE = 2
 
@@ -116,8 +117,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--polling", default="pulsar", choices=["pulsar", "shared-backoff", "spin"],
                    help="re-read delay when blocked at maxReadPosition (polling mode); pulsar follows each "
                         "subscription's type (trace column sub_type): 10 ms Exclusive/Failover, 11-20 ms Shared/Key_Shared")
-    p.add_argument("--v5-variant", default="watch", choices=["watch", "events"])
-    p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
+    p.add_argument("--v5-variant", default="shipped", choices=[v.value for v in Variant],
+                   help="shipped: Pulsar 5.0.1's released design (default); pip: PIP-473's text "
+                        "(header watches); state-events: events carrying the state, no reconcile (ablation)")
+    p.add_argument("--v5-gc", default="repair", choices=[g.value for g in GcMode],
+                   help="repair: 5.0.1's GC, re-publishes events of finished txns with ops left (default); "
+                        "wait: keeps them and waits; force: the PIP's sweep, force-deletes them")
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
@@ -446,7 +451,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     ledgers, store = open_ledgers(args.ledger), open_store(args.metadata)
     try:
-        print(summary(migrate(ledgers, args.topic, store, gc=args.v5_gc, dry_run=args.dry_run)))
+        # migrate() prepares the PIP design's records: abort ranges unless the GC force-deletes
+        gc = "pip" if args.v5_gc == GcMode.FORCE.value else "safe"
+        print(summary(migrate(ledgers, args.topic, store, gc=gc, dry_run=args.dry_run)))
     finally:
         store.close()
         ledgers.close()
@@ -581,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
     p.add_argument("names", nargs="*", metavar="NAME",
-                   help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, migration (default: all)")
+                   help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, restart, migration (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
     p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
     p.add_argument("--window-s", type=_int_in(1, MAX_SCENARIO_S), default=30, help="sealed: seconds of virtual time after the commit")
@@ -608,7 +615,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
     p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")
     p.add_argument("--metadata", default="memory://", help="v5 metadata store URL (redis://HOST:PORT)")
-    p.add_argument("--v5-gc", default="safe", choices=["pip", "safe"])
+    p.add_argument("--v5-gc", default=GcMode.WAIT.value, choices=[GcMode.WAIT.value, GcMode.FORCE.value],
+                   help="the GC the PIP-design readers of the migrated data run: wait (abort ranges kept) or "
+                        "force (the PIP's sweep); 5.0.1 migrates no txn state")
     p.add_argument("--dry-run", action="store_true", help="derive and print the plan; write nothing")
     p.add_argument("--demo", action="store_true", help="embedded demo: migrate a v4 topic, compare readers, roll back")
     p.add_argument("--out", default="txnbench-out/migrate")

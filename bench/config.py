@@ -8,10 +8,9 @@ from typing import Any
 from engine.clock import LatencyModel
 from engine.dispatcher import DispatchMode, PollingPolicy
 from engine.errors import ConfigError
+from metadata_v5.options import GcMode, Variant
 
 ENGINES = ("v4", "v5", "none")
-V5_VARIANTS = ("watch", "events")
-V5_GC = ("pip", "safe")
 TIME_MODES = ("virtual", "wall")
 
 
@@ -22,8 +21,8 @@ class RunConfig:
     metadata_url: str = "memory://"
     dispatch: DispatchMode = DispatchMode.POLLING
     polling: str = "pulsar"  # PollingPolicy preset
-    v5_variant: str = "watch"
-    v5_gc: str = "safe"
+    v5_variant: Variant = Variant.SHIPPED  # what Pulsar 5.0.1 ships
+    v5_gc: GcMode = GcMode.REPAIR
     time_mode: str = "virtual"
     latency: LatencyModel = field(default_factory=LatencyModel)
     drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
@@ -35,10 +34,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
-        if self.v5_variant not in V5_VARIANTS:
-            raise ConfigError(f"unknown v5 variant {self.v5_variant!r}; expected watch or events")
-        if self.v5_gc not in V5_GC:
-            raise ConfigError(f"unknown v5 GC {self.v5_gc!r}; expected pip or safe")
+        for name, cls in (("v5_variant", Variant), ("v5_gc", GcMode)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, cls(value))
+            except ValueError:
+                raise ConfigError(f"unknown {name.replace('_', ' ')} {value!r}; expected one of "
+                                  f"{', '.join(m.value for m in cls)}") from None
         if self.time_mode not in TIME_MODES:
             raise ConfigError(f"unknown time mode {self.time_mode!r}; expected virtual or wall")
         PollingPolicy.preset(self.polling)  # raises ConfigError on a bad name
@@ -49,8 +51,21 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        """The engine column of results: ``v4``, ``v5-watch``, ``v5-events`` or ``none``."""
-        return f"v5-{self.v5_variant}" if self.engine == "v5" else self.engine
+        """The engine column of results: ``v4``, ``v5-shipped``, ``v5-pip``, ``v5-state-events``
+        or ``none``."""
+        return f"v5-{self.v5_variant.value}" if self.engine == "v5" else self.engine
+
+    @property
+    def design(self) -> str:
+        """Which design the column is, for reports: the released one or a model of another."""
+        if self.engine == "v4":
+            return "v4 as Pulsar 4.x/5.0.1 ships it (persistent:// topics)"
+        if self.engine != "v5":
+            return "transactions disabled"
+        return {Variant.SHIPPED: "v5 as Pulsar 5.0.1 ships it (the released design)",
+                Variant.PIP: "v5 as PIP-473's text describes it (header watches; not in any release)",
+                Variant.STATE_EVENTS: "v5 with state-carrying events, no reconcile (an ablation; not in any release)",
+                }[self.v5_variant]
 
     def polling_policy(self) -> PollingPolicy:
         return PollingPolicy.preset(self.polling)
@@ -61,6 +76,9 @@ class RunConfig:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["dispatch"] = self.dispatch.value
+        d["v5_variant"] = self.v5_variant.value
+        d["v5_gc"] = self.v5_gc.value
+        d["design"] = self.design
         d["latency"] = dict(self.latency.latencies_us)
         d["label"] = self.label
         return d

@@ -41,8 +41,9 @@ from engine.records import MessageId
 SECTION = "Review questions"
 T = "persistent://public/default/t"
 S = "topic://public/default/s"
-ENGINES = {"v4": dict(engine="v4"), "v5-watch": dict(engine="v5", v5_variant="watch"),
-           "v5-events": dict(engine="v5", v5_variant="events")}
+# v5-shipped is Pulsar 5.0.1's released design; v5-pip the PIP text's; v5-state-events an ablation
+ENGINES = {"v4": dict(engine="v4"), "v5-shipped": dict(engine="v5", v5_variant="shipped"),
+           "v5-pip": dict(engine="v5", v5_variant="pip"), "v5-state-events": dict(engine="v5", v5_variant="state-events")}
 
 
 # -- a scripted run (the idea of tests/harness.System, over a RunConfig) --------------------------
@@ -153,7 +154,7 @@ def _verdicts(rows: list[Row], base: str, other: str, lower_better: bool = True)
 
 def sealed(window_s: int = 30) -> Scenario:
     """A txn writes to a segment, the segment splits, the txn commits."""
-    labels = ["v4", "v5-watch", "v5-events"]
+    labels = ["v4", "v5-shipped", "v5-pip", "v5-state-events"]
     vals: dict[str, dict[str, float | None]] = {}
     for label in labels:
         r = Run(_cfg(label))
@@ -193,8 +194,9 @@ def sealed(window_s: int = 30) -> Scenario:
         f"v4: {'never resolves' if not v4['resolved'] else 'resolves'} within {window_s} s — {v4['rpcs_failed']:g} END_TXN "
         f"RPCs fail on the sealed segment, {v4['retries']:g} retries, 0 of 3 entries visible (x, after and the child "
         "segment all wait).",
-        f"v5: one CAS; the entry is visible {vals['v5-watch']['visible_ms']} ms (watch) / "
-        f"{vals['v5-events']['visible_ms']} ms (events) after the commit call.",
+        f"v5: one CAS; the entry is visible {vals['v5-shipped']['visible_ms']} ms (shipped: ownership and header "
+        f"reads, CAS, ops scan, event, reconcile read, then the serial apply) / {vals['v5-pip']['visible_ms']} ms "
+        f"(PIP: header watch) / {vals['v5-state-events']['visible_ms']} ms (state events) after the commit call.",
     ]
     return Scenario("sealed", "Sealed segment mid-txn: what happens when a txn's segment splits before it commits?",
                     labels, rows, f"txnbench scenarios sealed --window-s {window_s}",
@@ -212,7 +214,7 @@ def polling(hold_s: float = 5.0) -> Scenario:
     """A txn stays open ``hold_s`` seconds while plain messages pile up behind it."""
     modes = [("pulsar", DispatchMode.POLLING), ("shared-backoff", DispatchMode.POLLING),
              ("spin", DispatchMode.POLLING), ("notify", DispatchMode.NOTIFY)]
-    labels = [f"{eng} {m}" for eng in ("v4", "v5-watch") for m, _ in modes]
+    labels = [f"{eng} {m}" for eng in ("v4", "v5-shipped", "v5-pip") for m, _ in modes]
     lat = LatencyModel()
     empty_us, read_us = lat.of("cursor.empty_read"), lat.of("ledger.read")
     vals: dict[str, dict[str, float | None]] = {}
@@ -255,13 +257,13 @@ def polling(hold_s: float = 5.0) -> Scenario:
         f"{vals[f'{eng} shared-backoff']['empty_per_s']:g}, spin {vals[f'{eng} spin']['empty_per_s']:g} "
         f"(CPU {vals[f'{eng} spin']['cpu']:g} ms/s), notify {vals[f'{eng} notify']['empty_per_s']:g}; "
         f"commit-to-visible pulsar {vals[f'{eng} pulsar']['visible_ms']} ms vs notify {vals[f'{eng} notify']['visible_ms']} ms"
-        for eng in ("v4", "v5-watch")
+        for eng in ("v4", "v5-shipped", "v5-pip")
     ]
     figure: Figure = {
         "file": "empty_reads_vs_blocked_time.png", "title": "Empty dispatcher reads vs time blocked by an open txn",
         "x": "seconds blocked at maxReadPosition", "x_scale": "linear",
         "panels": [{"title": eng, "y": "empty reads so far", "y_scale": "symlog",
-                    "lines": {m: curve[f"{eng} {m}"] for m, _ in modes}} for eng in ("v4", "v5-watch")]}
+                    "lines": {m: curve[f"{eng} {m}"] for m, _ in modes}} for eng in ("v4", "v5-shipped", "v5-pip")]}
     return Scenario("polling", "Dispatcher polling: what does a subscription blocked at maxReadPosition by a long-open txn cost?",
                     labels, rows, f"txnbench scenarios polling --hold-s {hold_s:g}",
                     f"One txn entry then 10 plain entries; the txn stays open {hold_s:g} s. CPU model: "
@@ -275,7 +277,7 @@ def polling(hold_s: float = 5.0) -> Scenario:
 def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
     """A txn writes one entry on each of N partitions and acks one message on each partition's
     subscription (N partitions + N subscriptions), then commits."""
-    engines = ["v4", "v5-watch", "v5-events"]
+    engines = ["v4", "v5-shipped", "v5-pip", "v5-state-events"]
     labels = [f"{e} N={n}" for n in sizes for e in engines]
     vals: dict[str, dict[str, float | None]] = {}
     for n in sizes:
@@ -315,9 +317,11 @@ def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
     rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
     big = sizes[-1]
     findings = [f"N={big}: v4 {vals[f'v4 N={big}']['rpcs']:g} RPCs, {vals[f'v4 N={big}']['writes']:g} writes, "
-                f"{vals[f'v4 N={big}']['end_ms']} ms; v5-watch {vals[f'v5-watch N={big}']['cas']:g} CAS, "
-                f"{vals[f'v5-watch N={big}']['writes']:g} writes, {vals[f'v5-watch N={big}']['end_ms']} ms; v5-events "
-                f"{vals[f'v5-events N={big}']['events']:g} event records, {vals[f'v5-events N={big}']['end_ms']} ms"]
+                f"{vals[f'v4 N={big}']['end_ms']} ms; v5-shipped {vals[f'v5-shipped N={big}']['cas']:g} CAS, "
+                f"{vals[f'v5-shipped N={big}']['events']:g} event records, {vals[f'v5-shipped N={big}']['end_ms']} ms, "
+                f"last participant visible after {vals[f'v5-shipped N={big}']['visible_ms']} ms; v5-pip {vals[f'v5-pip N={big}']['cas']:g} CAS, "
+                f"{vals[f'v5-pip N={big}']['writes']:g} writes, {vals[f'v5-pip N={big}']['end_ms']} ms; v5-state-events "
+                f"{vals[f'v5-state-events N={big}']['events']:g} event records, {vals[f'v5-state-events N={big}']['end_ms']} ms"]
 
     def lines(key: str) -> dict[str, list[list[float]]]:  # a None (not reached in time) leaves a gap
         return {e: [[n, y] for n in sizes if (y := vals[f"{e} N={n}"][key]) is not None] for e in engines}
@@ -411,23 +415,29 @@ RECOVERY_NOTE = ("Components: tb (transaction buffer), pending-ack store, tc (co
 
 
 def recovery(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> Scenario:
-    """Recovery against the log's length, with one txn open at the crash (:func:`_recovery_run`)."""
-    engines = ["v4", "v5-watch"]
+    """Recovery against the log's length, with one txn open at the crash (:func:`_recovery_run`).
+    The shipped v5 is not in this sweep: its build commits 500 txns/s on one segment, more than
+    the shipped buffer's serial tail applies (≈400/s, PULSAR5_CODE.md D3), so its backlog of op
+    records, and every cleanup scan over it, grows with n (the model's wall time with n²). Its
+    recovery is measured by ``recovery-open`` and ``restart``."""
+    engines = ["v4", "v5-pip"]
     labels = [f"{e} n={n:,}" for n in sizes for e in engines]
     vals = {f"{e} n={n:,}": _recovery_run(e, n, 1) for n in sizes for e in engines}
     rows = _recovery_rows(vals, labels)
     lo, hi = sizes[0], sizes[-1]
     findings = [f"v4 replays {vals[f'v4 n={lo:,}']['entries']:g} → {vals[f'v4 n={hi:,}']['entries']:g} entries "
                 f"({vals[f'v4 n={lo:,}']['us']} → {vals[f'v4 n={hi:,}']['us']} ms modelled) from n={lo:,} to n={hi:,}; "
-                f"v5 reads {vals[f'v5-watch n={lo:,}']['records']:g} → {vals[f'v5-watch n={hi:,}']['records']:g} records "
-                f"({vals[f'v5-watch n={lo:,}']['us']} → {vals[f'v5-watch n={hi:,}']['us']} ms), replays 0 entries. "
-                f"Wall time per run at n={hi:,}: v4 {vals[f'v4 n={hi:,}']['wall']} s, v5 {vals[f'v5-watch n={hi:,}']['wall']} s "
+                f"v5 reads {vals[f'v5-pip n={lo:,}']['records']:g} → {vals[f'v5-pip n={hi:,}']['records']:g} records "
+                f"({vals[f'v5-pip n={lo:,}']['us']} → {vals[f'v5-pip n={hi:,}']['us']} ms), replays 0 entries. "
+                f"Wall time per run at n={hi:,}: v4 {vals[f'v4 n={hi:,}']['wall']} s, v5 {vals[f'v5-pip n={hi:,}']['wall']} s "
                 "(building the log dominates and grows faster than n here, so 10^6 and 10^7 sit behind --large)."]
     figure = _recovery_figure("recovery_vs_log_length.png", "Recovery vs log length (one txn open at the crash)",
                               "entries in the topic's log", {e: [(n, vals[f"{e} n={n:,}"]) for n in sizes] for e in engines})
     return Scenario("recovery", "Recovery vs log length: what does a broker restart cost as the topic grows?",
                     labels, rows, "txnbench scenarios recovery --sizes " + " ".join(map(str, sizes)),
-                    RECOVERY_NOTE + " One txn (one entry, one ack) is open at the crash. Sizes 10^6 and 10^7 are "
+                    RECOVERY_NOTE + " v5 is the PIP's design here (see recovery-open for the shipped one: at "
+                    "this build's 500 txns/s on one segment its serial apply falls behind, D3). "
+                    "One txn (one entry, one ack) is open at the crash. Sizes 10^6 and 10^7 are "
                     "behind --large: building the log dominates the wall time (last row: ≈0.5 s at 10^4, ≈15 s at "
                     "10^5 per engine on a 2-core machine, faster than linear), so expect tens of minutes per engine "
                     "at 10^6 and hours at 10^7.", findings, figures=[figure])
@@ -438,7 +448,7 @@ def recovery_open(open_txns: tuple[int, ...] = (1, 10, 100, 1_000), n: int = 10_
     on a log of ``n`` entries (:func:`_recovery_run`)."""
     if 10 * max(open_txns) > n:
         raise ConfigError(f"recovery-open: {max(open_txns)} open txns need a log of at least {10 * max(open_txns)} entries")
-    engines = ["v4", "v5-watch"]
+    engines = ["v4", "v5-shipped", "v5-pip"]
     labels = [f"{e} open={k:,}" for k in open_txns for e in engines]
     vals = {f"{e} open={k:,}": _recovery_run(e, n, k) for k in open_txns for e in engines}
     rows = _recovery_rows(vals, labels)
@@ -463,7 +473,7 @@ def _slow_participant(label: str) -> dict[str, float | None]:
     the subscriber stays away past the retention window while the coordinator's GC runs."""
     eng, _, gc = label.partition(" gc=")
     opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
-    r = Run(_cfg(eng, v5_gc=gc or "safe", options=opts))
+    r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
     r.subscribe(T, "sub")
     r.publish(T, "m0")
     r.publish(T, "m1")
@@ -486,7 +496,7 @@ def _slow_participant(label: str) -> dict[str, float | None]:
 def _reader_after_gc(label: str) -> dict[str, float | None]:
     eng, _, gc = label.partition(" gc=")
     opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
-    r = Run(_cfg(eng, v5_gc=gc or "safe", options=opts))
+    r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
     committed, aborted = r.broker.new_txn(600_000), r.broker.new_txn(600_000)
     r.publish(T, "c1", txn=committed)
     r.publish(T, "a1", txn=aborted)
@@ -506,7 +516,7 @@ def _reader_after_gc(label: str) -> dict[str, float | None]:
 
 
 def gc() -> Scenario:
-    labels = ["v4", "v5-watch gc=pip", "v5-watch gc=safe"]
+    labels = ["v4", "v5-shipped gc=repair", "v5-pip gc=force", "v5-pip gc=wait"]
     slow = {lab: _slow_participant(lab) for lab in labels}
     reader = {lab: _reader_after_gc(lab) for lab in labels}
     rows = [
@@ -519,12 +529,16 @@ def gc() -> Scenario:
         _row("headers collected by GC", "headers", {lab: reader[lab]["headers_deleted"] for lab in labels}),
     ]
     findings = [
-        f"PIP GC: the slow participant's committed ack is lost ({slow['v5-watch gc=pip']['forced']:g} op record "
-        f"force-deleted, m0 redelivered); safe GC keeps it (0 lost); v4 keeps it (END_TXN retried until the subscription is back).",
-        f"New reader after GC: PIP GC hides committed c1 (c1 seen: {reader['v5-watch gc=pip']['c1']:g}); "
-        f"safe GC shows exactly c1 + plain (a1 seen: {reader['v5-watch gc=safe']['a1']:g}); v4 the same from its markers.",
+        f"PIP GC (force): the slow participant's committed ack is lost ({slow['v5-pip gc=force']['forced']:g} op record "
+        f"force-deleted, m0 redelivered); the waiting GC keeps it (0 lost); v4 keeps it (END_TXN retried until the "
+        f"subscription is back); shipped (repair) redelivers m0: {slow['v5-shipped gc=repair']['redelivered']:g} "
+        "(its pending-ack recovery restores txn ids only, so the commit it applies afterwards acks nothing).",
+        f"New reader after GC: PIP GC hides committed c1 (c1 seen: {reader['v5-pip gc=force']['c1']:g}); "
+        f"the waiting GC shows exactly c1 + plain (a1 seen: {reader['v5-pip gc=wait']['a1']:g}); v4 the same from its "
+        f"markers; shipped shows aborted a1 ({reader['v5-shipped gc=repair']['a1']:g}): its restarted buffer dispatches "
+        "from the LAC before its aborted records are loaded (D13).",
     ]
-    return Scenario("gc", "GC vs a slow participant and GC vs data retention: the PIP's sweep vs the safe one",
+    return Scenario("gc", "GC vs a slow participant and GC vs data retention: 5.0.1's repair, the PIP's sweep, a waiting one",
                     labels, rows, "txnbench scenarios gc",
                     "v5 with retention_ms=1000, gc_sweep_ms=500 (master: 900 s / 300 s) to reach GC quickly; the "
                     "subscriber is away 5 s. v4 has no header GC: its outcomes live in markers and its retries.", findings)
@@ -537,7 +551,7 @@ def interop() -> Scenario:
     labels = ["v4 coordinator", "v5 coordinator"]
     vals: dict[str, dict[str, float | None]] = {}
     for label, eng, foreign in (("v4 coordinator", "v4", TxnID(Design.V5, 0, 0)),
-                                ("v5 coordinator", "v5-watch", TxnID(Design.V4, 0, 0))):
+                                ("v5 coordinator", "v5-shipped", TxnID(Design.V4, 0, 0))):
         r = Run(_cfg(eng))
         r.subscribe(T, "sub")
         r.publish(T, "plain")
@@ -581,6 +595,76 @@ def interop() -> Scenario:
                     "No: ids carry their design; each coordinator refuses a foreign one before any state change.", findings)
 
 
+# -- 6b. restart windows: where the release is less safe than the PIP --------------------------------
+
+
+def _restart_windows(label: str) -> dict[str, float | None]:
+    """Four scripted windows around a restart (PULSAR5_CODE.md D8, D13, D14):
+
+    * a txn wrote ``x`` and is still open when the broker restarts;
+    * a txn's individual ack of ``m0`` is pending when the broker restarts;
+    * a txn acked ``m1`` and committed; the broker restarts before the decision reaches the
+      subscription;
+    * a txn wrote ``y`` and committed; only the coordinator restarts, between its CAS and its
+      fan-out (checked 10 s later: does ``y`` reach the subscriber?).
+    """
+    r = Run(_cfg(label))
+    r.subscribe(T, "sub")
+    r.publish(T, "m0")
+    r.publish(T, "m1")
+    r.run(100_000)  # m0, m1 delivered
+    open_txn, pending, committed = r.broker.new_txn(600_000), r.broker.new_txn(600_000), r.broker.new_txn(600_000)
+    r.ack("sub", "m0", txn=pending)
+    r.ack("sub", "m1", txn=committed)
+    r.publish(T, "x", txn=open_txn)
+    r.publish(T, "p", txn=None)
+    r.run(100_000)
+    r.end(committed)
+    r.crash()  # before the decision reaches the pending-ack store
+    r.run(1_000_000)
+    got = r.msgs(T, "sub")
+    exposed = 1 if "x" in got else 0
+    m0_again = 1 if got.count("m0") > 1 else 0
+    m1_again = 1 if got.count("m1") > 1 else 0
+    r.end(open_txn, TxnAction.ABORT)
+    r.end(pending, TxnAction.ABORT)
+    r.run(1_000_000)
+    late = r.broker.new_txn(600_000)
+    r.publish(T, "y", txn=late)
+    r.end(late)
+    r.broker.restart_coordinator()  # between the CAS and the fan-out
+    r.run(10_000_000)
+    lost_wakeup = 0 if "y" in r.msgs(T, "sub") else 1
+    r.close()
+    return {"exposed": exposed, "m0": m0_again, "m1": m1_again, "lost_wakeup": lost_wakeup}
+
+
+def restart() -> Scenario:
+    labels = ["v4", "v5-shipped", "v5-pip"]
+    vals = {lab: _restart_windows(lab) for lab in labels}
+    spec = [("entry of a txn still open delivered after the restart (uncommitted read)", "0/1", "exposed"),
+            ("message under a pending txn ack redelivered after the restart", "0/1", "m0"),
+            ("message acked by a committed txn redelivered after the restart (ack lost)", "0/1", "m1"),
+            ("committed entry not delivered 10 s after a coordinator restart between CAS and fan-out", "0/1",
+             "lost_wakeup")]
+    rows = [_row(m, u, {lab: vals[lab][k] for lab in labels}) for m, u, k in spec]
+    sh, pip = vals["v5-shipped"], vals["v5-pip"]
+    findings = [
+        f"v5-shipped (Pulsar 5.0.1): uncommitted read {sh['exposed']:g}, pending ack redelivered {sh['m0']:g}, "
+        f"committed ack lost {sh['m1']:g}, committed entry stuck after a coordinator restart {sh['lost_wakeup']:g}: "
+        "its buffer starts at the LAC and does not gate dispatch (D13), its pending-ack recovery restores txn ids "
+        "only (D14), and its fan-out is a separate step after the CAS (D8).",
+        f"v5-pip: {pip['exposed']:g} / {pip['m0']:g} / {pip['m1']:g} / {pip['lost_wakeup']:g} (recovery gates dispatch, "
+        "restores pending positions, and the header watch fires from the CAS itself); "
+        f"v4: {vals['v4']['exposed']:g} / {vals['v4']['m0']:g} / {vals['v4']['m1']:g} / {vals['v4']['lost_wakeup']:g}.",
+    ]
+    return Scenario("restart", "Restart windows: does a restart expose open txns, forget pending acks or lose a commit's wake-up?",
+                    labels, rows, "txnbench scenarios restart",
+                    "Findings, not failures: the shipped design's windows are what 5.0.1's code does (PULSAR5_CODE.md "
+                    "D8, D13, D14). Notify dispatch, default latencies; the broker crashes right after the commit call.",
+                    findings)
+
+
 # -- 7. migration v4 -> v5 --------------------------------------------------------------------------
 
 
@@ -590,7 +674,7 @@ def migration(txns: int = 30) -> Scenario:
     from bench.migrate import MigrationRefused, migrate
     from legacy_v4 import v4_engine
     from metadata_v5.engine import open_store
-    from metadata_v5.options import V5Options
+    from metadata_v5.options import V5Options, Variant
     from metadata_v5.engine import V5Engine
 
     labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
@@ -631,7 +715,7 @@ def migration(txns: int = 30) -> Scenario:
         refused = 1
     result = migrate(ledgers, [T], store.reopen())
     untouched = fingerprint == {n: (ledgers.open(n).last_confirmed(), ledgers.open(n).entry_count()) for n in ledgers.names("")}
-    opts = V5Options(timeout_sweep_ms=1_000)
+    opts = V5Options(variant=Variant.PIP, timeout_sweep_ms=1_000)  # migrated data is the PIP design's (5.0.1 migrates no txn state)
     b5 = Broker(r.sched, ledgers, r.bcfg, lambda ctx: V5Engine(ctx, store.reopen(), opts))
     after = read(b5, "fresh-after", 100_000)
     b5.crash()
@@ -690,7 +774,7 @@ def migration(txns: int = 30) -> Scenario:
 
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "sealed": sealed, "polling": polling, "endtxn": endtxn, "recovery": recovery, "recovery-open": recovery_open,
-    "gc": gc, "interop": interop, "migration": migration,
+    "gc": gc, "interop": interop, "restart": restart, "migration": migration,
 }
 LARGE_SIZES = (1_000_000, 10_000_000)
 

@@ -26,13 +26,14 @@ from engine.dispatcher import DispatchMode
 
 ENGINES = {
     "v4": RunConfig(engine="v4"),
-    "v5-watch": RunConfig(engine="v5", v5_variant="watch"),
-    "v5-events": RunConfig(engine="v5", v5_variant="events"),
+    "v5-shipped": RunConfig(engine="v5", v5_variant="shipped"),
+    "v5-pip": RunConfig(engine="v5", v5_variant="pip"),
+    "v5-state-events": RunConfig(engine="v5", v5_variant="state-events"),
 }
 # The real backend each engine can run on besides the embedded one: v4's ledgers on Kafka, v5's
 # metadata on Redis (the URL field of RunConfig it replaces, and the variable that names it).
-REAL_BACKEND = {"v4": ("kafka", "ledger_url"), "v5-watch": ("redis", "metadata_url"),
-                "v5-events": ("redis", "metadata_url")}
+REAL_BACKEND = {label: ("kafka", "ledger_url") if cfg.engine == "v4" else ("redis", "metadata_url")
+                for label, cfg in ENGINES.items()}
 
 
 def config(engine: str, backend: str) -> RunConfig:

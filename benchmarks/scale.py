@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 PROFILE = "omb-1-topic-16-partitions-1kb"
-ENGINES = {"v4": ["--engine", "v4"], "v5-watch": ["--engine", "v5"],
-           "v5-events": ["--engine", "v5", "--v5-variant", "events"]}
+ENGINES = {"v4": ["--engine", "v4"], "v5-shipped": ["--engine", "v5"], "v5-pip": ["--engine", "v5", "--v5-variant", "pip"],
+           "v5-state-events": ["--engine", "v5", "--v5-variant", "state-events"]}
 SHORT_RETENTION = ["--v5-option", "retention_ms=10000", "--v5-option", "gc_sweep_ms=5000"]
 # label -> (options, whether it should be flat: then it also runs on a trace twice the big one)
-MEMORY = {"v4": (ENGINES["v4"], True), "v5-watch": (ENGINES["v5-watch"], False),
-          "v5-watch retention 10 s": (ENGINES["v5-watch"] + SHORT_RETENTION, True)}
+MEMORY = {"v4": (ENGINES["v4"], True), "v5-shipped": (ENGINES["v5-shipped"], False),
+          "v5-shipped retention 10 s": (ENGINES["v5-shipped"] + SHORT_RETENTION, True)}
 
 
 def _txnbench(*args: str) -> list[str]:
@@ -152,13 +152,13 @@ def _markdown(f: dict[str, Any]) -> str:
               "| engine | " + " | ".join(f"MB at {n:,} events" for n in sizes) + " |",
               "| --- |" + " --- |" * len(sizes)]
     lines += [f"| {k} | " + " | ".join(str(v.get(str(n), "–")) for n in sizes) + " |" for k, v in f["memory"].items()]
-    lines += ["", "Spark replay of both engines (v4 and v5-watch):", "",
+    lines += ["", "Spark replay of both engines (v4 and v5-shipped):", "",
               "| master | events | command s | Spark s | shards | replay phase s | shard replay s (v4 / v5) "
               "| task peak RSS MB | driver peak RSS MB |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k, v in f["spark"].items():
         shards = v["shard_replay_seconds"]
-        per = " / ".join(", ".join(str(x) for x in shards.get(e, [])) for e in ("v4", "v5-watch"))
+        per = " / ".join(", ".join(str(x) for x in shards.get(e, [])) for e in ("v4", "v5-shipped"))
         lines.append(f"| {k} | {v['events']:,} | {v['command_seconds']} | {v['spark_seconds']} | {v['shards']} | "
                      f"{v['phases_seconds'].get('replay')} | {per} | {v['task_peak_rss_mb']} | {v['driver_peak_rss_mb']} |")
     lines += ["", f"Scaling, local[2] against local[1] on the same trace: **{f['spark_scaling_2_vs_1']}x**.", "",

@@ -16,7 +16,7 @@ from engine.ledger import ManagedLedger
 from engine.ports import EngineContext, MaxReadListener, RecoveryStats, TransactionBuffer, TxnStatus
 from engine.records import EARLIEST, EntryData, Position
 from metadata_v5.headers import HeaderCache
-from metadata_v5.options import V5Options
+from metadata_v5.options import V5Options, Variant
 from metadata_v5.txnrecords import AbortedRange, Op, OpRecord, TxnRecords
 
 
@@ -35,7 +35,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self.stats = Counters()
         self._request = ctx.request
         self._headers = HeaderCache(records, self, self._segment, self.stats, self._materialise,
-                                    watch=opts.variant == "watch", request=ctx.request)
+                                    watch=opts.variant is Variant.PIP, request=ctx.request)
         # OPEN txns in first-append order -> their first position here (append order is
         # position order, so the first item holds the smallest position).
         self._ongoing: dict[TxnID, Position] = {}
@@ -57,7 +57,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
     def append_buffer_to_txn(self, txn: TxnID, data: EntryData) -> Position:
         txn.require(Design.V5)
         self._headers.require_open(txn)
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             # Master writes the op record before the ledger append, so a crash between the two
             # leaves a record naming a position, never an entry no record claims.
             if self._ledger.sealed:
@@ -96,7 +96,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
             # txns; the safe GC keeps abort ranges per segment (loaded into _aborted), so an
             # unknown txn there was committed.
             self.stats["unknown_txn_lookups"] += 1
-            return self._opts.gc == "pip"
+            return not self._opts.keeps_abort_ranges
         return state is TxnStatus.ABORTED
 
     def add_max_read_listener(self, listener: MaxReadListener) -> None:
@@ -112,14 +112,14 @@ class MetadataTransactionBuffer(TransactionBuffer):
         last = self._last.pop(txn, None)
         if state is TxnStatus.ABORTED:
             self._aborted.add(txn)
-            if self._opts.gc == "safe" and first is not None and last is not None:
+            if self._opts.keeps_abort_ranges and first is not None and last is not None:
                 self._records.put_aborted(self._segment, [AbortedRange(txn, first, last)])
                 self.stats["aborted_range_writes"] += 1
         if owned:
             self._records.delete_ops(owned)
             self.stats["op_deletes"] += len(owned)
         self.stats["materialised." + state.value] += 1
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             self._records.delete_event(self._segment, None, txn)
         if last is not None:
             self._decided.append((last, txn))
@@ -141,7 +141,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 self._aborted.discard(txn)
                 gone.append(txn)
             self.stats["decided_forgotten"] += 1
-        if gone and self._opts.gc == "safe":
+        if gone and self._opts.keeps_abort_ranges:
             self._records.delete_aborted(self._segment, gone)
             self.stats["aborted_range_deletes"] += len(gone)
 
@@ -189,15 +189,15 @@ class MetadataTransactionBuffer(TransactionBuffer):
             self._last[txn] = recs[-1].op.position
             self._ongoing[txn] = recs[0].op.position
             if header is None:
-                decided.append((txn, TxnStatus.ABORTED if self._opts.gc == "pip" else TxnStatus.COMMITTED))
+                decided.append((txn, TxnStatus.COMMITTED if self._opts.keeps_abort_ranges else TxnStatus.ABORTED))
             elif header.state is TxnStatus.OPEN:
                 self._headers.track(txn)
             else:
                 decided.append((txn, header.state))
-        if self._opts.gc == "safe":
+        if self._opts.keeps_abort_ranges:
             self._aborted.update(r.txn for r in self._records.aborted_on(self._segment))
             queries += 1
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             self._records.watch_events(self._segment, None, self, self._on_event)
             for txn, state in self._records.events_for(self._segment, None):
                 decided.append((txn, state))

@@ -11,7 +11,7 @@ from engine.counters import Counters
 from engine.errors import InvalidTxnState, TxnNotFound
 from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
-from metadata_v5.options import V5Options
+from metadata_v5.options import GcMode, V5Options, Variant
 from metadata_v5.txnrecords import Header, SweepCursor, TxnRecords
 
 FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
@@ -68,7 +68,7 @@ class CoordinatorV5(TransactionCoordinator):
         if final is None:
             raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
         delay = self._lat.of("meta.read") + self._lat.of("meta.cas")
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             delay += self._write_events(txn, final.state)
         if on_done is not None:
             self._sched.call_later(delay + self._lat.of("rpc"), on_done, txn, final.state)
@@ -116,7 +116,7 @@ class CoordinatorV5(TransactionCoordinator):
             self.stats["header_reads"] += 1
             if header is not None and self._finalize(header, TxnStatus.ABORTED) is not None:
                 self.stats["timeouts"] += 1
-                if self._opts.variant == "events":
+                if self._opts.variant is Variant.STATE_EVENTS:
                     self._write_events(txn, TxnStatus.ABORTED)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
@@ -128,7 +128,7 @@ class CoordinatorV5(TransactionCoordinator):
             leftovers = self._records.ops_of_txn(txn)
             self.stats["op_lists"] += 1
             if leftovers:
-                if self._opts.gc == "safe":
+                if self._opts.gc is not GcMode.FORCE:
                     # A participant has not materialised yet (slow, or down): keep its records.
                     self.stats["gc.waiting_for_participants"] += 1
                     continue

@@ -17,13 +17,13 @@ from engine.ledger import ManagedLedger
 from engine.ports import (
     CursorPort, Engine, EngineContext, EngineFactory, PendingAckStore, TransactionBuffer, TransactionCoordinator,
 )
-from metadata_v5.buffer import MetadataTransactionBuffer
 from metadata_v5.coordinator import CoordinatorV5
-from metadata_v5.options import V5Options
-from metadata_v5.pending_ack import MetadataPendingAckStore
+from metadata_v5.options import V5Options, Variant
+from metadata_v5.variants import parts_of
 from metadata_v5.store import MetadataStore
 from metadata_v5.storerecords import StoreTxnRecords
 
+_DELETE_STATS = ("op_deletes", "aborted_record_deletes", "aborted_range_deletes")
 RELIST_US = 1_000_000  # degraded stores: range watches become a re-list this often
 
 
@@ -54,9 +54,10 @@ class V5Engine(Engine):
         self.records = StoreTxnRecords(store, notify)
         store.set_notifier(notify)
         self.metrics = V5Metrics()
+        self._parts = parts_of(opts)
         self._tc: CoordinatorV5 | None = None
-        self._buffers: list[MetadataTransactionBuffer] = []
-        self._acks: list[MetadataPendingAckStore] = []
+        self._buffers: list[Any] = []  # the variant's buffers and pending-ack stores (each has .stats)
+        self._acks: list[Any] = []
         self._retired = Counters()
         self._closed = False
         self._poll_armed = False
@@ -65,7 +66,7 @@ class V5Engine(Engine):
             # this model is written through this engine, so read it once after each burst of
             # writes (coalesced), rather than on a timer.
             self.records.on_write = self._arm_poll
-        if not store.capabilities.range_watch_events and opts.variant == "events":
+        if not store.capabilities.range_watch_events and opts.variant is not Variant.PIP:  # event watches
             ctx.scheduler.call_later(RELIST_US, self._relist)
         self.coordinator()  # runs its sweeps from the start, as a coordinator does with no clients
 
@@ -86,7 +87,7 @@ class V5Engine(Engine):
 
     def coordinator(self) -> TransactionCoordinator:
         if self._tc is None:
-            self._tc = CoordinatorV5(self._ctx, self.records, self._opts, self.metrics.index_query.observe)
+            self._tc = self._parts.coordinator(self._ctx, self.records, self._opts, self.metrics.index_query.observe)
             self._tc.recover()
         return self._tc
 
@@ -98,12 +99,12 @@ class V5Engine(Engine):
         self.coordinator()
 
     def transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
-        tb = MetadataTransactionBuffer(self._ctx, self.records, ledger, self._opts)
+        tb = self._parts.buffer(self._ctx, self.records, ledger, self._opts)
         self._buffers.append(tb)
         return tb
 
     def pending_ack_store(self, ledger: ManagedLedger, subscription: str, cursor: CursorPort) -> PendingAckStore:
-        store = MetadataPendingAckStore(self._ctx, self.records, ledger, subscription, cursor, self._opts)
+        store = self._parts.pending_ack(self._ctx, self.records, ledger, subscription, cursor, self._opts)
         self._acks.append(store)
         return store
 
@@ -118,6 +119,12 @@ class V5Engine(Engine):
         total["meta.op_writes"] = sum(tb.stats["op_writes"] for tb in self._buffers) + sum(
             pa.stats["op_writes"] for pa in self._acks)
         total["meta.watch_events"] = s.get("watch_events", 0)
+        # Records deleted (what a broker's pulsar_metadata_store_ops "del" counts); the rest of
+        # the store's writes are puts (PIP/state-events event deletes are not in it).
+        deletes = sum(c.stats[k] for c in [*self._buffers, *self._acks] for k in _DELETE_STATS)
+        deletes += sum(total.get("tc." + k, 0) for k in ("gc.headers_deleted", "gc.forced_op_deletes"))
+        total["meta.record_deletes"] = deletes
+        total["meta.record_puts"] = s.get("writes", 0) - deletes
         self._export(total)
         return total
 

@@ -14,7 +14,7 @@ from engine.pending_acks import PendingAcks
 from engine.ports import AckKind, CursorPort, EngineContext, PendingAckStore, RecoveryStats, TxnStatus
 from engine.records import Position
 from metadata_v5.headers import HeaderCache
-from metadata_v5.options import V5Options
+from metadata_v5.options import V5Options, Variant
 from metadata_v5.txnrecords import Op, OpRecord, TxnRecords
 
 
@@ -31,7 +31,7 @@ class MetadataPendingAckStore(PendingAckStore):
         self.stats = Counters()
         self._pending = PendingAcks(cursor, where)
         self._headers = HeaderCache(records, self, where, self.stats, self._materialise,
-                                    watch=opts.variant == "watch")
+                                    watch=opts.variant is Variant.PIP)
         self._owned: dict[TxnID, list[OpRecord]] = {}
         self._recovery: RecoveryStats | None = None
         self._closed = False
@@ -65,7 +65,7 @@ class MetadataPendingAckStore(PendingAckStore):
         if owned:
             self._records.delete_ops(owned)
             self.stats["op_deletes"] += len(owned)
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             self._records.delete_event(self._segment, self._sub, txn)
         self.stats["materialised." + state.value] += 1
         # Nothing here needs the decision any more (the acks are applied or dropped; a repeated
@@ -104,7 +104,7 @@ class MetadataPendingAckStore(PendingAckStore):
                 self._headers.track(txn)
             else:
                 decided.append((txn, header.state))
-        if self._opts.variant == "events":
+        if self._opts.variant is Variant.STATE_EVENTS:
             self._records.watch_events(self._segment, self._sub, self, self._on_event)
             decided.extend(self._records.events_for(self._segment, self._sub))
             queries += 1

@@ -3,9 +3,13 @@
 * ``memory://`` — embedded, on sortedcontainers (:mod:`metadata_v5.memory`); each call opens a
   new, empty store (use :meth:`MetadataStore.reopen` for another handle on the same data).
 * ``redis://host:port[/db][?prefix=P&stream_maxlen=N]`` — a real redis-server (:mod:`metadata_v5.redis`).
-* any of them with ``degraded=1`` in the query (``memory://?degraded=1``) — the same data seen
-  through :class:`~metadata_v5.degraded.DegradedMetadataStore` (no native indexes, sequences or
-  range watches, as on ZooKeeper).
+* any of them with ``emulated=1`` in the query (``memory://?emulated=1``) — the same data seen
+  through :class:`~metadata_v5.emulated.EmulatedMetadataStore`: Pulsar's ``AbstractMetadataStore``
+  fallback, which the standalone (RocksDB) and ZooKeeper run (index scans list the prefix and GET
+  every child; sequence keys through a counter record).
+* any of them with ``degraded=1`` — :class:`~metadata_v5.degraded.DegradedMetadataStore`: the
+  PIP text's idea of a ZooKeeper backend (client-maintained index records, re-lists instead of
+  range watches), which no release ships.
 
 Settings are parsed once here; adapters never read the environment.
 """
@@ -13,7 +17,7 @@ Settings are parsed once here; adapters never read the environment.
 from __future__ import annotations
 
 from typing import Callable
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlparse, urlunparse
 
 from engine.backends import resolve
 from engine.errors import ConfigError
@@ -43,8 +47,8 @@ def backend_for(url: str) -> Callable[[str], MetadataStore]:
         raise ConfigError(f"metadata backend {scheme}:// is not available in this build ({exc})") from None
 
 
-def is_degraded(url: str) -> bool:
-    values = parse_qs(urlparse(url).query, keep_blank_values=True).get("degraded")
+def _flag(url: str, name: str) -> bool:
+    values = parse_qs(urlparse(url).query, keep_blank_values=True).get(name)
     if not values:
         return False
     value = values[-1].lower()
@@ -52,7 +56,22 @@ def is_degraded(url: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ConfigError(f"{url}: degraded must be 0 or 1, got {values[-1]!r}")
+    raise ConfigError(f"{url}: {name} must be 0 or 1, got {values[-1]!r}")
+
+
+def _without(url: str, name: str) -> str:
+    """``url`` minus the query option ``name`` (a wrapper's, not the backend's)."""
+    parsed = urlparse(url)
+    query = [(k, v) for k, v in parse_qsl(parsed.query, keep_blank_values=True) if k != name]
+    return urlunparse(parsed._replace(query=urlencode(query)))
+
+
+def is_degraded(url: str) -> bool:
+    return _flag(url, "degraded")
+
+
+def is_emulated(url: str) -> bool:
+    return _flag(url, "emulated")
 
 
 def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
@@ -61,7 +80,14 @@ def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
     ``BackendUnavailable`` when a real backend cannot be reached."""
     factory = backend_for(url)
     wrap = is_degraded(url) if degraded is None else degraded
-    store = factory(url)
+    if wrap and is_emulated(url):
+        raise ConfigError(f"{url}: emulated=1 and degraded=1 are two different stores; give one")
+    emulate = is_emulated(url)
+    store = factory(_without(url, "emulated"))
+    if emulate:
+        from metadata_v5.emulated import EmulatedMetadataStore
+
+        return EmulatedMetadataStore(store)
     if wrap:
         from metadata_v5.degraded import DegradedMetadataStore
 

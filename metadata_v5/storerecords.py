@@ -9,6 +9,11 @@ Key layout (``{...}`` is the partition key: a txn's records live together):
 ``/txn-event/{<tc>-<seq>}/<n>``        events variant: segment, subscription ('' for the buffer), state
 ``/txn-aborted/{<segment>}/<design>-<tc>-<seq>``  safe GC: segment, txn, design, first, last
 ``/txn-ids/<tc>``                      the coordinator's id block reservation (CAS)
+``/txn-tc-seq/<tc>``                   shipped: the per-id sequence counter (5.0.1 ``/txn/tc-seq/<tcId>``)
+``/txn-pevents/{<seg>|<sub>}/<seq20>``  shipped: a participant's event sequence (5.0.1
+                                       ``/txn/segment-events/<seg>-<seq>``, ``/txn/subscription-events/...``)
+``/txn-watermark/{<segment>}``         shipped: the segment's durable maxReadPosition
+                                       (5.0.1 ``/txn/segment-state/watermark/<seg>``)
 =====================================  =======================================================
 
 The final-state index is numeric on ``finalized_us`` over both final states (the PIP keys it by
@@ -41,6 +46,9 @@ INDEXES = (
     IndexSpec("acks-by-segment-subscription", "/txn-op/", ("segment", "subscription"), where=(("kind", ("ack",)),)),
     IndexSpec("events-by-participant", "/txn-event/", ("segment", "subscription")),
     IndexSpec("aborted-by-segment", "/txn-aborted/", ("segment",)),
+    # Pulsar 5.0.1's further index and its participant event sequences (TxnPaths, §1.8)
+    IndexSpec("ops-by-txn", "/txn-op/", ("txn",)),
+    IndexSpec("participant-events", "/txn-pevents/", ("segment", "subscription")),
 )
 
 
@@ -91,6 +99,15 @@ def _op_record(rec: Record) -> OpRecord:
             _ACK_KIND[ack_kind] if ack_kind is not None else None)
     txn = _txn_of(_tag_in(key), _DESIGN[f.get("design", "v5")])
     return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
+
+
+def _of_txn(records: list[Record], txn: TxnID | None) -> list[Record]:
+    """The scanned records of ``txn`` (all with None), filtered on the client by the key's tag
+    before decoding: a cleanup scan reads the whole segment but keeps one txn's records."""
+    if txn is None:
+        return records
+    tag = f"{{{_tag(txn)}}}"
+    return [r for r in records if tag in r.key and _op_record(r).txn == txn]
 
 
 class StoreTxnRecords(TxnRecords):
@@ -176,7 +193,7 @@ class StoreTxnRecords(TxnRecords):
     # -- op records -------------------------------------------------------------------------------
 
     def add_op(self, txn: TxnID, op: Op) -> OpRecord:
-        fields = {"kind": op.kind, "segment": op.segment, "position": str(op.position)}
+        fields = {"kind": op.kind, "segment": op.segment, "position": str(op.position), "txn": _tag(txn)}
         if op.subscription is not None:
             fields["subscription"] = op.subscription
         if op.ack_kind is not None:
@@ -287,6 +304,91 @@ class StoreTxnRecords(TxnRecords):
         if txns:
             self.store.batch([Delete(_aborted_key(segment, t)) for t in txns])
             self.on_write()
+
+    # -- the shipped design ---------------------------------------------------------------------------
+
+    def _scan(self, fn: Callable[[], list[Record]]) -> list[Record]:
+        """Run one index scan, noting the GETs it issued one by one on a store without native
+        indexes (the shipped design's time depends on them)."""
+        if self.store.capabilities.native_indexes:
+            self.last_scan_gets = 0
+            return fn()
+        before = self.store.stats()["reads"]
+        out = fn()
+        self.last_scan_gets = self.store.stats()["reads"] - before
+        return out
+
+    def store_native_sequences(self) -> bool:
+        return self.store.capabilities.native_sequences
+
+    def next_txn_seq_each(self, tc_id: int) -> int:
+        key = f"/txn-tc-seq/{tc_id}"
+        while True:
+            rec = self.store.get(key)
+            seq = int(rec.fields["next"]) if rec else 0
+            try:
+                self.store.put(key, {"next": str(seq + 1)}, rec.version if rec else ABSENT)
+                self.on_write()
+                return seq
+            except BadVersion:  # another coordinator took this one: re-read (L569-585)
+                continue
+
+    def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
+        recs = self._scan(lambda: self.store.query_records("ops-by-txn", prefix=(_tag(txn),)))
+        # the index's key is the tag; a v4 id migrated in shares it only by accident of numbers
+        return [o for o in map(_op_record, recs) if o.txn == txn]
+
+    def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
+        recs = self._scan(lambda: self.store.query_records("writes-by-segment", prefix=(segment,)))
+        return [_op_record(r) for r in _of_txn(recs, txn)]
+
+    def acks_scan(self, segment: str, subscription: str, txn: TxnID | None = None) -> list[OpRecord]:
+        recs = self._scan(
+            lambda: self.store.query_records("acks-by-segment-subscription", prefix=(segment, subscription)))
+        return [_op_record(r) for r in _of_txn(recs, txn)]
+
+    def aborted_scan(self, segment: str) -> list[AbortedRange]:
+        recs = self._scan(lambda: self.store.query_records("aborted-by-segment", prefix=(segment,)))
+        return [AbortedRange(_txn_of(r.fields["txn"], Design(r.fields.get("design", "v5"))),
+                             Position.parse(r.fields["first"]), Position.parse(r.fields["last"])) for r in recs]
+
+    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
+        self.store.batch([PutSequential(f"/txn-pevents/{{{segment}|{subscription or ''}}}/",
+                                        {"segment": segment, "subscription": subscription or "",
+                                         "txn": _tag(txn), "state": state.value})])
+        self.on_write()
+
+    def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
+                                 listener: Callable[[], None]) -> None:
+        def changed(event: WatchEvent) -> None:
+            if event.kind is ChangeKind.PUT:
+                listener()
+
+        key = (("pevents", segment, subscription), owner)
+        old = self._watches.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._watches[key] = self.store.watch_range("participant-events", changed,
+                                                    prefix=(segment, subscription or ""))
+
+    def get_watermark(self, segment: str) -> tuple[Position | None, int]:
+        rec = self.store.get(f"/txn-watermark/{{{segment}}}")
+        return (Position.parse(rec.fields["position"]), rec.version) if rec else (None, ABSENT)
+
+    def cas_watermark(self, segment: str, position: Position, version: int) -> int | None:
+        try:
+            rec = self.store.put(f"/txn-watermark/{{{segment}}}", {"position": str(position)}, version)
+        except (BadVersion, NoSuchKey):
+            return None
+        self.on_write()
+        return rec.version
+
+    def delete_op(self, record: OpRecord) -> None:
+        self.store.batch([Delete(record.key or sequential_key(op_prefix(record.txn), record.seq))])
+        self.on_write()
+
+    def count_events(self) -> int:
+        return len(self.store.list_keys("/txn-pevents/"))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -182,6 +182,67 @@ class TxnRecords(ABC):
     @abstractmethod
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None: ...
 
+    # -- the shipped design (Pulsar 5.0.1's TxnMetadataStore) ------------------------------------
+
+    @abstractmethod
+    def next_txn_seq_each(self, tc_id: int) -> int:
+        """A new sequence number for coordinator ``tc_id`` by one GET and one CAS on its counter
+        per id (``TxnMetadataStore.nextTxnSequence`` L569-585; retried on BadVersion)."""
+
+    @abstractmethod
+    def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
+        """Every op record of ``txn`` by an index scan (``listOpsByTxn``, TransactionCoordinatorV5
+        L477): one scan; on an emulated store, a GET of every op record under the prefix."""
+
+    @abstractmethod
+    def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
+        """:meth:`writes_on` as the shipped design issues it: one scan of ``writes-by-segment``
+        over all the segment's write ops (``TxnMetadataStore`` L154-159, L290-317), noting its
+        serial GETs in ``last_scan_gets``; with ``txn``, only that txn's records are returned
+        (filtered on the client, as 5.0.1 does)."""
+
+    @abstractmethod
+    def acks_scan(self, segment: str, subscription: str, txn: TxnID | None = None) -> list[OpRecord]:
+        """:meth:`acks_on` as one scan of ``acks-by-segment-subscription`` (L221-222); ``txn`` as
+        in :meth:`writes_scan`."""
+
+    @abstractmethod
+    def aborted_scan(self, segment: str) -> list[AbortedRange]:
+        """:meth:`aborted_on` as one scan of the segment's aborted records (recovery, pruning)."""
+
+    @abstractmethod
+    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
+        """Append one record to the participant's event sequence (``/txn/segment-events/<seg>-<seq>``
+        or ``/txn/subscription-events/<seg>:<sub>-<seq>``, fanOutEvents L475-508). Never deleted."""
+
+    @abstractmethod
+    def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
+                                 listener: Callable[[], None]) -> None:
+        """``subscribeSequence`` on one participant's events: ``listener()`` per new event (the
+        body is never read: MetadataTransactionBuffer L216, MetadataPendingAckStore L111-112)."""
+
+    @abstractmethod
+    def get_watermark(self, segment: str) -> tuple[Position | None, int]:
+        """The segment's durable watermark and its version (``ABSENT`` when none was written)."""
+
+    @abstractmethod
+    def cas_watermark(self, segment: str, position: Position, version: int) -> int | None:
+        """CAS ``/txn/segment-state/watermark/<seg>``: the new version, or None on BadVersion."""
+
+    @abstractmethod
+    def delete_op(self, record: OpRecord) -> None:
+        """``deleteIfExists`` of one op record (TxnMetadataStore L290-317: one call per record)."""
+
+    @abstractmethod
+    def count_events(self) -> int:
+        """Participant event records in the store (5.0.1 never deletes them: D10)."""
+
+    def store_native_sequences(self) -> bool:
+        """Whether a sequence-key append is one put (Oxia) or a counter GET + CAS + create."""
+        return True
+
+    last_scan_gets: int = 0  # GETs the last scan issued one by one (emulated stores; 0 when native)
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     @abstractmethod

@@ -38,6 +38,10 @@ class Combo:
     # Dispatch modes to run; None = both. A backend orthogonal to dispatching (a ledger store)
     # may run one mode to keep the suite fast; the other is covered on the embedded backends.
     modes: tuple[DispatchMode, ...] | None = None
+    # False for a design that is known to break the crash tests' promises by design (the
+    # shipped v5: PULSAR5_CODE.md D8, D13, D14); its windows are asserted as findings instead
+    # (tests/unit/test_v5_shipped.py, ``txnbench scenarios restart``)
+    crash_safe: bool = True
 
 
 def memory_durable() -> Durable:

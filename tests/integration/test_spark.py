@@ -50,7 +50,7 @@ def test_spark_replay_of_both_engines_matches_in_process_replay(tmp_path: Path) 
     spark_replay(trace, configs, tmp_path / "spark", master="local[2]", shards=2,
                  progress=lambda label, done, total: seen.append((label, done, total)))
     rows = pq.ParquetFile(trace).metadata.num_rows
-    assert seen[-2:] == [("v4", rows, rows), ("v5-watch", rows, rows)]  # bars end full, once done
+    assert seen[-2:] == [("v4", rows, rows), ("v5-shipped", rows, rows)]  # bars end full, once done
     assert all(done < total for _, done, total in seen[:-2])
     assert _deliveries(tmp_path / "spark") == _deliveries(tmp_path / "local")
     assert _txns(tmp_path / "spark") == _txns(tmp_path / "local")
@@ -59,8 +59,8 @@ def test_spark_replay_of_both_engines_matches_in_process_replay(tmp_path: Path) 
     assert spark["v4"] == local["v4"]
     # each shard has its own v5 coordinator, whose sweeps query the indexes on their own
     sweeps = {"tc.index_queries", "meta.index_queries"}
-    assert {k: v for k, v in spark["v5-watch"].items() if k not in sweeps} == \
-        {k: v for k, v in local["v5-watch"].items() if k not in sweeps}
+    assert {k: v for k, v in spark["v5-shipped"].items() if k not in sweeps} == \
+        {k: v for k, v in local["v5-shipped"].items() if k not in sweeps}
     lat_local = json.loads((tmp_path / "local" / "latency.json").read_text())
     lat_spark = json.loads((tmp_path / "spark" / "latency.json").read_text())
     for label in lat_local:

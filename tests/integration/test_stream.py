@@ -36,22 +36,22 @@ def test_stream_run_matches_replay_and_reports(kafka_url: str, tmp_path: Path) -
     manifest = run_stream(kafka_url, out, default_configs(drain_ms=500), topic=topic, timeout_s=60)
 
     assert manifest["stream"]["events"] == rows
-    assert set(manifest["runs"]) == {"v4", "v5-watch"}
+    assert set(manifest["runs"]) == {"v4", "v5-shipped"}
     expected = Replayer(RunConfig(engine="v4")).run(read_events(trace)).counts["deliveries"]
     counts = json.loads((out / "counts.json").read_text())
-    for label in ("v4", "v5-watch"):
+    for label in ("v4", "v5-shipped"):
         assert counts[label]["deliveries"] == expected, label
         assert counts[label]["events.publish"] > 0
         assert manifest["runs"][label]["time_mode"] == "wall"
     import pyarrow.parquet as pq
 
     deliveries = pq.read_table(out / "deliveries.parquet").to_pydict()
-    assert sorted(set(deliveries["engine"])) == ["v4", "v5-watch"]
+    assert sorted(set(deliveries["engine"])) == ["v4", "v5-shipped"]
     assert len(deliveries["msg"]) == 2 * expected
 
     report = build_report([out], tmp_path / "report")
     assert report.is_file()
-    assert "v5-watch" in (tmp_path / "report" / "report.md").read_text()
+    assert "v5-shipped" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_bad_trace_produces_nothing(kafka_url: str, tmp_path: Path) -> None:
@@ -87,9 +87,9 @@ def test_stream_cli_load_then_run(kafka_url: str, tmp_path: Path, capsys: pytest
     printed = capsys.readouterr().out
     assert "streamed" in printed and f"results in {out}" in printed
     counts = json.loads((out / "counts.json").read_text())
-    assert set(counts) == {"v4", "v5-watch"}
+    assert set(counts) == {"v4", "v5-shipped"}
     expected = Replayer(RunConfig(engine="v4")).run(read_events(trace)).counts["deliveries"]
-    assert counts["v4"]["deliveries"] == counts["v5-watch"]["deliveries"] == expected
+    assert counts["v4"]["deliveries"] == counts["v5-shipped"]["deliveries"] == expected
 
     # user mistakes: one line on stderr, exit 2, nothing written
     assert main(["stream", "run", "--kafka", kafka_url, "--topic", topic, "--out", str(tmp_path / "v"),

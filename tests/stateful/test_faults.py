@@ -31,6 +31,7 @@ SUMMARY = CheckSummary()  # what this module checked (printed by the last test)
 
 
 def _v5_combo(**opts: Any) -> Combo:
+    opts.setdefault("variant", "pip")  # the shipped design's windows: test_v5_shipped.py
     options = V5Options(**opts)
 
     def durable() -> Durable:
@@ -186,7 +187,7 @@ def test_dropped_and_delayed_end_txn_rpcs(drop: int, delay: int, delay_us: int) 
 def test_crash_between_the_v5_commit_cas_and_its_watch() -> None:
     """v5 participants learn outcomes from watches: a broker crash right after the CAS loses the
     notification; recovery must read the outcome from the store."""
-    for variant in ("watch", "events"):
+    for variant in ("pip", "state-events"):
         for mode in DispatchMode:
             for offset in (0, 50, 200, 1_000):
                 s = CheckedSystem(_v5_combo(variant=variant), mode)
@@ -232,12 +233,12 @@ def _slow_participant(gc: str) -> CheckedSystem:
 
 
 def test_pip_gc_loses_a_slow_participants_committed_ack_and_the_checker_says_so() -> None:
-    s = _slow_participant("pip")
+    s = _slow_participant("force")
     violations = s.finish()
     SUMMARY.add(s.history, [v for v in violations if v.kind != "acked_redelivered"])  # the known loss
     assert [(v.kind, v.msg) for v in violations] == [("acked_redelivered", "m0")]
     assert "committed" in str(violations[0])
-    _checked(_slow_participant("safe"))
+    _checked(_slow_participant("wait"))
 
 
 def _new_reader_after_gc(gc: str) -> CheckedSystem:
@@ -256,11 +257,11 @@ def _new_reader_after_gc(gc: str) -> CheckedSystem:
 
 
 def test_pip_gc_vs_retention_loses_committed_data_for_a_new_reader() -> None:
-    s = _new_reader_after_gc("pip")
+    s = _new_reader_after_gc("force")
     violations = s.finish()
     SUMMARY.add(s.history, [v for v in violations if v.kind != "lost_write"])  # the known loss
     assert [(v.kind, v.msg, v.subscription) for v in violations] == [("lost_write", "c1", "new-reader")]
-    _checked(_new_reader_after_gc("safe"))
+    _checked(_new_reader_after_gc("wait"))
 
 
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:

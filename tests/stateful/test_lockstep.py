@@ -236,7 +236,9 @@ def _run_machine(combos: list[Combo], examples: int) -> None:
 
 
 def _transactional(allow: tuple[str, ...]) -> list[Combo]:
-    return [c for c in COMBOS if c.transactional and set(c.needs) <= set(allow)]
+    # the machine crashes brokers and coordinators; a design that is not crash-safe by design (the
+    # shipped v5) would differ for that reason alone: its windows are tested in test_v5_shipped.py
+    return [c for c in COMBOS if c.transactional and c.crash_safe and set(c.needs) <= set(allow)]
 
 
 def test_lockstep_every_embedded_combination() -> None:

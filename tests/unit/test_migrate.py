@@ -51,8 +51,16 @@ def _fingerprint(s: System) -> dict[str, object]:
     return out
 
 
+# migrate()'s names for the GC it prepares the data for -> the v5 GC mode of that name
+_GC_MODE = {"safe": "wait", "pip": "force"}
+
+
 def _v5_broker(s: System, store: MemoryMetadataStore, **opts: object) -> Broker:
-    options = V5Options(**opts)  # type: ignore[arg-type]
+    # migrated data is the PIP design's (op records with positions, abort ranges): 5.0.1 has no
+    # migration of txn state (PULSAR5_CODE.md §5.1), so its readers run the PIP variant
+    if "gc" in opts:
+        opts["gc"] = _GC_MODE[str(opts["gc"])]
+    options = V5Options(variant="pip", **opts)  # type: ignore[arg-type]
     return Broker(s.sched, s.durable.ledgers, s.config, lambda ctx: V5Engine(ctx, store.reopen(), options))
 
 

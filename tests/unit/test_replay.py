@@ -94,7 +94,9 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     # rpc 200 + append 1000 + rpc 200 for every publish; v4 adds, on a txn's first publish to a
     # partition, the TC registration (rpc + log append + rpc) and, on the topic's first
     # transactional append, the first snapshot (an append); v5 adds the op-record write (1000)
-    # to every transactional publish and a header read (300) on a participant's cache miss.
+    # to every transactional publish and a header read (300) on a participant's cache miss; the
+    # shipped v5 (the default) also the client's registration (rpc + rpc) with its ownership read
+    # (300) on a txn's first publish to a segment (ServerCnx.handleAddPartitionToTxn L4152-4176).
     U = "persistent://public/default/u"
     rows = [{"ts_us": 0, "op": "publish", "topic": T, "msg": "plain", "size": 1},
             {"ts_us": 10, "op": "new_txn", "txn": "t1"}]
@@ -103,8 +105,8 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     rows += [{"ts_us": 100, "op": "commit", "txn": "t1"}]
     trace = write(tmp_path / "t.parquet", rows)
     sums = {}
-    for engine in ("v4", "v5"):
-        latency = Replayer(RunConfig(engine=engine)).run(read_events(trace)).latency
+    for engine, variant in (("v4", "shipped"), ("v5", "shipped"), ("v5-pip", "pip")):
+        latency = Replayer(RunConfig(engine=engine[:2], v5_variant=variant)).run(read_events(trace)).latency
         assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, 1_400)
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
     # two partitions: two registrations (1 400 each); every txn publish that finds its TB not
@@ -112,4 +114,5 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     # snapshot (rpc + append, 1 200, D18) are done: T's TB started at 0, its three publishes at
     # 20, 21, 22 wait 180, 179, 178 + 1 200; U's started with its publish at 23: 200 + 1 200.
     assert sums["v4"] == (4, 4 * 1_400 + 2 * 1_400 + (180 + 179 + 178 + 3 * 1_200) + (200 + 1_200))
-    assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads
+    assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * (2 * 200 + 300 + 300))  # two registrations, two header reads
+    assert sums["v5-pip"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads

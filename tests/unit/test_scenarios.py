@@ -18,17 +18,17 @@ def _v(s: sc.Scenario, metric: str) -> dict[str, float | None]:
 
 def test_sealed_segment_v5_resolves_and_v4_does_not_within_the_window() -> None:
     s = sc.sealed(window_s=5)
-    assert _v(s, "txn committed") == {"v4": 0, "v5-watch": 1, "v5-events": 1}
-    assert _v(s, "entries visible") == {"v4": 0, "v5-watch": 3, "v5-events": 3}
+    assert _v(s, "txn committed") == {"v4": 0, "v5-shipped": 1, "v5-pip": 1, "v5-state-events": 1}
+    assert _v(s, "entries visible") == {"v4": 0, "v5-shipped": 3, "v5-pip": 3, "v5-state-events": 3}
     assert _v(s, "END_TXN RPCs failed")["v4"] == 5
-    assert _v(s, "metadata CAS at commit")["v5-watch"] == 1
-    assert _v(s, "commit to visible")["v5-watch"] < 5  # one CAS + one watch delay + a read
+    assert _v(s, "metadata CAS at commit")["v5-pip"] == 1
+    assert _v(s, "commit to visible")["v5-pip"] < 5  # one CAS + one watch delay + a read
 
 
 def test_polling_spins_and_notify_has_zero_empty_reads() -> None:
     s = sc.polling(hold_s=0.2)
     empty = _v(s, "empty reads per blocked")
-    for eng in ("v4", "v5-watch"):
+    for eng in ("v4", "v5-shipped", "v5-pip"):
         assert empty[f"{eng} notify"] == 0
         assert 80 <= empty[f"{eng} pulsar"] <= 120  # one re-read per 10 ms
         assert empty[f"{eng} spin"] > 10_000
@@ -40,15 +40,19 @@ def test_end_txn_cost_v4_grows_with_participants_v5_is_one_cas() -> None:
     s = sc.endtxn(sizes=(1, 8))
     rpcs, cas, events = _v(s, "END_TXN RPCs"), _v(s, "metadata CAS"), _v(s, "event records")
     assert rpcs["v4 N=1"] == 2 and rpcs["v4 N=8"] == 16
-    assert cas["v5-watch N=8"] == cas["v5-events N=8"] == 1 and rpcs["v5-watch N=8"] == 0
-    assert events["v5-events N=8"] == 16 and events["v5-watch N=8"] == 0
+    assert cas["v5-pip N=8"] == cas["v5-state-events N=8"] == 1 and rpcs["v5-pip N=8"] == 0
+    assert events["v5-state-events N=8"] == 16 and events["v5-pip N=8"] == 0
+    # 5.0.1: one event per segment and per (segment, subscription); the header CAS, then each
+    # segment's buffer CASes its watermark once as its maxReadPosition passes the txn's entry
+    assert events["v5-shipped N=8"] == 16 and rpcs["v5-shipped N=8"] == 0
+    assert cas["v5-shipped N=1"] == 1 + 1 and cas["v5-shipped N=8"] == 1 + 8
 
 
 def test_recovery_v5_reads_do_not_grow_with_the_log() -> None:
     s = sc.recovery(sizes=(200, 2_000))
     entries, records = _v(s, "entries replayed (all"), _v(s, "metadata records read (all")
-    assert entries["v5-watch n=200"] == entries["v5-watch n=2,000"] == 0
-    assert records["v5-watch n=200"] == records["v5-watch n=2,000"]
+    assert entries["v5-pip n=200"] == entries["v5-pip n=2,000"] == 0
+    assert records["v5-pip n=200"] == records["v5-pip n=2,000"]
     assert entries["v4 n=2,000"] > entries["v4 n=200"]
 
 
@@ -56,11 +60,14 @@ def test_recovery_v5_reads_grow_with_open_txns_at_one_round_trip() -> None:
     s = sc.recovery_open(open_txns=(1, 10, 50), n=500)
     entries, records = _v(s, "entries replayed (all"), _v(s, "metadata records read (all")
     for k in (1, 10, 50):
-        assert entries[f"v5-watch open={k:,}"] == 0
+        assert entries[f"v5-pip open={k:,}"] == 0
         # per open txn, buffer and pending-ack store each read its op record and its header
-        assert records[f"v5-watch open={k:,}"] == 4 * k
+        assert records[f"v5-pip open={k:,}"] == 4 * k
     # the buffer's two index queries (writes, abort ranges), then the 50 headers at once
-    assert _v(s, "tb: modelled time")["v5-watch open=50"] == (2 * 500 + 300 + 49 * 20) / 1000
+    assert _v(s, "tb: modelled time")["v5-pip open=50"] == (2 * 500 + 300 + 49 * 20) / 1000
+    # shipped: the same op record + header per open txn and participant, plus what does not
+    # depend on the open txns (the watermark, the aborted records of the log's aborted txns)
+    assert records["v5-shipped open=10"] - records["v5-shipped open=1"] == 4 * 9
     tc = _v(s, "tc: entries replayed")  # v4's coordinator replays each open txn's log entries
     assert tc["v4 open=1"] < tc["v4 open=10"] < tc["v4 open=50"]
     assert [f["file"] for f in s.figures] == ["recovery_vs_open_txns.png"]
@@ -70,9 +77,21 @@ def test_recovery_v5_reads_grow_with_open_txns_at_one_round_trip() -> None:
 
 def test_gc_pip_loses_a_slow_ack_and_committed_data_safe_does_not() -> None:
     s = sc.gc()
-    assert _v(s, "slow participant: committed ack lost") == {"v4": 0, "v5-watch gc=pip": 1, "v5-watch gc=safe": 0}
-    assert _v(s, "new reader after GC sees committed") == {"v4": 1, "v5-watch gc=pip": 0, "v5-watch gc=safe": 1}
-    assert _v(s, "new reader after GC sees aborted") == {"v4": 0, "v5-watch gc=pip": 0, "v5-watch gc=safe": 0}
+    # shipped: its pending-ack recovery restores txn ids only, so the committed ack is lost (D14)
+    assert _v(s, "slow participant: committed ack lost") == {"v4": 0, "v5-shipped gc=repair": 1, "v5-pip gc=force": 1,
+                                                             "v5-pip gc=wait": 0}
+    assert _v(s, "new reader after GC sees committed") == {"v4": 1, "v5-shipped gc=repair": 1, "v5-pip gc=force": 0,
+                                                           "v5-pip gc=wait": 1}
+    # shipped: the restarted buffer dispatches from the LAC before its aborted records are loaded (D13)
+    assert _v(s, "new reader after GC sees aborted") == {"v4": 0, "v5-shipped gc=repair": 1, "v5-pip gc=force": 0,
+                                                         "v5-pip gc=wait": 0}
+
+
+def test_restart_windows_are_hit_by_the_shipped_design_only() -> None:
+    s = sc.restart()
+    for metric in ("entry of a txn still open delivered", "message under a pending txn ack",
+                   "message acked by a committed txn", "committed entry not delivered"):
+        assert _v(s, metric) == {"v4": 0, "v5-shipped": 1, "v5-pip": 0}, metric
 
 
 def test_interop_refuses_foreign_ids_without_state_change() -> None:
@@ -89,7 +108,7 @@ def test_cli_writes_json_and_report_with_one_table_per_question(tmp_path: Path) 
     assert [s["name"] for s in data["scenarios"]] == ["interop", "sealed"]
     md = (tmp_path / "report.md").read_text()
     assert md.count("## Review questions:") == 2 and "txnbench scenarios sealed --window-s 2" in md
-    assert "v5-events" in (tmp_path / "report.html").read_text()
+    assert "v5-state-events" in (tmp_path / "report.html").read_text()
     assert len(sc.load_sections(tmp_path / "scenarios.json")) == 2
 
 
@@ -146,5 +165,6 @@ def test_compare_answers_the_review_questions_in_its_report(tmp_path: Path, monk
 def test_cli_passes_the_open_txn_sweep_to_recovery_open(tmp_path: Path) -> None:
     assert main(["scenarios", "recovery-open", "--open-txns", "1", "5", "--open-log", "100", "--out", str(tmp_path)]) == 0
     (s,) = json.loads((tmp_path / "scenarios.json").read_text())["scenarios"]
-    assert s["labels"] == ["v4 open=1", "v5-watch open=1", "v4 open=5", "v5-watch open=5"]
+    assert s["labels"] == ["v4 open=1", "v5-shipped open=1", "v5-pip open=1", "v4 open=5", "v5-shipped open=5",
+                           "v5-pip open=5"]
     assert "--open-log 100" in s["command"] and (tmp_path / "recovery_vs_open_txns.png").is_file()

@@ -46,7 +46,7 @@ def test_handler_matches_in_process_replay(trace: Path) -> None:
     assert replay.finished and replay.events == rows
     measured = [m for ms in out for m in ms]
     assert len(measured) == 2 * rows
-    assert {m["engine"] for m in measured} == {"v4", "v5-watch"}
+    assert {m["engine"] for m in measured} == {"v4", "v5-shipped"}
     assert all(m["lag_us"] >= 0 and m["apply_us"] >= 0 for m in measured)
     expected = Replayer(RunConfig(engine="v4")).run(read_events(trace)).counts["deliveries"]
     assert expected > 0

@@ -1,4 +1,5 @@
-"""v5-specific behaviour: what PIP-473 promises (and where the PIP text falls short)."""
+"""v5-specific behaviour of the PIP-text design (``Variant.PIP``) and the state-events ablation:
+what PIP-473 promises (and where the PIP text falls short). The shipped design: test_v5_shipped.py."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ S = "topic://public/default/s"
 
 
 def v5(mode: DispatchMode = DispatchMode.NOTIFY, **opts: object) -> System:
+    opts.setdefault("variant", "pip")
     options = V5Options(**opts)  # type: ignore[arg-type]
 
     def durable() -> Durable:
@@ -47,7 +49,7 @@ def test_commit_on_a_segment_sealed_mid_txn_completes_at_once() -> None:
 @pytest.mark.parametrize("participants", [1, 8, 32])
 def test_end_txn_is_one_cas_whatever_the_participants(participants: int) -> None:
     costs = {}
-    for variant in ("watch", "events"):
+    for variant in ("pip", "state-events"):
         s = v5(variant=variant)
         topics = [f"persistent://public/default/p{i}" for i in range(participants)]
         for t in topics:
@@ -62,8 +64,8 @@ def test_end_txn_is_one_cas_whatever_the_participants(participants: int) -> None
         after = s.stats()
         costs[variant] = (after["meta.cas"] - before["meta.cas"], after.get("tc.event_writes", 0))
         assert sorted(s.msgs(t, "sub")[0] for t in topics) == sorted(f"m{i}" for i in range(participants))
-    assert costs["watch"] == (1, 0)
-    assert costs["events"] == (1, participants)
+    assert costs["pip"] == (1, 0)
+    assert costs["state-events"] == (1, participants)
 
 
 def test_v4_ids_are_refused_and_use_after_end_is_an_error() -> None:
@@ -132,10 +134,10 @@ def _slow_participant(gc: str) -> System:
 
 
 def test_pip_gc_loses_a_slow_participants_committed_ack_and_safe_gc_does_not() -> None:
-    pip = _slow_participant("pip")
+    pip = _slow_participant("force")
     assert pip.stats()["tc.gc.forced_op_deletes"] == 1
     assert pip.msgs(T, "sub")[2:] == ["m0", "m1"]  # the committed ack of m0 is gone: redelivered
-    safe = _slow_participant("safe")
+    safe = _slow_participant("wait")
     assert safe.msgs(T, "sub")[2:] == ["m1"]  # m0's ack was applied on recovery
     assert safe.stats().get("tc.gc.forced_op_deletes", 0) == 0
 
@@ -157,9 +159,9 @@ def _reader_after_gc(gc: str) -> list[str | None]:
 
 def test_gc_vs_retention_new_reader_of_old_data() -> None:
     # PIP as written: unknown txn ids fall back to "aborted", so committed data vanishes.
-    assert _reader_after_gc("pip") == ["plain"]
+    assert _reader_after_gc("force") == ["plain"]
     # Safe GC keeps abort ranges while data is retained: exactly the committed data.
-    assert _reader_after_gc("safe") == ["c1", "plain"]
+    assert _reader_after_gc("wait") == ["c1", "plain"]
 
 
 def test_recovery_reads_do_not_grow_with_the_ledger() -> None:
@@ -205,7 +207,7 @@ def test_bad_options_are_refused() -> None:
         V5Options.from_kwargs(bogus=1)
 
 
-@pytest.mark.parametrize("gc", ["pip", "safe"])
+@pytest.mark.parametrize("gc", ["force", "wait"])
 def test_participants_forget_decided_txns_once_their_data_is_trimmed(gc: str) -> None:
     # Ledgers roll over every 64 entries here and consumed ones are trimmed. What a buffer or a
     # pending-ack store remembers of decided txns must shrink with them, or a long replay's
@@ -232,7 +234,7 @@ def test_participants_forget_decided_txns_once_their_data_is_trimmed(gc: str) ->
     assert len(tb._headers.states) <= 64 and len(tb._aborted) <= 32  # type: ignore[attr-defined]
     assert pending._headers.states == {}  # type: ignore[attr-defined]
     aborted_records = len(s.durable.extra["store"].list_keys("/txn-aborted/"))
-    if gc == "safe":
+    if gc == "wait":
         assert st["tb.aborted_range_deletes"] >= 64 and aborted_records <= 32
     else:
         assert aborted_records == 0

@@ -1,0 +1,179 @@
+"""TransactionCoordinatorV5 as Pulsar 5.0.1 ships it (``Variant.SHIPPED``; PULSAR5_CODE.md D1,
+D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.coordinator`):
+
+* new_txn: 1 GET + 1 CAS on the coordinator's sequence key, then the header create (D5).
+* ADD_PARTITION / ADD_SUBSCRIPTION: the client sends each registration once per (txn, segment)
+  and (txn, subscription) and waits for it (M1 client ``TransactionImpl.registerProducedTopic``
+  L106-119, ``registerAckedTopic`` L147-160); the broker reads the header to verify ownership
+  (``ServerCnx.verifyTxnOwnership`` L4357-4373); the coordinator itself does nothing (L406, L412).
+* END_TXN: the ownership read (L4359), the header read (L431), the CAS (L456), then, as a
+  separate asynchronous step, ``listOpsByTxn`` (L477) and one sequence-key event per segment and
+  per (segment, subscription) (``fanOutEvents`` L475-508). A crash between the CAS and the
+  fan-out leaves the participants unaware of the decision (D8). A repeated END_TXN with the same
+  action skips the CAS and re-runs the fan-out (L439-446, D7); a lost CAS is returned to the
+  client, not retried (L456).
+* GC (``gcFinalized`` L572-595, ``gcOneTxn`` L608-633): a finished txn with op records left gets
+  its events re-published (``GcMode.REPAIR``); without, its header is deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import InvalidTxnState, TxnConflict, TxnNotFound
+from engine.ids import Design, TxnID
+from engine.ports import EndTxnCallback, TxnAction, TxnStatus
+from metadata_v5.coordinator import FINAL, CoordinatorV5
+from metadata_v5.options import GcMode
+from metadata_v5.txnrecords import Header, OpRecord
+
+
+class ShippedCoordinator(CoordinatorV5):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # what the client has registered, per open txn (the client's own set: TransactionImpl)
+        self._registered: dict[TxnID, set[tuple[str, str | None]]] = {}
+        # txns whose END_TXN the client has had answered: it refuses to end them again
+        # (TransactionImpl's state check); an unanswered one it retries, which is D7's repeat
+        self._answered: set[TxnID] = set()
+
+    # -- client operations ------------------------------------------------------------------------
+
+    def new_txn(self, timeout_ms: int) -> TxnID:
+        self._live()
+        txn = TxnID(Design.V5, self._opts.tc_id, self._records.next_txn_seq_each(self._opts.tc_id))
+        self.stats["seq_cas"] += 1
+        now = self._sched.now_us()
+        self._records.create_header(txn, now + timeout_ms * 1000, now)  # createHeader L95-96
+        self.stats["header_creates"] += 1
+        return txn
+
+    def _verify_ownership(self, txn: TxnID) -> Header:
+        """``ServerCnx.verifyTxnOwnership``: one header read (TransactionCoordinatorV5 L391-396)."""
+        txn.require(Design.V5)
+        header = self._records.get_header(txn)
+        self.stats["ownership_reads"] += 1
+        if header is None:
+            raise TxnNotFound(f"v5 coordinator {self._opts.tc_id}: no txn {txn}")
+        return header
+
+    def _register(self, txn: TxnID, ledger: str, subscription: str | None) -> None:
+        self._live()
+        txn.require(Design.V5)
+        done = self._registered.setdefault(txn, set())
+        if (ledger, subscription) in done:  # the client registers each participant once
+            return
+        request = self._ctx.request
+        request.charge("rpc", 2)  # client -> broker -> client, waited for before the send or ack
+        request.charge("meta.read")
+        header = self._verify_ownership(txn)
+        if header.state is not TxnStatus.OPEN:  # the client's own state check refuses it too
+            raise InvalidTxnState(f"{txn} is {header.state.value}; cannot add {ledger} to it")
+        done.add((ledger, subscription))
+        self.stats["registrations"] += 1
+
+    def add_produced_partition(self, txn: TxnID, ledger: str) -> None:
+        self._register(txn, ledger, None)
+
+    def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
+        self._register(txn, ledger, subscription)
+
+    def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
+        self._live()
+        if txn in self._answered:
+            raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
+        self._verify_ownership(txn)
+        header = self._open_header(txn)
+        state = FINAL[action]
+        delay = 2 * self._lat.of("meta.read")
+        if header.state is state:  # a repeated END_TXN: no CAS, the fan-out again (D7)
+            self.stats["end_txn.repeated"] += 1
+        elif header.state is TxnStatus.OPEN:
+            new = self._records.finalize(header, state, self._sched.now_us())
+            if new is None:  # BadVersion goes back to the client (L456)
+                self.stats["header_cas.conflict"] += 1
+                raise TxnConflict(f"{txn}: the header changed under END_TXN (BadVersion)")
+            self.stats["header_cas.ok"] += 1
+            self.stats["ended." + state.value] += 1
+            delay += self._lat.of("meta.cas")
+        else:
+            self.stats["header_cas.reject"] += 1
+            raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
+        self._registered.pop(txn, None)
+        # The fan-out is a later step of its own: a crash before it runs loses the events (D8).
+        self._sched.call_later(delay, self._fan_out_and_answer, txn, state, on_done)
+
+    def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, on_done: EndTxnCallback | None) -> None:
+        if self._closed:
+            return
+        took = self._fan_out(txn, state, self._records.ops_by_txn(txn))
+        if on_done is not None:
+            self._sched.call_later(took + self._lat.of("rpc"), self._answer, on_done, txn, state)
+
+    def _answer(self, on_done: EndTxnCallback, txn: TxnID, state: TxnStatus) -> None:
+        if not self._closed:
+            self._answered.add(txn)
+            on_done(txn, state)
+
+    def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> int:
+        """One event per segment written and per (segment, subscription) acked; returns the
+        modelled time of the scan that found them and of the (concurrent) event appends."""
+        self.stats["op_lists"] += 1
+        took = self._lat.of("meta.list") + self._records.last_scan_gets * self._lat.of("meta.read")
+        participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
+                              key=lambda p: (p[0], p[1] or ""))
+        for segment, subscription in participants:
+            self._records.put_participant_event(segment, subscription, txn, state)
+        self.stats["event_writes"] += len(participants)
+        if participants:
+            # a sequence key: one put natively; a counter GET + CAS, then the create, emulated
+            native = self._records.store_native_sequences()
+            took += self._lat.of("meta.write") if native else (
+                self._lat.of("meta.read") + self._lat.of("meta.cas") + self._lat.of("meta.write"))
+        return took
+
+    # -- sweeps -------------------------------------------------------------------------------------
+
+    def _timeout_sweep(self) -> None:
+        if self._closed:
+            return
+        now = self._sched.now_us()
+        for txn in self._scan(lambda after: self._records.expired(now, self._opts.sweep_limit, after)):
+            header = self._records.get_header(txn)  # END_TXN without the ownership read
+            self.stats["header_reads"] += 1
+            if header is None or header.state is not TxnStatus.OPEN:
+                continue
+            if self._records.finalize(header, TxnStatus.ABORTED, now) is None:
+                self.stats["header_cas.conflict"] += 1
+                continue
+            self.stats["header_cas.ok"] += 1
+            self.stats["ended.aborted"] += 1
+            self.stats["timeouts"] += 1
+            self._registered.pop(txn, None)
+            delay = self._lat.of("meta.read") + self._lat.of("meta.cas")
+            self._sched.call_later(delay, self._fan_out_and_answer, txn, TxnStatus.ABORTED, None)
+        self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
+
+    def _gc_sweep(self) -> None:
+        if self._closed:
+            return
+        horizon = self._sched.now_us() - self._opts.retention_ms * 1000
+        for txn in self._scan(lambda after: self._records.finalized_before(horizon, self._opts.sweep_limit, after)):
+            ops = self._records.ops_by_txn(txn)
+            self.stats["op_lists"] += 1
+            if ops:
+                if self._opts.gc is GcMode.REPAIR:
+                    header = self._records.get_header(txn)
+                    self.stats["header_reads"] += 1
+                    if header is not None and header.state is not TxnStatus.OPEN:
+                        self._fan_out(txn, header.state, ops)  # gcOneTxn L626-628
+                        self.stats["gc.refanouts"] += 1
+                    continue
+                if self._opts.gc is GcMode.WAIT:
+                    self.stats["gc.waiting_for_participants"] += 1
+                    continue
+                self._records.delete_ops(ops)  # FORCE: the PIP's sweep (5.0.1 never does this)
+                self.stats["gc.forced_op_deletes"] += len(ops)
+            self._records.delete_header(txn)
+            self.stats["gc.headers_deleted"] += 1
+        self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)

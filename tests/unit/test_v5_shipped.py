@@ -1,0 +1,301 @@
+"""The shipped v5 design (Pulsar 5.0.1, ``Variant.SHIPPED``): its per-operation metadata counts
+(one test per row of metadata_v5/README.md's table, each value derived from the steps of the
+5.0.1 code that the README cites) and the restart windows the history checker finds in it and
+not in the PIP design."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pytest
+
+from engine.dispatcher import DispatchMode
+from engine.errors import InvalidTxnState, TxnConflict
+from engine.memledger import MemoryLedgerFactory
+from engine.ports import TxnAction, TxnStatus
+from metadata_v5.engine import V5Engine
+from metadata_v5.options import V5Options
+from metadata_v5.registry import open_metadata
+from tests.harness import Combo, Durable, System
+from tests.stateful.checked import CheckedSystem
+
+T = "persistent://public/default/t"
+U = "persistent://public/default/u"
+COUNTED = ("reads", "writes", "cas", "scans", "deletes")
+
+
+def _combo(url: str = "memory://", **opts: object) -> Combo:
+    options = V5Options(**opts)  # type: ignore[arg-type]
+
+    def durable() -> Durable:
+        return Durable(MemoryLedgerFactory(max_entries_per_ledger=64), {"store": open_metadata(url)})
+
+    return Combo("v5", True, durable, lambda d: (lambda ctx: V5Engine(ctx, d.extra["store"].reopen(), options)))
+
+
+def _counts(s: System) -> Counter[str]:
+    st = s.stats()
+    return Counter({"reads": st.get("meta.reads", 0), "writes": st.get("meta.writes", 0), "cas": st.get("meta.cas", 0),
+                    "scans": st.get("meta.index_queries", 0), "deletes": st.get("meta.record_deletes", 0),
+                    "lists": st.get("meta.lists", 0)})
+
+
+def _delta(s: System, step: Callable[[], object]) -> dict[str, int]:
+    before = _counts(s)
+    step()
+    after = _counts(s)
+    return {k: after[k] - before[k] for k in (*COUNTED, "lists") if after[k] - before[k]}
+
+
+def _ready(variant: str = "shipped", url: str = "memory://", mode: DispatchMode = DispatchMode.POLLING) -> System:
+    """T with subscription sub, one plain message p0 delivered; everything settled."""
+    s = System(_combo(url, variant=variant), mode)
+    s.subscribe(T, "sub")
+    s.publish(T, "p0")
+    s.run(100_000)
+    return s
+
+
+# -- the rows of the shipped design (native store: X = one scan; it returns its records) ----------
+
+
+def test_new_txn_is_one_get_and_two_cas() -> None:
+    s = _ready()
+    # nextTxnSequence: GET + CAS of the TC's sequence key; createHeader: a conditional create
+    for _ in range(3):  # per txn, not per block of ids
+        assert _delta(s, s.new_txn) == {"reads": 1, "cas": 2, "writes": 2}
+
+
+def test_txn_publish_reads_ownership_and_header_once_per_segment_then_one_write_each() -> None:
+    s = _ready()
+    txn = s.new_txn()
+    # ADD_PARTITION's ownership read + the buffer's header read on its cache miss + the op record
+    assert _delta(s, lambda: s.publish(T, "a", txn=txn)) == {"reads": 2, "writes": 1}
+    assert _delta(s, lambda: s.publish(T, "b", txn=txn)) == {"writes": 1}
+    assert s.stats()["tc.registrations"] == 1
+
+
+def test_txn_ack_reads_ownership_once_and_never_the_header() -> None:
+    s = _ready()
+    txn = s.new_txn()
+    assert _delta(s, lambda: s.ack("sub", "p0", txn=txn)) == {"reads": 1, "writes": 1}
+    s.publish(T, "p1")
+    s.run(100_000)
+    assert _delta(s, lambda: s.ack("sub", "p1", txn=txn)) == {"writes": 1}
+
+
+def test_plain_publishes_cas_the_watermark_serially_and_coalesced() -> None:
+    s = _ready()
+    def plain(system: System, *msgs: str) -> Callable[[], None]:
+        def step() -> None:
+            for m in msgs:
+                system.publish(T, m)
+            system.run(10_000)
+        return step
+
+    assert _delta(s, plain(s, "q0")) == {"cas": 1, "writes": 1}
+    # three at once: the first CASes at once, the other two wait on the tail as one persist
+    assert _delta(s, plain(s, "r0", "r1", "r2")) == {"cas": 2, "writes": 2}
+    pip = _ready("pip")
+    assert _delta(pip, plain(pip, "q0")) == {}
+
+
+def test_end_txn_then_fan_out_then_each_participants_reconcile_and_cleanup() -> None:
+    s = _ready()
+    other = s.new_txn()  # a second txn open on T: the buffer re-reads its header on every event
+    s.publish(T, "o", txn=other)
+    txn = s.new_txn()
+    s.publish(T, "a", txn=txn)
+    s.publish(T, "b", txn=txn)
+    s.ack("sub", "p0", txn=txn)
+    s.run(10_000)
+    # END_TXN: the ownership read, the header read, the CAS (S=1 segment, U=1 subscription)
+    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2, "cas": 1, "writes": 1}
+    # 1.6 ms later, the fan-out: listOpsByTxn (one scan, returning the txn's M+A = 3 records),
+    # then S+U = 2 event appends
+    assert _delta(s, lambda: s.run(1_600)) == {"scans": 1, "reads": 3, "writes": 2}
+    # the events reach the participants: the buffer reads K=2 headers (txn and other), the
+    # pending-ack store K=1; the buffer applies txn: no watermark CAS (`other` still pins
+    # maxReadPosition below a and b), a scan of the segment's write ops (N_seg = 3: a, b and o)
+    # and one delete per record of txn (2); the store: a scan of the subscription's ack ops (1)
+    # and one delete
+    assert _delta(s, lambda: s.run(1_000_000)) == {"reads": 2 + 1 + 3 + 1, "scans": 2, "writes": 2 + 1, "deletes": 3}
+    assert s.outcomes[txn] is TxnStatus.COMMITTED
+    assert s.msgs(T, "sub") == ["p0"]  # `other` still pins a and b
+    st = s.stats()
+    assert st["tb.reconcile_header_reads"] == 2 and st["pending_ack.reconcile_header_reads"] == 1
+    engine = s.broker.engine
+    assert isinstance(engine, V5Engine) and engine.records.count_events() == 2  # never deleted
+
+
+def test_same_action_retry_skips_the_cas_and_fans_out_again() -> None:
+    s = _ready()
+    txn = s.new_txn()
+    s.publish(T, "a", txn=txn)
+    s.commit(txn)
+    s.broker.restart_coordinator()  # the CAS landed, the fan-out never ran: nobody heard of it
+    s.run(1_000_000)
+    assert s.msgs(T, "sub") == ["p0"]
+    # the client retries: ownership + header reads, no CAS; the fan-out again (one scan, its one
+    # record, one event); then the buffer's reconcile read, scan (one record) and delete
+    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2}
+    assert _delta(s, lambda: s.run(1_000_000)) == {"scans": 2, "reads": 1 + 1 + 1, "writes": 1 + 1 + 1, "cas": 1,
+                                                   "deletes": 1}
+    assert s.msgs(T, "sub") == ["p0", "a"] and s.stats()["tc.end_txn.repeated"] == 1
+    with pytest.raises(InvalidTxnState):
+        s.end(txn, TxnAction.ABORT)
+
+
+def test_materialisation_is_serial_per_segment_so_visibility_lags_under_load() -> None:
+    """n commits at once on one segment: each holds the tail for a watermark CAS, a scan and its
+    deletes (1.0 + 0.5 + 1.0 ms with the default latencies) before the next txn's state change."""
+    s = _ready(mode=DispatchMode.NOTIFY)
+    txns = [s.new_txn() for _ in range(10)]
+    for i, t in enumerate(txns):
+        s.publish(T, f"m{i}", txn=t)
+    for t in txns:
+        s.commit(t)
+    start = s.sched.now_us()
+    s.run(10_000)  # the first few are visible, the rest are queued on the tail
+    assert 0 < len(s.msgs(T, "sub")) - 1 < 10
+    s.run(100_000)
+    assert s.msgs(T, "sub") == ["p0"] + [f"m{i}" for i in range(10)]
+    # the last one's state change waits for the nine before it: 9 x 2.5 ms on the tail
+    last = s.received[(T, "sub")][-1].delivered_ts_us
+    assert last - start >= 9 * 2_500
+
+
+# -- the emulated store (Pulsar's standalone) -----------------------------------------------------
+
+
+def test_emulated_store_scans_every_child_and_pays_the_counter_per_sequence_key() -> None:
+    s = _ready(url="memory://?emulated=1")
+    txn = s.new_txn()
+    # ownership + header + the op record's counter GET (absent: a list finds the highest key),
+    # then the counter CAS and the create
+    assert _delta(s, lambda: s.publish(T, "a", txn=txn)) == {"reads": 3, "lists": 1, "cas": 1, "writes": 2}
+    assert _delta(s, lambda: s.publish(T, "b", txn=txn)) == {"reads": 1, "cas": 1, "writes": 2}
+    s.commit(txn)
+    # listOpsByTxn lists /txn-op/ and GETs each child (2), then the event: counter GET, list
+    # (its first), CAS + create
+    assert _delta(s, lambda: s.run(1_600)) == {"scans": 1, "lists": 2, "reads": 2 + 1, "cas": 1, "writes": 2}
+
+
+def test_per_txn_figures_next_to_the_broker() -> None:
+    """PULSAR.md measured 8.0 gets / 8.2 puts / 1.0 delete per one-message txn and 18.4 / 25.7 /
+    10 per ten-message txn on a 5.0.0-M1 standalone (RocksDB). The model's figures, for the
+    README's comparison (differences explained there)."""
+    s = _ready(url="memory://?emulated=1")
+    s.run(1_000_000)
+    figures = {}
+    for n in (1, 10):
+        before = s.stats()
+        t = s.new_txn()
+        for i in range(n):
+            s.publish(T, f"x{n}-{i}", txn=t)
+        s.commit(t)
+        s.run(1_000_000)
+        after = s.stats()
+        d = {k: after.get(k, 0) - before.get(k, 0) for k in ("meta.reads", "meta.record_puts", "meta.record_deletes")}
+        figures[n] = (d["meta.reads"], d["meta.record_puts"], d["meta.record_deletes"])
+    # puts: seq CAS + header + (counter CAS + create) per op + CAS + event (counter CAS + create)
+    # + the watermark CAS at materialisation
+    assert figures[1][1] == 2 + 2 * 1 + 1 + 2 + 1 and figures[10][1] == 2 + 2 * 10 + 1 + 2 + 1
+    assert figures[1][2] == 1 and figures[10][2] == 10  # one deleteIfExists per op record
+    # gets: seq GET + ownership + header (publish) + a counter GET per op + ownership + header
+    # (END_TXN) + the ops scan's GETs (n) + the event's counter GET + the reconcile read + the
+    # cleanup scan's GETs (n)
+    assert figures[1][0] == 1 + 2 + 1 + 2 + 1 + 1 + 1 + 1 and figures[10][0] == 1 + 2 + 10 + 2 + 10 + 1 + 1 + 10
+
+
+# -- restart windows: findings for shipped, none for the PIP -------------------------------------
+
+
+def _restart(variant: str) -> Counter[str]:
+    s = CheckedSystem(_combo(variant=variant), DispatchMode.POLLING)
+    s.subscribe(T, "sub")
+    s.publish(T, "m0")
+    s.publish(T, "m1")
+    s.run(100_000)
+    open_txn, pending, committed = s.new_txn(), s.new_txn(), s.new_txn()
+    s.ack("sub", "m0", txn=pending)
+    s.ack("sub", "m1", txn=committed)
+    s.publish(T, "x", txn=open_txn)
+    s.run(100_000)
+    s.commit(committed)
+    s.crash()  # before the decision reaches the pending-ack store
+    s.run(1_000_000)
+    s.end(open_txn, TxnAction.ABORT)
+    s.end(pending, TxnAction.ABORT)
+    s.run(1_000_000)
+    return Counter(v.kind for v in s.finish())
+
+
+def test_restart_windows_are_findings_for_shipped_and_absent_from_pip() -> None:
+    shipped = _restart("shipped")
+    # x dispatched while its txn was open (no recovery gate: the buffer starts at the LAC) and
+    # then aborted; m0 redelivered while its txn ack was pending and m1 after its txn ack was
+    # committed (pending-ack recovery restores txn ids only)
+    assert shipped["aborted_read"] == 1 and shipped["acked_redelivered"] == 2
+    assert _restart("pip") == Counter()
+
+
+def test_coordinator_restart_between_cas_and_fan_out_leaves_the_commit_unseen() -> None:
+    found = {}
+    for variant in ("shipped", "pip"):
+        s = CheckedSystem(_combo(variant=variant), DispatchMode.POLLING)
+        s.subscribe(U, "out")
+        t = s.new_txn()
+        s.publish(U, "y", txn=t)
+        s.commit(t)
+        s.restart_coordinator()  # the CAS landed; the fan-out step has not run
+        s.run(10_000_000)
+        found[variant] = (s.msgs(U, "out"), Counter(v.kind for v in s.finish()))
+    assert found["pip"] == (["y"], Counter())
+    # the buffer never hears of it: y stays pinned (the checker calls a committed txn's entry that
+    # never arrives a lost write) until another event on the segment or the GC's repair
+    assert found["shipped"][0] == [] and found["shipped"][1]["lost_write"] == 1
+
+
+def test_a_conflicting_txn_ack_still_writes_its_op_record() -> None:
+    """5.0.1 appends the ack records before the conflict checks (appendAcks L210-240,
+    PendingAckHandleImpl L240-257); the PIP variant checks first."""
+    for variant, written in (("shipped", 1), ("pip", 0)):
+        s = _ready(variant)
+        first, second = s.new_txn(), s.new_txn()
+        s.ack("sub", "p0", txn=first)
+        before = s.stats()["meta.op_writes"]
+        with pytest.raises(TxnConflict):
+            s.ack("sub", "p0", txn=second)
+        assert s.stats()["meta.op_writes"] - before == written, variant
+
+
+@pytest.mark.parametrize(("gc", "visible"), [("repair", True), ("wait", False)])
+def test_gc_repair_re_publishes_the_events_a_lost_fan_out_never_wrote(gc: str, visible: bool) -> None:
+    s = System(_combo(variant="shipped", gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.POLLING)
+    s.subscribe(U, "out")
+    t = s.new_txn()
+    s.publish(U, "y", txn=t)
+    s.commit(t)
+    s.broker.restart_coordinator()  # the CAS landed; the fan-out never ran
+    s.run(5_000_000)  # past the retention: the GC finds y's op record left
+    assert (s.msgs(U, "out") == ["y"]) is visible
+    assert (s.stats().get("tc.gc.refanouts", 0) >= 1) is visible
+
+
+def test_unused_transactions_do_not_stall_dispatch_after_a_reload() -> None:
+    """With transactions enabled but unused, the shipped buffer starts at the LAC (L158): a
+    reloaded topic dispatches before its recovery (watermark read, two scans) has landed."""
+    s = System(_combo(variant="shipped"), DispatchMode.NOTIFY)
+    s.subscribe(T, "sub")
+    s.publish(T, "m0")
+    s.run(100_000)
+    s.crash()
+    reloaded = s.sched.now_us()
+    s.subscribe(T, "late")  # a new subscription reads from the earliest entry
+    s.run(100_000)
+    (first,) = s.received[(T, "late")]
+    recovery = s.broker.recovery_stats()
+    tb = next(r for r in recovery if r.component.startswith("tb-v5"))
+    assert first.delivered_ts_us - reloaded < tb.modelled_us
