@@ -38,8 +38,11 @@ A factory is the only writer of the ledgers it opens, as a Pulsar broker owns it
 caches registry, cursors and each ledger's start/end offsets, updated by its own acknowledged
 writes. ``open``, ``exists`` and ``names`` first catch up with the registry and cursor topics, and
 ``open`` re-reads the ledger's offsets, so a new factory (after a crash) sees everything that was
-acknowledged. An append is acknowledged by the broker with ``acks=all`` (idempotent producer)
-before it returns.
+acknowledged. An append returns once every in-sync replica has it: ``acks=all`` (idempotent
+producer), or ``acks=1`` without retries on a single-broker cluster, where the leader is the only
+replica (``?acks=all|1`` overrides the choice). Reads use one consumer that stays assigned to
+every partition the factory reads, all paused but the one being read, with a 1 ms
+``retry_backoff_ms`` (the client's idle-poll sleep).
 
 Counters: besides the port's, ``round_trips`` counts the broker requests a call waited for (a
 produce acknowledgement, an offsets lookup, a fetch poll, an admin request), per handle; the
@@ -79,6 +82,8 @@ TOPIC_PREFIX = "txnbench_"
 _MAX_TOPIC = 249  # Kafka's limit on topic-name length
 
 DEFAULT_CONNECT_TIMEOUT_MS = 3_000
+_ACKS = ("auto", "all", "1")  # auto: 1 on a single-broker cluster, else all
+_CONSUMER_BACKOFF_MS = 1
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 
 _LEDGER_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -208,7 +213,10 @@ class KafkaLedgerFactory(LedgerFactory):
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         namespace: str = "",
+        acks: str = "auto",
     ) -> None:
+        if acks not in _ACKS:
+            raise ConfigError(f"kafka://{bootstrap}: acks must be one of {', '.join(_ACKS)}, got {acks!r}")
         self.url = f"kafka://{bootstrap}"
         # Ledger names are stored as ``namespace + name``: runs (or tests) sharing a broker
         # each see only their own ledgers.
@@ -222,7 +230,12 @@ class KafkaLedgerFactory(LedgerFactory):
         }
         self._handles = itertools.count(1)
         self._closed = False
-        self._assigned: TopicPartition | None = None
+        # The consumer stays assigned to every partition this factory has read (system topics and
+        # ledgers), all paused but the one being read: re-assigning it for each read would make
+        # kafka-python refresh metadata and sleep ``retry_backoff_ms`` before the first fetch.
+        self._assigned: set[TopicPartition] = set()
+        self._active: TopicPartition | None = None
+        self._gone: set[TopicPartition] = set()  # deleted ledgers' partitions, still assigned
         self._admin: Any = None
         self._producer: Any = None
         self._consumer: Any = None
@@ -236,9 +249,20 @@ class KafkaLedgerFactory(LedgerFactory):
         try:
             with self._driver("connect"):
                 self._admin = KafkaAdminClient(**common)
+                # The ledger contract: an append is durable once it returns, i.e. on every
+                # in-sync replica (acks=all, as BookKeeper's ack quorum in a Pulsar ledger). On
+                # a single broker the leader is the only replica, so acks=1 is the same guarantee
+                # without the delayed-produce purgatory (measured: ~40% faster per append); it
+                # needs idempotence off in kafka-python 3, and then retries stay off too (a
+                # retried append could land twice: a lost reply may mean "appended").
+                self._rt()
+                single = acks == "auto" and len(self._admin.describe_cluster().get("brokers", ())) == 1
+                self.acks = "1" if single or acks == "1" else "all"
+                durable: dict[str, Any] = {"acks": "all"} if self.acks == "all" else {
+                    "acks": 1, "enable_idempotence": False, "retries": 0}
                 self._producer = KafkaProducer(
                     **common,
-                    acks="all",
+                    **durable,
                     linger_ms=0,
                     allow_auto_create_topics=False,
                     max_block_ms=request_timeout_ms,
@@ -253,6 +277,11 @@ class KafkaLedgerFactory(LedgerFactory):
                     # Reads ask only for offsets known to exist; a fetch must never park on the
                     # broker, or the next read (after a seek) waits for it.
                     fetch_max_wait_ms=0,
+                    # KafkaConsumer._poll_once sleeps retry_backoff_ms whenever a poll finds no
+                    # fetch in flight, which a seek followed by a fast (fetch_max_wait_ms=0)
+                    # response makes the rule: 100 ms per read by default. Our reads are bounded
+                    # by their own deadline, so back off 1 ms.
+                    retry_backoff_ms=_CONSUMER_BACKOFF_MS,
                 )
                 self._ensure_system_topics()
             self._catch_up()
@@ -262,13 +291,13 @@ class KafkaLedgerFactory(LedgerFactory):
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLedgerFactory:
-        """``kafka://host:port[,host:port...][?connect_timeout_ms=N&request_timeout_ms=N]``."""
+        """``kafka://host:port[,host:port...][?connect_timeout_ms=N&request_timeout_ms=N&namespace=P&acks=A]``."""
         parsed = urlparse(url)
         hosts = parsed.netloc.split(",") if parsed.netloc else []
         if parsed.scheme != "kafka" or not hosts or any(not re.fullmatch(r"[^:/]+:\d+", h) for h in hosts):
             raise ConfigError(f"bad Kafka URL {url!r}; expected kafka://host:port")
         query = parse_qs(parsed.query)
-        unknown = set(query) - {"connect_timeout_ms", "request_timeout_ms", "namespace"}
+        unknown = set(query) - {"connect_timeout_ms", "request_timeout_ms", "namespace", "acks"}
         if unknown:
             raise ConfigError(f"{url}: unknown option(s) {', '.join(sorted(unknown))}")
         from engine.backends import query_int
@@ -278,6 +307,7 @@ class KafkaLedgerFactory(LedgerFactory):
             connect_timeout_ms=query_int(url, "connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT_MS),
             request_timeout_ms=query_int(url, "request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS),
             namespace=query.get("namespace", [""])[0],
+            acks=query.get("acks", ["auto"])[0],
         )
 
     # --- LedgerFactory ---
@@ -325,6 +355,7 @@ class KafkaLedgerFactory(LedgerFactory):
         # without a topic, and the next ``open`` finishes the delete.
         with self._driver(f"delete ledger {name}"):
             self._rt()
+            self._unassign(st.tp)
             try:
                 self._admin.delete_topics([st.topic])
             except kerrors.UnknownTopicOrPartitionError:
@@ -440,9 +471,7 @@ class KafkaLedgerFactory(LedgerFactory):
             return out
         c = self._consumer
         with self._driver(f"read {tp.topic}"):
-            if self._assigned != tp:
-                c.assign([tp])
-                self._assigned = tp
+            self._activate(tp)
             c.seek(tp, first)
             deadline = time.monotonic() + self._timeout_s
             nxt = first
@@ -463,6 +492,33 @@ class KafkaLedgerFactory(LedgerFactory):
                     if time.monotonic() >= deadline:
                         raise kerrors.KafkaTimeoutError(f"no records from {tp.topic} at offset {nxt} (up to {last})")
         return out
+
+    def _activate(self, tp: TopicPartition) -> None:
+        """Make ``tp`` the one unpaused partition of the consumer's assignment (added to it the
+        first time: that read alone waits for the topic's metadata)."""
+        c = self._consumer
+        self._gone.discard(tp)  # a ledger deleted and re-created keeps its topic name
+        if tp not in self._assigned:
+            # Growing the assignment is the one moment it changes: deleted ledgers' partitions
+            # leave it here (kafka-python stops fetching the kept ones after an assign that only
+            # shrinks it, measured: reads time out), kept ones keep their state (paused, position).
+            self._assigned -= self._gone
+            self._gone.clear()
+            self._assigned.add(tp)
+            c.assign(sorted(self._assigned))
+        elif tp != self._active:
+            c.resume(tp)
+        if self._active is not None and self._active != tp and self._active in self._assigned:
+            c.pause(self._active)
+        self._active = tp
+
+    def _unassign(self, tp: TopicPartition) -> None:
+        """A deleted ledger's partition: paused now, out of the assignment at its next change."""
+        if tp in self._assigned:
+            if self._active == tp:
+                self._active = None
+            self._consumer.pause(tp)
+            self._gone.add(tp)
 
     # --- registry and cursors ---
 
