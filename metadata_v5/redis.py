@@ -179,7 +179,7 @@ end
 return out
 """
 
-# ARGV: prefix, key -> {rev, last stream id, flat hash}
+# ARGV: prefix, key -> {rev, last stream id, flat hash} (get and watch)
 _GET_WATCH = r"""
 local P = ARGV[1]
 local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
@@ -342,6 +342,8 @@ class RedisMetadataStore(MetadataStore):
         # True while the last reply (a write's) brought the stream up to date: a non-blocking
         # poll then has nothing to read that a poll at that instant would have seen
         self._fresh = False
+        # (key, round-trip count, get_watch reply) of the last get: see watch()
+        self._snapshot: tuple[str, int, builtins.list[Any]] | None = None
         self._load_schema(with_cursor=True)
 
     @classmethod
@@ -421,9 +423,12 @@ class RedisMetadataStore(MetadataStore):
     # -- records --
 
     def get(self, key: str) -> Record | None:
-        flat = self._rt(self.client.execute_command, "HGETALL", self.prefix + "r:" + key)
+        # read with the store revision and stream position: a watch on the same key registered
+        # right after (the buffer's check-then-watch of a txn header) takes this snapshot
+        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        self._snapshot = (key, self._counters["round_trips"], res)
         self._counters["reads"] += 1
-        return _record(key, flat if isinstance(flat, list) else [x for kv in flat.items() for x in kv])
+        return _record(key, res[2])
 
     def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         if not keys:
@@ -569,7 +574,11 @@ class RedisMetadataStore(MetadataStore):
 
     def watch(self, key: str, callback: Callback) -> Watch:
         validate_user_key(key)
-        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        snap = self._snapshot
+        if snap is not None and snap[0] == key and snap[1] == self._counters["round_trips"]:
+            res = snap[2]  # this handle's last round trip read the key: a watch from that instant
+        else:
+            res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
         rev = int(res[0])
         self._registering(res[1], rev)
         return self._hub.add(Watch(callback, _record(key, res[2]), rev, key=key))
