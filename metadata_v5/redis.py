@@ -329,11 +329,15 @@ class RedisMetadataStore(MetadataStore):
         self._specs: dict[str, IndexSpec] = {}
         self._schema = "0"
         try:
+            # one connection per handle, held (a handle is used by one thread at a time): no pool
+            # checkout per command; pipelines take a second one from the same pool
             self.client = redislib.Redis.from_url(
                 url, decode_responses=True, protocol=2, socket_connect_timeout=2, socket_timeout=10,
-                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+                retry=Retry(NoBackoff(), 0), health_check_interval=0, single_connection_client=True)
         except ValueError as e:
             raise ConfigError(f"bad redis URL {url!r}: {e}") from None
+        except redislib.exceptions.RedisError as e:
+            raise BackendUnavailable(f"redis at {url}: {e}") from e
         self._scripts = {name: self.client.register_script(src) for name, src in
                          (("batch", _BATCH), ("get_watch", _GET_WATCH), ("range", _RANGE), ("list", _LIST),
                           ("define", _DEFINE))}
@@ -369,6 +373,7 @@ class RedisMetadataStore(MetadataStore):
         fresh connection after a connection error."""
         if self._closed:
             raise MetadataError("metadata store handle is closed")
+        self._check_connection()
         for attempt in (1, 2):
             self._counters["round_trips"] += 1
             try:
@@ -385,6 +390,19 @@ class RedisMetadataStore(MetadataStore):
             except redislib.exceptions.RedisError as e:
                 raise BackendUnavailable(f"redis at {self.url}: {e}") from e
         raise AssertionError("unreachable")
+
+    def _check_connection(self) -> None:
+        """What redis-py's pool does at checkout, for the held connection: one the server closed
+        (readable with nothing asked) is dropped before a command is sent on it, so a write is
+        never lost to a connection that was already dead (the next command reconnects)."""
+        conn = self.client.connection
+        if conn is None or conn._sock is None:
+            return
+        try:
+            if conn.can_read(timeout=0):
+                conn.disconnect()
+        except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError, OSError):
+            conn.disconnect()
 
     def _load_schema(self, with_cursor: bool = False) -> None:
         P = self.prefix
