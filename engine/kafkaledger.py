@@ -228,6 +228,8 @@ class KafkaLedgerFactory(LedgerFactory):
             TopicPartition(REGISTRY_TOPIC, 0): 0,
             TopicPartition(CURSORS_TOPIC, 0): 0,
         }
+        # offsets of the records this factory wrote to each system topic, not yet caught up with
+        self._own: dict[TopicPartition, set[int]] = {tp: set() for tp in self._next_read}
         self._handles = itertools.count(1)
         self._closed = False
         # The consumer stays assigned to every partition this factory has read (system topics and
@@ -362,13 +364,43 @@ class KafkaLedgerFactory(LedgerFactory):
                 pass
         self._forget(name, st)
 
+    def purge(self) -> int:
+        """Delete every ledger of this factory's namespace (a run's cleanup) in a few requests:
+        one topic deletion for all, then every cursor tombstone, then every registry tombstone
+        (each batch sent at once and waited for; the order is :meth:`delete`'s). Returns how many."""
+        self._catch_up()
+        mine = {n: st for n, st in self._states.items() if n.startswith(self._ns)}
+        if not mine:
+            return 0
+        with self._driver("delete ledgers"):
+            for st in mine.values():
+                self._unassign(st.tp)
+            self._rt()
+            try:
+                self._admin.delete_topics([st.topic for st in mine.values()])
+            except kerrors.UnknownTopicOrPartitionError:  # one was gone: the rest one by one
+                for name in list(mine):
+                    self.delete(name[len(self._ns):])
+                return len(mine)
+            for topic, keys in ((CURSORS_TOPIC, [_cursor_key(n, c) for n, st in mine.items() for c in st.cursors]),
+                                (REGISTRY_TOPIC, [n.encode() for n in mine])):
+                futures = [self._producer.send(topic, value=None, key=k, partition=0) for k in keys]
+                self._rt(1 if futures else 0)
+                for future in futures:
+                    self._mine(topic, future.get(timeout=self._timeout_s + 5).offset)
+        for name, st in mine.items():
+            st.deleted = True
+            st.listeners.clear()
+            self._states.pop(name, None)
+        return len(mine)
+
     def _forget(self, name: str, st: _LedgerState) -> None:
         """Tombstone the cursors, then the registry record, of a ledger whose topic is gone."""
         pending = [self._send(CURSORS_TOPIC, _cursor_key(name, c), None, "delete cursor", wait=False) for c in st.cursors]
         with self._driver(f"delete cursors of {name}"):
             for future in pending:
                 self._rt()
-                future.get(timeout=self._timeout_s + 5)
+                self._mine(CURSORS_TOPIC, future.get(timeout=self._timeout_s + 5).offset)
         self._send(REGISTRY_TOPIC, name.encode(), None, f"delete ledger {name}")
         st.deleted = True
         st.listeners.clear()
@@ -418,7 +450,16 @@ class KafkaLedgerFactory(LedgerFactory):
             if not wait:
                 return future
             self._rt(1, handle)
-            return future.get(timeout=self._timeout_s + 5)
+            meta = future.get(timeout=self._timeout_s + 5)
+        self._mine(topic, meta.offset)
+        return meta
+
+    def _mine(self, topic: str, offset: int) -> None:
+        """Note a registry or cursor record this factory wrote (and applied to its cache as it
+        did): catching up need not read it back."""
+        own = self._own.get(TopicPartition(topic, 0))
+        if own is not None:
+            own.add(offset)
 
     def _create_topic(self, topic: str, config: Mapping[str, str], *, wait: bool = False) -> bool:
         """Create ``topic`` with one partition (``wait``: until its leader is known); False if it
@@ -566,7 +607,11 @@ class KafkaLedgerFactory(LedgerFactory):
             ends = {tp: o.offset for tp, o in self._admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.LATEST)).items()}
         for tp in tps:
             start, end = self._next_read[tp], ends[tp]
-            if start >= end:
+            own = self._own[tp]
+            mine = sum(1 for o in own if start <= o < end)
+            own.difference_update([o for o in own if o < end])
+            if start >= end or mine == end - start:  # nothing new, or only our own writes
+                self._next_read[tp] = max(start, end)
                 continue
             for r in self._fetch(tp, start, end - 1):
                 if tp.topic == REGISTRY_TOPIC:
