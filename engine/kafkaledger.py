@@ -336,6 +336,9 @@ class KafkaLedgerFactory(LedgerFactory):
                 st.start = st.end = 0
             elif not self._load_offsets(st):
                 raise LedgerError(f"kafka at {self.url}: topic {topic} of ledger {name} vanished while opening it")
+        with self._driver(f"assign {st.topic}"):
+            # assigned (paused) now: the client fetches its metadata before the first read needs it
+            self._add(st.tp, paused=True)
         return KafkaManagedLedger(external, st, self, next(self._handles), key=name)
 
     def exists(self, name: str) -> bool:
@@ -538,20 +541,27 @@ class KafkaLedgerFactory(LedgerFactory):
         """Make ``tp`` the one unpaused partition of the consumer's assignment (added to it the
         first time: that read alone waits for the topic's metadata)."""
         c = self._consumer
-        self._gone.discard(tp)  # a ledger deleted and re-created keeps its topic name
-        if tp not in self._assigned:
-            # Growing the assignment is the one moment it changes: deleted ledgers' partitions
-            # leave it here (kafka-python stops fetching the kept ones after an assign that only
-            # shrinks it, measured: reads time out), kept ones keep their state (paused, position).
-            self._assigned -= self._gone
-            self._gone.clear()
-            self._assigned.add(tp)
-            c.assign(sorted(self._assigned))
-        elif tp != self._active:
+        if not self._add(tp) and tp != self._active:  # a partition added now starts unpaused
             c.resume(tp)
         if self._active is not None and self._active != tp and self._active in self._assigned:
             c.pause(self._active)
         self._active = tp
+
+    def _add(self, tp: TopicPartition, paused: bool = False) -> bool:
+        """Add ``tp`` to the consumer's assignment (False if it is in it already). Growing the
+        assignment is the one moment it changes: deleted ledgers' partitions leave it here
+        (kafka-python stops fetching the kept ones after an assign that only shrinks it,
+        measured: reads time out); kept ones keep their state (paused, position)."""
+        self._gone.discard(tp)  # a ledger deleted and re-created keeps its topic name
+        if tp in self._assigned:
+            return False
+        self._assigned -= self._gone
+        self._gone.clear()
+        self._assigned.add(tp)
+        self._consumer.assign(sorted(self._assigned))
+        if paused:
+            self._consumer.pause(tp)
+        return True
 
     def _unassign(self, tp: TopicPartition) -> None:
         """A deleted ledger's partition: paused now, out of the assignment at its next change."""
