@@ -11,7 +11,8 @@ median), and the ratio printed is adapter rate / client rate.
 
 Redis (``metadata_v5.redis`` vs redis-py on one connection):
 
-* ``get``: ``store.get`` vs ``HGETALL``; ``get_many@D``: one pipelined ``get_many`` of D keys vs a
+* ``get``: ``store.get`` (one EVALSHA: the record with the store revision, see
+  ``RedisMetadataStore.watch``) vs the same EVALSHA, and vs a plain ``HGETALL``; ``get_many@D``: one pipelined ``get_many`` of D keys vs a
   redis-py MULTI pipeline of D ``HGETALL`` (the adapter's depth);
 * ``put``: ``store.put`` (one EVALSHA of the batch script) vs redis-py ``evalsha`` of the same
   script with the same, pre-encoded arguments, on fresh keys each;
@@ -187,6 +188,8 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
             get = _rate(n, lambda: [store.get(k) for k in keys])
             rkeys = [ns + "r:" + k for k in keys]
             raw_get = _rate(n, lambda: [client.execute_command("HGETALL", k) for k in rkeys])
+            read = store._scripts["get_watch"]
+            raw_get_script = _rate(n, lambda: [client.evalsha(read.sha, 0, ns, k) for k in keys])
             chunks = [keys[i:i + depth] for i in range(0, n, depth)]
             many = _rate(n, lambda: [store.get_many(c) for c in chunks])
 
@@ -199,14 +202,16 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
 
             raw_many_rate = _rate(n, raw_many)
             pairs["put (EVALSHA)"].append((put, raw_put))
-            pairs["get (HGETALL)"].append((get, raw_get))
+            pairs["get vs HGETALL"].append((get, raw_get))
+            pairs["get vs EVALSHA of its script"].append((get, raw_get_script))
             pairs[f"get_many@{depth} (pipelined)"].append((many, raw_many_rate))
         finally:
             store.purge()
             RedisMetadataStore(url, prefix=ns + "raw:").purge()
             store.close()
 
-    pairs: dict[str, list[tuple[float, float]]] = {"put (EVALSHA)": [], "get (HGETALL)": [],
+    pairs: dict[str, list[tuple[float, float]]] = {"put (EVALSHA)": [], "get vs HGETALL": [],
+                                                   "get vs EVALSHA of its script": [],
                                                    f"get_many@{depth} (pipelined)": []}
     for _ in range(repeats):
         ops_pair()
