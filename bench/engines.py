@@ -19,7 +19,7 @@ class Setup:
 
     ledgers: LedgerFactory
     engine: EngineFactory | None
-    closers: list[Callable[[], None]] = field(default_factory=list)
+    closers: list[Callable[[], object]] = field(default_factory=list)
 
     def close(self) -> None:
         """Run every closer (the last added first) even if one fails, then close the ledgers;

@@ -123,7 +123,7 @@ class _Capture:
                 cap.groups.append(commands)
             return cap._many(conn, commands)
 
-        AbstractConnection.send_command = send_command  # type: ignore[method-assign]
+        AbstractConnection.send_command = send_command  # type: ignore[method-assign, assignment]
         AbstractConnection.pack_commands = pack_commands  # type: ignore[method-assign]
 
     def close(self) -> None:
