@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -30,8 +31,15 @@ class RunConfig:
     # long after the last event (None: drain_ms, no extension; bench.replay.Replayer.steps)
     drain_max_ms: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # engine-specific extras
+    # A run on a shared real backend (Redis, Kafka) lives in its own namespace there (key prefix,
+    # ledger-name prefix) and is deleted after it (bench.engines); a fresh one is drawn when
+    # none is given. Empty on embedded backends, which are private to the run anyway.
+    namespace: str = ""
 
     def __post_init__(self) -> None:
+        if not self.namespace and not (self.ledger_url.startswith("memory:")
+                                       and self.metadata_url.startswith("memory:")):
+            object.__setattr__(self, "namespace", "run-" + uuid.uuid4().hex[:12])
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         for name, cls in (("v5_variant", Variant), ("v5_gc", GcMode)):
@@ -71,7 +79,7 @@ class RunConfig:
         return PollingPolicy.preset(self.polling)
 
     def with_engine(self, engine: str) -> RunConfig:
-        return replace(self, engine=engine)
+        return replace(self, engine=engine, namespace="")  # another run: another namespace
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.backends import open_ledgers
+from engine.backends import namespaced_ledger_url, open_ledgers, purge_ledgers
 from engine.ledger import LedgerFactory
 from engine.ports import EngineFactory
+from metadata_v5.registry import namespaced_metadata_url, purge_metadata
 from bench.config import RunConfig
 
 
@@ -18,23 +19,45 @@ class Setup:
 
     ledgers: LedgerFactory
     engine: EngineFactory | None
-    closers: list[Callable[[], None]] = field(default_factory=list)
+    closers: list[Callable[[], object]] = field(default_factory=list)
 
     def close(self) -> None:
+        """Run every closer (the last added first) even if one fails, then close the ledgers;
+        the first failure is raised after."""
+        error: BaseException | None = None
         for close in reversed(self.closers):
-            close()
+            try:
+                close()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rest ran
+                error = error or exc
+        self.closers.clear()
         self.ledgers.close()
+        if error is not None:
+            raise error
 
 
 def build(cfg: RunConfig) -> Setup:
-    ledgers = open_ledgers(cfg.ledger_url)
-    if cfg.engine == "none":
-        return Setup(ledgers, None)
+    """The run's stores, in its namespace on shared real backends; :meth:`Setup.close` deletes
+    what the run wrote there (a second run on the same Redis or Kafka must not see it)."""
+    ledgers = open_ledgers(namespaced_ledger_url(cfg.ledger_url, cfg.namespace))
+    setup = Setup(ledgers, None)
+    if cfg.namespace and not cfg.ledger_url.startswith("memory:"):
+        setup.closers.append(lambda: purge_ledgers(ledgers))
     if cfg.engine == "v4":
         from legacy_v4.engine import v4_engine
 
-        return Setup(ledgers, v4_engine(**cfg.options))
-    from metadata_v5.engine import open_v5
+        setup.engine = v4_engine(**cfg.options)
+    elif cfg.engine == "v5":
+        from metadata_v5.engine import open_v5
 
-    engine, close = open_v5(cfg.metadata_url, variant=cfg.v5_variant, gc=cfg.v5_gc, **cfg.options)
-    return Setup(ledgers, engine, [close])
+        url = namespaced_metadata_url(cfg.metadata_url, cfg.namespace)
+        try:
+            engine, close = open_v5(url, variant=cfg.v5_variant, gc=cfg.v5_gc, **cfg.options)
+        except BaseException:
+            setup.close()
+            raise
+        setup.engine = engine
+        if cfg.namespace and not cfg.metadata_url.startswith("memory:"):
+            setup.closers.append(lambda: purge_metadata(url))
+        setup.closers.append(close)  # closers run in reverse: the store's handle, then the purge
+    return setup

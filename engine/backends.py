@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 from typing import Any, Callable
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from engine.errors import ConfigError
 from engine.ledger import LedgerFactory
@@ -47,3 +47,33 @@ def query_int(url: str, name: str, default: int) -> int:
         return int(values[0])
     except ValueError:
         raise ConfigError(f"{url}: {name} must be an integer, got {values[0]!r}") from None
+
+
+def with_query(url: str, name: str, value: str) -> str:
+    """``url`` with query option ``name`` set to ``value`` (replacing any earlier one)."""
+    parsed = urlparse(url)
+    query = parse_qs(parsed.query, keep_blank_values=True)
+    query[name] = [value]
+    return urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
+
+
+def namespaced_ledger_url(url: str, namespace: str) -> str:
+    """The ledger URL of a run isolated in ``namespace`` on a shared backend: on ``kafka://``
+    its ledger names (hence topics, registry and cursor keys) start with ``namespace/`` after
+    any namespace the URL already names; ``memory://`` is private to its process already."""
+    if not namespace or urlparse(url).scheme != "kafka":
+        return url
+    base = parse_qs(urlparse(url).query).get("namespace", [""])[0]
+    return with_query(url, "namespace", f"{base}{namespace}/")
+
+
+def purge_ledgers(ledgers: LedgerFactory) -> int:
+    """Delete every ledger the factory sees (with a namespaced factory: the run's own), with the
+    factory's own bulk ``purge()`` where it has one (``kafka://``). Returns how many."""
+    bulk = getattr(ledgers, "purge", None)
+    if bulk is not None:
+        return int(bulk())
+    names = ledgers.names("")
+    for name in names:
+        ledgers.delete(name)
+    return len(names)

@@ -19,8 +19,10 @@ Every write is ONE Lua script that evaluates all its conditions and reads before
 keys make it a single-node (or single-shard) design: Redis Cluster would reject the cross-slot
 script; the hash tags still document the co-location PIP-473 relies on.
 
-Watches read the stream with XREAD from the last entry seen, so a dropped connection loses
-nothing: the next :meth:`poll_watches` resumes where it stopped. Revisions in the stream are
+Watches read the stream from the last entry seen, so a dropped connection loses nothing: the next
+read resumes where it stopped. A watching handle's write script also returns the stream after its
+cursor (its own entry included) in the same reply, and a non-blocking :meth:`poll_watches` right
+after it delivers that without a round trip of its own; a poll with no write since uses XREAD. Revisions in the stream are
 consecutive, so a reader that fell behind the MAXLEN cap notices the gap and raises.
 
 Driver exceptions are translated in one place (:meth:`RedisMetadataStore._rt`), which also counts
@@ -52,7 +54,8 @@ DEFAULT_PREFIX = "txnbench:"
 DEFAULT_STREAM_MAXLEN = 100_000
 _XREAD_COUNT = 1000
 
-# ARGV: prefix, schema version, request JSON, stream maxlen
+# ARGV: prefix, schema version, request JSON, stream maxlen, change-stream cursor ('' = none), count
+# -> {'ok', rev, changes, index writes, {stream entries after the cursor}, key, version, ...} or an error tuple
 _BATCH = r"""
 local P = ARGV[1]
 if (redis.call('GET', P .. 'schema') or '0') ~= ARGV[2] then return {'schema'} end
@@ -110,7 +113,7 @@ end
 -- 3. writes
 local rev = ''
 if changed then rev = tostring(redis.call('INCR', P .. 'rev')) end
-local out = {'ok', rev, 0, 0}
+local out = {'ok', rev, 0, 0, {}}
 local log = {}
 local nchanges, nindex = 0, 0
 for i, op in ipairs(req.o) do
@@ -168,10 +171,15 @@ if changed then
 end
 out[3] = nchanges
 out[4] = nindex
+-- 4. the change stream after the caller's cursor (this batch's entry included), in the same reply:
+-- the poll that follows a write needs no round trip of its own
+if ARGV[5] ~= '' then
+  out[5] = redis.call('XRANGE', P .. 'log', '(' .. ARGV[5], '+', 'COUNT', ARGV[6])
+end
 return out
 """
 
-# ARGV: prefix, key -> {rev, last stream id, flat hash}
+# ARGV: prefix, key -> {rev, last stream id, flat hash} (get and watch)
 _GET_WATCH = r"""
 local P = ARGV[1]
 local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
@@ -261,6 +269,11 @@ def _record(key: str, flat: Sequence[str]) -> Record | None:
     return Record(key, fields, version)
 
 
+def _fields(flat: Sequence[str]) -> dict[str, str]:
+    it = iter(flat)
+    return dict(zip(it, it))
+
+
 def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec]) -> str:
     out: builtins.list[dict[str, Any]] = []
     for op in ops:
@@ -316,16 +329,25 @@ class RedisMetadataStore(MetadataStore):
         self._specs: dict[str, IndexSpec] = {}
         self._schema = "0"
         try:
+            # one connection per handle, held (a handle is used by one thread at a time): no pool
+            # checkout per command; pipelines take a second one from the same pool
             self.client = redislib.Redis.from_url(
                 url, decode_responses=True, protocol=2, socket_connect_timeout=2, socket_timeout=10,
-                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+                retry=Retry(NoBackoff(), 0), health_check_interval=0, single_connection_client=True)
         except ValueError as e:
             raise ConfigError(f"bad redis URL {url!r}: {e}") from None
+        except redislib.exceptions.RedisError as e:
+            raise BackendUnavailable(f"redis at {url}: {e}") from e
         self._scripts = {name: self.client.register_script(src) for name, src in
                          (("batch", _BATCH), ("get_watch", _GET_WATCH), ("range", _RANGE), ("list", _LIST),
                           ("define", _DEFINE))}
         self._cursor = "0-0"  # last change-stream id seen
         self._last_rev = 0     # revision of that entry
+        # True while the last reply (a write's) brought the stream up to date: a non-blocking
+        # poll then has nothing to read that a poll at that instant would have seen
+        self._fresh = False
+        # (key, round-trip count, get_watch reply) of the last get: see watch()
+        self._snapshot: tuple[str, int, builtins.list[Any]] | None = None
         self._load_schema(with_cursor=True)
 
     @classmethod
@@ -351,6 +373,7 @@ class RedisMetadataStore(MetadataStore):
         fresh connection after a connection error."""
         if self._closed:
             raise MetadataError("metadata store handle is closed")
+        self._check_connection()
         for attempt in (1, 2):
             self._counters["round_trips"] += 1
             try:
@@ -367,6 +390,19 @@ class RedisMetadataStore(MetadataStore):
             except redislib.exceptions.RedisError as e:
                 raise BackendUnavailable(f"redis at {self.url}: {e}") from e
         raise AssertionError("unreachable")
+
+    def _check_connection(self) -> None:
+        """What redis-py's pool does at checkout, for the held connection: one the server closed
+        (readable with nothing asked) is dropped before a command is sent on it, so a write is
+        never lost to a connection that was already dead (the next command reconnects)."""
+        conn = self.client.connection
+        if conn is None or conn._sock is None:
+            return
+        try:
+            if conn.can_read(timeout=0):
+                conn.disconnect()
+        except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError, OSError):
+            conn.disconnect()
 
     def _load_schema(self, with_cursor: bool = False) -> None:
         P = self.prefix
@@ -405,9 +441,12 @@ class RedisMetadataStore(MetadataStore):
     # -- records --
 
     def get(self, key: str) -> Record | None:
-        flat = self._rt(self.client.execute_command, "HGETALL", self.prefix + "r:" + key)
+        # read with the store revision and stream position: a watch on the same key registered
+        # right after (the buffer's check-then-watch of a txn header) takes this snapshot
+        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        self._snapshot = (key, self._counters["round_trips"], res)
         self._counters["reads"] += 1
-        return _record(key, flat if isinstance(flat, list) else [x for kv in flat.items() for x in kv])
+        return _record(key, res[2])
 
     def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         if not keys:
@@ -443,8 +482,10 @@ class RedisMetadataStore(MetadataStore):
         validate_ops(ops, user=False)
         for attempt in (1, 2):
             payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
-            res = self._rt(self._scripts["batch"], args=[self.prefix, self._schema, payload, self.stream_maxlen],
-                           idempotent=False)
+            # with live watches the reply also carries the change stream after our cursor
+            cursor = self._cursor if self._hub.has_watches() else ""
+            res = self._rt(self._scripts["batch"], args=[self.prefix, self._schema, payload, self.stream_maxlen,
+                                                         cursor, _XREAD_COUNT], idempotent=False)
             if res[0] == "schema" and attempt == 1:
                 self._load_schema()
                 continue
@@ -458,7 +499,7 @@ class RedisMetadataStore(MetadataStore):
             raise condition_error(res[1], int(res[2]), int(res[3]) if res[3] != "" else None)
         c = self._counters
         nchanges, nindex = int(res[2]), int(res[3])
-        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(4, len(res), 2)]
+        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(5, len(res), 2)]
         c["batches"] += 1
         c["writes"] += nchanges
         c["index_writes"] += nindex
@@ -469,6 +510,11 @@ class RedisMetadataStore(MetadataStore):
                    if not isinstance(op, (Check, DeleteSequence)) and not r.key.startswith(RESERVED_PREFIX)]
         if count_partitions(written) > 1:
             c["multi_partition_batches"] += 1
+        if cursor:
+            entries = _arr(res[4])
+            self._take([(sid, _fields(flat)) for sid, flat in entries])
+            # the reply holds every change up to this write: a poll now has nothing more to ask
+            self._fresh = len(entries) < _XREAD_COUNT
         return results
 
     # -- indexes --
@@ -546,7 +592,11 @@ class RedisMetadataStore(MetadataStore):
 
     def watch(self, key: str, callback: Callback) -> Watch:
         validate_user_key(key)
-        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        snap = self._snapshot
+        if snap is not None and snap[0] == key and snap[1] == self._counters["round_trips"]:
+            res = snap[2]  # this handle's last round trip read the key: a watch from that instant
+        else:
+            res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
         rev = int(res[0])
         self._registering(res[1], rev)
         return self._hub.add(Watch(callback, _record(key, res[2]), rev, key=key))
@@ -566,7 +616,8 @@ class RedisMetadataStore(MetadataStore):
     def poll_watches(self, timeout_s: float = 0.0) -> int:
         if self._closed:
             raise MetadataError("metadata store handle is closed")
-        if self._hub.has_watches():
+        fresh, self._fresh = self._fresh, False
+        if self._hub.has_watches() and not (fresh and timeout_s <= 0):
             block = int(timeout_s * 1000) if timeout_s > 0 else None
             while True:
                 resp = self._rt(self.client.xread, {self.prefix + "log": self._cursor}, count=_XREAD_COUNT,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Callable
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlparse, urlunparse
 
-from engine.backends import resolve
+from engine.backends import resolve, with_query
 from engine.errors import ConfigError
 from metadata_v5.store import MetadataStore
 
@@ -93,3 +93,27 @@ def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
 
         return DegradedMetadataStore(store)
     return store
+
+
+def namespaced_metadata_url(url: str, namespace: str) -> str:
+    """The metadata URL of a run isolated in ``namespace`` on a shared backend: on ``redis://``
+    every key goes under ``<prefix><namespace>:`` (the URL's prefix, default ``txnbench:``);
+    ``memory://`` is private to its process already."""
+    if not namespace or urlparse(url).scheme != "redis":
+        return url
+    from metadata_v5.redis import DEFAULT_PREFIX
+
+    base = parse_qs(urlparse(url).query).get("prefix", [DEFAULT_PREFIX])[0]
+    return with_query(url, "prefix", f"{base}{namespace}:")
+
+
+def purge_metadata(url: str) -> int:
+    """Delete everything under the store at ``url`` (a namespaced Redis URL: the run's keys).
+    An in-process store is gone with its handles: nothing to do."""
+    if urlparse(url).scheme != "redis":
+        return 0
+    store = backend_for(url)(url)
+    try:
+        return store.purge()  # type: ignore[attr-defined, no-any-return]
+    finally:
+        store.close()

@@ -572,6 +572,57 @@ def test_redis_round_trips_per_operation(redis_url: str) -> None:
 
 
 @pytest.mark.redis
+def test_redis_write_reply_carries_the_change_stream(redis_url: str) -> None:
+    """A watching handle's write brings back the change stream after its cursor: the poll right
+    after it costs no round trip and still delivers the other handle's earlier change too; the
+    next poll (nothing written since) reads the stream again and sees later changes."""
+    f = Factory("redis", redis_url)
+    try:
+        a, b = f.open(), f.open()
+        events: list[WatchEvent] = []
+        a.watch("/k", events.append)
+        b.put("/k", {"n": "1"})       # not written by a: only the stream tells a
+        a.put("/other", {"n": "x"})   # a's write: its reply carries both stream entries
+        before = a.stats()["round_trips"]
+        a.poll_watches()
+        assert a.stats()["round_trips"] == before
+        assert [e.fields["n"] for e in events if e.fields] == ["1"]
+        b.put("/k", {"n": "2"})
+        a.poll_watches()              # nothing written by a since: a real read
+        assert a.stats()["round_trips"] == before + 1
+        assert [e.fields["n"] for e in events if e.fields] == ["1", "2"]
+    finally:
+        f.close()
+
+
+@pytest.mark.redis
+def test_redis_watch_right_after_get_reuses_its_read(redis_url: str) -> None:
+    """get then watch of the same key, nothing in between: one round trip, and the watch still
+    sees every later change, including one another handle made between the two calls."""
+    f = Factory("redis", redis_url)
+    try:
+        a, b = f.open(), f.open()
+        b.put("/k", {"n": "1"})
+        before = a.stats()["round_trips"]
+        rec = a.get("/k")
+        b.put("/k", {"n": "2"})  # after a's read, before its watch
+        events: list[WatchEvent] = []
+        w = a.watch("/k", events.append)
+        assert a.stats()["round_trips"] == before + 1
+        assert rec is not None and rec.fields == {"n": "1"}
+        b.put("/k", {"n": "3"})
+        a.poll_watches()
+        assert [e.fields["n"] for e in events if e.fields] == ["2", "3"]
+        w.cancel()
+        a.get("/k")
+        a.get("/other")  # the last read is of another key: the watch reads for itself
+        a.watch("/k", lambda e: None)
+        assert a.stats()["round_trips"] == before + 5  # + the poll, 2 gets, the watch
+    finally:
+        f.close()
+
+
+@pytest.mark.redis
 def test_redis_stream_gap_is_detected(redis_url: str) -> None:
     f = Factory("redis", redis_url)
     f.url += "&stream_maxlen=1"
