@@ -17,8 +17,11 @@ no query reaches them. This is not :mod:`metadata_v5.degraded`, which models the
 of a ZooKeeper backend (client-maintained index records, re-lists instead of range watches):
 Pulsar ships the scan fallback, not index records.
 
-Counts: ``reads`` include the serial GETs of every scan and the counter GETs; ``writes`` the
-counter CASes; ``index_queries`` and ``seq_allocs`` are this wrapper's.
+Counts follow what the broker's ``pulsar_metadata_store_ops`` counters see: ``reads`` are the
+GETs through ``AbstractMetadataStore.get`` (L359-379: the counter GETs among them), while a scan's
+serial GETs go to ``storeGet`` directly (L605, L648), which records no metric: they are counted
+apart as ``scan_reads``. ``writes`` include the counter CASes; ``index_queries`` and
+``seq_allocs`` are this wrapper's.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class EmulatedMetadataStore(MetadataStore):
         self.capabilities = replace(inner.capabilities, native_indexes=False, native_sequences=False)
         self._index_queries = 0
         self._seq_allocs = 0
+        self._scan_reads = 0
 
     # -- records --
 
@@ -168,6 +172,7 @@ class EmulatedMetadataStore(MetadataStore):
             if key.startswith(RESERVED_PREFIX):
                 continue
             rec = self.inner.get(key)  # serially, one GET per child (AbstractMetadataStore L624-660)
+            self._scan_reads += 1
             if rec is None:
                 continue
             entry = spec.entry(key, rec.fields)
@@ -212,6 +217,8 @@ class EmulatedMetadataStore(MetadataStore):
         out = self.inner.stats()
         out["index_queries"] = self._index_queries
         out["seq_allocs"] = self._seq_allocs
+        out["reads"] -= self._scan_reads  # the inner store counted them as plain gets
+        out["scan_reads"] = self._scan_reads
         return out
 
     def reopen(self) -> EmulatedMetadataStore:

@@ -97,6 +97,8 @@ _INT_OFFSET: Final = 2**63
 
 STAT_KEYS: Final = (
     "reads",            # records fetched by get/get_many (per key asked)
+    "scan_reads",       # emulated: records an index scan fetched one by one (storeGet, which
+                        # Pulsar's pulsar_metadata_store_ops get counter does not count)
     "lists",            # list/list_keys calls
     "listed",           # records returned by lists
     "index_queries",    # query/query_records calls (and degraded re-lists of an index)

@@ -313,9 +313,9 @@ class StoreTxnRecords(TxnRecords):
         if self.store.capabilities.native_indexes:
             self.last_scan_gets = 0
             return fn()
-        before = self.store.stats()["reads"]
+        before = self.store.stats()["scan_reads"]
         out = fn()
-        self.last_scan_gets = self.store.stats()["reads"] - before
+        self.last_scan_gets = self.store.stats()["scan_reads"] - before
         return out
 
     def store_native_sequences(self) -> bool:

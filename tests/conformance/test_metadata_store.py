@@ -450,7 +450,9 @@ def test_emulated_scan_reads_every_child_and_sequences_use_a_counter(factory: Fa
     before = store.stats()
     assert [e.key for e in store.query(DEADLINE.name, maximum=1)] == ["/txn/{1}"]
     after = store.stats()
-    assert after["reads"] - before["reads"] == 3 and after["lists"] - before["lists"] == 1
+    # three serial GETs, counted apart: Pulsar's get metric does not see storeGet
+    assert after["scan_reads"] - before["scan_reads"] == 3 and after["reads"] == before["reads"]
+    assert after["lists"] - before["lists"] == 1
     store.put_sequential("/txn-op/{1}/", {"kind": "ack"})  # first of its prefix: no counter yet
     before = store.stats()
     store.put_sequential("/txn-op/{1}/", {"kind": "ack"})
