@@ -144,3 +144,29 @@ def test_a_long_jsonl_trace_streams_in_batches(tmp_path: Path) -> None:
     sizes = [b.num_rows for b in open_trace(path).iter_batches(batch_size=1024, columns=["op"])]
     assert sizes == [1024] * 4 + [904]  # never the whole file at once
     assert validate(path, batch_rows=1024) == 5000
+
+
+def test_validate_trace_prints_the_counts_and_refuses_as_replay_does(tmp_path: Path, sample_rows: list,  # type: ignore[type-arg]
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": "my-topic", "subscription": "s"},
+        {"ts_us": 10, "op": "new_txn", "txn": "t1"},
+        {"ts_us": 20, "op": "publish", "txn": "t1", "topic": "my-topic", "msg": "m0", "size": 3},
+        {"ts_us": 20, "op": "publish", "topic": "acme/orders/t", "msg": "m1", "size": 3},
+        {"ts_us": 1_500_030, "op": "commit", "txn": "t1"},
+    ]
+    path = to_jsonl(rows, tmp_path / "t.log")  # no telling extension: --format says it
+    assert main(["validate-trace", str(path), "--format", "jsonl"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{path}: valid jsonl trace", "rows: 5", "ops: new_txn 1, publish 2, commit 1, subscribe 1",
+                   "topics: 2", "txns: 1", "time span: 1.500030 s (0 .. 1500030 us)"]
+    bad = to_csv(rows + [{"ts_us": 7, "op": "publish", "topic": "t", "msg": "m2", "size": 1}], tmp_path / "bad.csv")
+    assert main(["validate-trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert main(["replay", "--trace", str(bad), "--engine", "none", "--out", str(tmp_path / "out")]) == 2
+    replay_err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.csv: row 5: ts_us goes backwards (7 after 1500030)" in err
+    assert err.split("error: ", 1)[1] == replay_err.split("error: ", 1)[1]  # the same one-line message
+    assert not (tmp_path / "out").exists()
