@@ -170,3 +170,16 @@ def test_validate_trace_prints_the_counts_and_refuses_as_replay_does(tmp_path: P
     assert err.count("\n") == 1 and "bad.csv: row 5: ts_us goes backwards (7 after 1500030)" in err
     assert err.split("error: ", 1)[1] == replay_err.split("error: ", 1)[1]  # the same one-line message
     assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_examples_read_and_generate(tmp_path: Path) -> None:
+    from bench.workloads import generate, load_profile
+
+    examples = SAMPLE.parents[1] / "examples"
+    as_csv, as_jsonl = list(read_events(examples / "orders.csv")), list(read_events(examples / "orders.jsonl"))
+    assert as_csv == as_jsonl and len(as_csv) == 10
+    assert {e.topic for e in as_csv if e.topic} == {"persistent://public/default/orders", "persistent://acme/payments/ledger"}
+    profile = load_profile(str(examples / "my-profile.json"))
+    assert (profile.namespace, profile.sub_type, profile.txn_messages) == ("acme/orders", "Shared", (2, 20))
+    rows = generate(profile, 1000, 1, tmp_path / "my.parquet")
+    assert validate(tmp_path / "my.parquet") == rows >= 1000
