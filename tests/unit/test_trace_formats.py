@@ -183,3 +183,16 @@ def test_the_shipped_examples_read_and_generate(tmp_path: Path) -> None:
     assert (profile.namespace, profile.sub_type, profile.txn_messages) == ("acme/orders", "Shared", (2, 20))
     rows = generate(profile, 1000, 1, tmp_path / "my.parquet")
     assert validate(tmp_path / "my.parquet") == rows >= 1000
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_bad_value_past_the_first_block_is_named_by_its_row(tmp_path: Path, kind: str) -> None:
+    # the readers parse 1 MB blocks; the row is counted from the blocks read before the bad one
+    rows: list[dict] = [{"ts_us": i, "op": "publish", "topic": "persistent://public/default/orders",  # type: ignore[type-arg]
+                         "msg": f"m{i}", "size": 1000} for i in range(20_000)]
+    rows[18_765]["size"] = "huge"
+    path = (to_csv if kind == "csv" else to_jsonl)(rows, tmp_path / f"t.{kind}")
+    assert path.stat().st_size > 1 << 20
+    with pytest.raises(TraceError) as info:
+        validate(path)
+    assert info.value.row == 18_765 and "size must be an integer, got 'huge'" in str(info.value)
