@@ -239,6 +239,11 @@ def _open(path: str | Path, fmt: str | None = None) -> TraceFile:
     return tf
 
 
+def open_checked(path: str | Path, fmt: str | None = None) -> TraceFile:
+    """The trace file to stream, its columns checked (not its rows: see :func:`validate`)."""
+    return _open(path, fmt)
+
+
 def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool = False,
                 fmt: str | None = None) -> Iterator[Event]:
     """Yield validated events in order. Raises TraceError at the first bad row.

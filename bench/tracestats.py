@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from bench.trace import OPS, _open, validate
+from bench.trace import OPS, open_checked, validate
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class TraceSummary:
 def summarize(path: str | Path, fmt: str | None = None, batch_rows: int = 65_536) -> TraceSummary:
     """Validate the trace (TraceError at the first bad row), then count it in one streaming pass."""
     rows = validate(path, batch_rows=batch_rows, fmt=fmt)
-    tf = _open(path, fmt)
+    tf = open_checked(path, fmt)
     counts: dict[str, int] = {}
     topics: set[str] = set()
     first = last = None
