@@ -241,11 +241,30 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from bench.output import check_out
     from bench.workloads import generate, load_profile
+    from engine.errors import ConfigError
 
-    profile = load_profile(args.profile)
+    if (args.profile is None) == (args.omb_workload is None):
+        raise ConfigError("give one of --profile or --omb-workload")
+    if args.omb_workload is None and args.events is None:
+        raise ConfigError("--events is required with --profile")
+    profile = load_profile(args.profile) if args.profile is not None else None
     check_out(args.out, force=args.force, kind="file")
+    if profile is None:
+        from bench.omb import generate_omb
+
+        for line in generate_omb(args.omb_workload, args.events, args.seed, args.out):
+            print(line)
+        return 0
     rows = generate(profile, args.events, args.seed, args.out)  # written to a temp file, renamed at the end
     print(f"wrote {rows} events to {args.out}")
+    return 0
+
+
+def cmd_validate_trace(args: argparse.Namespace) -> int:
+    from bench.tracestats import summarize
+
+    for line in summarize(args.path, args.format).lines():
+        print(line)
     return 0
 
 
@@ -509,13 +528,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("generate", help="write a trace (Parquet) from a workload profile")
-    p.add_argument("--profile", required=True)
-    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), required=True)
+    p = sub.add_parser("generate", help="write a trace (Parquet) from a workload profile or an OMB workload YAML")
+    p.add_argument("--profile", default=None, help="a profile name (txnbench profiles) or a profile JSON file")
+    p.add_argument("--omb-workload", default=None, metavar="FILE.yaml",
+                   help="an OpenMessaging Benchmark workload file, with txn fields under txnbench: (datasets/omb/)")
+    p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=None,
+                   help="rows to generate (required with --profile; with --omb-workload at most 1000000 by default, "
+                        "or fewer when the workload's testDurationMinutes x producerRate ends first)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
     _add_force(p)
     p.set_defaults(fn=cmd_generate)
+
+    p = sub.add_parser("validate-trace", help="check a trace as a replay would; print its rows, ops, topics, txns, span")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--format", default=None, choices=["parquet", "csv", "jsonl"],
+                   help="the trace's format (default: by extension, else by content)")
+    p.set_defaults(fn=cmd_validate_trace)
 
     p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
     p.add_argument("--trace", required=True)

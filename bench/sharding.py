@@ -8,6 +8,8 @@ onto the lightest shard), so a shard is a few large groups, as Spark likes them.
 touches), whose size depends on the topics, not on the trace's length
 (:func:`trace_aggregates` computes them with Arrow).
 :func:`shard_events` streams one shard's rows out of the trace with vectorised filters.
+Both read any trace format through :func:`bench.tracefmt.open_trace` (Parquet, CSV, JSON lines;
+short topic names expanded), natively: nothing is converted first.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
-from bench.trace import COLUMNS, Event, event_columns, event_of_row, parquet_stream, trace_columns
+from bench.trace import COLUMNS, Event, event_columns, event_of_row, trace_columns
+from bench.tracefmt import TraceFile, open_trace
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
 _OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")
@@ -76,7 +77,7 @@ def trace_aggregates(trace: str | Path, batch_rows: int = 262_144) -> tuple[dict
     of txns still open at the end of a batch are carried to the next, and a txn's set becomes a
     string of sorted topic numbers of which only the distinct ones (a handful) become Python
     objects: the driver's memory does not grow with the trace."""
-    pf = parquet_stream(trace)
+    pf = open_trace(trace)
     rows_per_topic: dict[str, int] = {}
     topic_ids: dict[str, int] = {}
     sets: set[tuple[int, ...]] = set()
@@ -112,7 +113,7 @@ def _topic_sets(pairs: pa.Table) -> set[tuple[int, ...]]:
     return {tuple(int(i) for i in key.split(",")) for key in pc.unique(keys).to_pylist()}
 
 
-def _shard_txns(pf: pq.ParquetFile, topics: pa.Array, topicless: bool, batch_rows: int) -> pa.Array:
+def _shard_txns(pf: TraceFile, topics: pa.Array, topicless: bool, batch_rows: int) -> pa.Array:
     """Labels of the txns that touch ``topics`` (plus, if ``topicless``, those that touch no
     topic at all), as one Arrow array: a few bytes a txn, not a Python set."""
     parts = []
@@ -136,7 +137,7 @@ def shard_events(trace: str | Path, topic_shard: Mapping[str, int], shard: int,
     """The rows of ``shard`` in trace order, with their row numbers in the whole trace: rows on
     its topics, topicless txn rows (new_txn/commit/abort) of its txns, and every crash. Txns
     that touch no topic go to shard 0. Trusts the trace: validate it first."""
-    pf = parquet_stream(trace)
+    pf = open_trace(trace)
     topics = pa.array(sorted(t for t, s in topic_shard.items() if s == shard), pa.string())
     txns = _shard_txns(pf, topics, shard == 0, batch_rows)
     row = 0

@@ -43,6 +43,7 @@ from bench.output import check_out
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench.sharding import plan_shards, trace_aggregates
 from bench.trace import parquet_stream, trace_metadata, validate
+from bench.tracefmt import open_trace
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's
@@ -279,7 +280,7 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
                                       OUT_DDL)
             stop = threading.Event()
             watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
-                spool / "progress", [c.label for c in configs], pq.ParquetFile(trace).metadata.num_rows, progress, stop))
+                spool / "progress", [c.label for c in configs], open_trace(trace).num_rows(), progress, stop))
             if progress is not None:
                 watcher.start()
             try:

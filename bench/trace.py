@@ -1,4 +1,6 @@
-"""Traces: one row per client event, in Parquet, as specified in DESIGN.md.
+"""Traces: one row per client event, in Parquet (or CSV or JSON lines: :mod:`bench.tracefmt`),
+as specified in DESIGN.md. Short topic names are expanded as a Pulsar client expands them
+(:func:`bench.tracefmt.expand_topic`) before any check, so every reader sees full names.
 
 :func:`read_events` streams a trace in record batches and validates every row before it is
 yielded; :func:`validate` runs the same checks over a whole file without replaying it, so a
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 
 from engine.errors import TraceError, TxnbenchError
 from engine.topics import TopicName
+from bench.tracefmt import TraceFile, open_trace, short_name_error
 
 SCHEMA = pa.schema(
     [
@@ -169,6 +172,9 @@ class RowValidator:
                 raise self.fail(row, f"{op} needs a topic")
             scalable = self.topics.get(e.topic)
             if scalable is None:
+                short = short_name_error(e.topic)
+                if short is not None:
+                    raise self.fail(row, short)
                 try:
                     scalable = self.topics[e.topic] = TopicName.parse(e.topic).scalable
                 except TxnbenchError as exc:
@@ -238,15 +244,10 @@ def parquet_stream(path: str | Path) -> pq.ParquetFile:
     return pq.ParquetFile(path, pre_buffer=False)
 
 
-def _open(path: str | Path) -> pq.ParquetFile:
+def _open(path: str | Path, fmt: str | None = None) -> TraceFile:
     p = Path(path)
-    if not p.is_file():
-        raise TraceError("no such trace file", source=str(p))
-    try:
-        pf = parquet_stream(p)
-    except Exception as exc:  # pyarrow raises several types for a non-Parquet file
-        raise TraceError(f"not a readable Parquet file ({exc})", source=str(p)) from None
-    all_names = pf.schema_arrow.names
+    tf = open_trace(p, fmt)
+    all_names = tf.schema_arrow.names
     dup = sorted({n for n in all_names if all_names.count(n) > 1})
     if dup:
         raise TraceError(f"duplicate columns {', '.join(dup)}", source=str(p))
@@ -255,22 +256,29 @@ def _open(path: str | Path) -> pq.ParquetFile:
     if missing:
         raise TraceError(f"missing columns {', '.join(missing)}", source=str(p))
     for col in COLUMNS + [c for c in OPTIONAL_COLUMNS if c in names]:
-        have = pf.schema_arrow.field(col).type
+        have = tf.schema_arrow.field(col).type
         want = WRITE_SCHEMA.field(col).type
         ok = have == want or (pa.types.is_integer(have) and pa.types.is_integer(want)) or (
             pa.types.is_null(have)
         ) or (pa.types.is_large_string(have) and pa.types.is_string(want))
         if not ok:
             raise TraceError(f"column {col} has type {have}, expected {want}", source=str(p))
-    return pf
+    return tf
 
 
-def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool = False) -> Iterator[Event]:
+def open_checked(path: str | Path, fmt: str | None = None) -> TraceFile:
+    """The trace file to stream, its columns checked (not its rows: see :func:`validate`)."""
+    return _open(path, fmt)
+
+
+def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool = False,
+                fmt: str | None = None) -> Iterator[Event]:
     """Yield validated events in order. Raises TraceError at the first bad row.
 
     ``validated=True`` skips the row checks for a trace that :func:`validate` has just passed
-    (a replay validates once up front, then reads once per engine)."""
-    pf = _open(path)
+    (a replay validates once up front, then reads once per engine). ``fmt``: parquet, csv or
+    jsonl (default: by extension, else by content)."""
+    pf = _open(path, fmt)
     check = None if validated else RowValidator(str(path)).check
     row = 0
     columns = trace_columns(pf)
@@ -286,18 +294,18 @@ def read_events(path: str | Path, batch_rows: int = 65_536, *, validated: bool =
         row += batch.num_rows
 
 
-def trace_metadata(path: str | Path) -> dict[str, str]:
-    """The generator's notes stored in the file (profile, seed, events), if any."""
-    meta = _open(path).schema_arrow.metadata or {}
+def trace_metadata(path: str | Path, fmt: str | None = None) -> dict[str, str]:
+    """The generator's notes stored in the file (profile, seed, events), if any (Parquet only)."""
+    meta = _open(path, fmt).schema_arrow.metadata or {}
     return {k.decode()[len("txnbench."):]: v.decode() for k, v in meta.items() if k.startswith(b"txnbench.")}
 
 
-def validate(path: str | Path, batch_rows: int = 65_536) -> int:
+def validate(path: str | Path, batch_rows: int = 65_536, fmt: str | None = None) -> int:
     """Validate a whole trace; return its number of rows. Same checks and errors as
     :func:`read_events`, faster: a batch whose common rows (txns, publishes, acks) pass
     vectorised domain checks only has its labels checked row by row; any other batch, and any
     row that fails, goes through the full per-row check, which words the error."""
-    pf = _open(path)
+    pf = _open(path, fmt)
     v = RowValidator(str(path))
     row = 0
     columns = trace_columns(pf)
@@ -313,7 +321,7 @@ def validate(path: str | Path, batch_rows: int = 65_536) -> int:
     return row
 
 
-def trace_columns(pf: pq.ParquetFile) -> list[str]:
+def trace_columns(pf: pq.ParquetFile | TraceFile) -> list[str]:
     """The required columns, then the optional ones the file has."""
     names = set(pf.schema_arrow.names)
     return COLUMNS + [c for c in OPTIONAL_COLUMNS if c in names]

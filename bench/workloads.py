@@ -181,14 +181,18 @@ class _Txn:
 
 
 def generate(profile: Profile, events: int, seed: int, out: str | Path,
-             progress: Callable[[int], None] | None = None) -> int:
+             progress: Callable[[int], None] | None = None, duration_s: float | None = None) -> int:
     """Write a trace of about ``events`` rows (the last txns are closed, so a few more) to
-    ``out``. Returns the number of rows written."""
+    ``out``. Returns the number of rows written. ``duration_s``: also stop publishing after this
+    much virtual time (an OMB workload's ``testDurationMinutes``), whichever bound comes first."""
     if events < 1:
         raise ConfigError(f"--events must be >= 1, got {events}")
     if events / profile.rate_per_s * 1e6 > MAX_TS_US:
         raise ConfigError(f"{events} events at rate_per_s {profile.rate_per_s:g} span more than a trace may "
                           f"({MAX_TS_US // 86_400_000_000} days of ts_us)")
+    if duration_s is not None and duration_s <= 0:
+        raise ConfigError(f"the workload's duration must be > 0 s, got {duration_s}")
+    until_us = None if duration_s is None else int(duration_s * 1_000_000)
     rng = random.Random(seed)
     topics = profile.topic_names()
     subs = [f"sub{s}" for s in range(profile.subscriptions)]
@@ -201,6 +205,8 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
         heapq.heappush(later, (ts, seq, op, f))
 
     meta = {"profile": profile.name, "seed": str(seed), "events": str(events)}
+    if until_us is not None:
+        meta["duration_s"] = f"{duration_s:g}"
     # the sub_type column only when the profile names a type other than the default (Failover),
     # so traces of profiles that do not are the same as before the column existed
     optional = ("sub_type",) if profile.sub_type != "Failover" else ()
@@ -242,6 +248,9 @@ def generate(profile: Profile, events: int, seed: int, out: str | Path,
 
         while written() < events:
             ts += max(1, int(rng.expovariate(1.0) * mean_gap_us))
+            if until_us is not None and ts > until_us:
+                ts = until_us
+                break  # the workload's duration is over: what is open is closed below
             if ts > MAX_TS_US:  # the jitter's tail: refuse rather than write a trace replay rejects
                 raise ConfigError(f"the trace would run past {MAX_TS_US} µs of ts_us; raise rate_per_s or lower --events")
             # Splits and merges act on the segment of a recent message's key, so they spread
