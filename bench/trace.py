@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench import storage
 from engine.errors import TraceError, TxnbenchError
 from engine.topics import TopicName
 
@@ -216,8 +217,9 @@ def parquet_stream(path: str | Path) -> pq.ParquetFile:
 
 
 def _open(path: str | Path) -> pq.ParquetFile:
-    p = Path(path)
-    if not p.is_file():
+    # a URI (file://, s3://, hdfs://...) is read through pyarrow's filesystems: bench.storage
+    p: str | Path = str(path) if storage.is_uri(path) else Path(path)
+    if not (storage.is_file(p) if isinstance(p, str) else p.is_file()):
         raise TraceError("no such trace file", source=str(p))
     try:
         pf = parquet_stream(p)
