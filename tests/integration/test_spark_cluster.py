@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0  # a master and a worker JVM on a loaded 2-core machine
+# After this the driver's jobs are cancelled and the daemons stopped: a replay still waiting on
+# the cluster (say, for an executor that never came) fails instead of hanging the suite.
+REPLAY_TIMEOUT_S = float(os.environ.get("TXNBENCH_SPARK_CLUSTER_TIMEOUT_S", "420"))
 
 
 def _free_port() -> int:
@@ -55,13 +59,16 @@ def _alive_workers(webui: int) -> int:
 
 
 def _stop(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+    try:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+    except ProcessLookupError:  # already gone (the watchdog and the teardown both stop it)
+        pass
 
 
 @pytest.fixture
@@ -83,6 +90,10 @@ def standalone_master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
             procs.append(subprocess.Popen([spark_class, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
 
+    def stop_all() -> None:
+        for p in reversed(procs):
+            _stop(p)
+
     master = f"spark://127.0.0.1:{port}"
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
@@ -99,10 +110,27 @@ def standalone_master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
             time.sleep(0.5)
         monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the driver, for the executor to call back
         monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-        yield master
+        def give_up() -> None:
+            from pyspark import SparkContext
+
+            try:
+                sc = SparkContext._active_spark_context
+                if sc is not None:
+                    sc.cancelAllJobs()
+            except Exception:  # noqa: BLE001 - a context still starting: stopping the daemons is enough
+                pass
+            finally:
+                stop_all()
+
+        watchdog = threading.Timer(REPLAY_TIMEOUT_S, give_up)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            yield master
+        finally:
+            watchdog.cancel()
     finally:
-        for p in reversed(procs):
-            _stop(p)
+        stop_all()
 
 
 def _rows(path: Path, name: str) -> list[tuple]:  # type: ignore[type-arg]
@@ -115,8 +143,13 @@ def test_standalone_cluster_replay_matches_in_process_replay(tmp_path: Path, sta
     generate(load_profile("small"), 1500, 11, trace)
     configs = [RunConfig(engine="v4"), RunConfig(engine="v5")]
     replay_trace(trace, configs, tmp_path / "local")
+    seen: list[tuple[str, int, int]] = []
     manifest = spark_replay(trace.as_uri(), configs, (tmp_path / "cluster").as_uri(),
-                            master=standalone_master, shards=2)
+                            master=standalone_master, shards=2,
+                            progress=lambda label, done, total: seen.append((label, done, total)))
+    rows = pq.ParquetFile(trace).metadata.num_rows
+    assert seen[-2:] == [(c.label, rows, rows) for c in configs]  # bars end full, once done
+    assert not [p for p in tmp_path.iterdir() if ".spool-" in p.name]  # the spool beside --out is gone
     assert manifest["spark"]["master"] == standalone_master
     # the shard tasks ran in an executor the worker launched, not in the driver
     assert list((tmp_path / "spark-work").glob("app-*/*/stderr"))
