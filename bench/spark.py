@@ -9,9 +9,10 @@ with vectorised filters (:func:`bench.sharding.shard_events`) and replays them t
 engine config in turn, streaming, so a task's memory does not grow with the trace. A task
 writes its delivery and txn rows to Parquet itself (in the run's spool directory) and returns
 only a summary and its counts per config as Arrow batches: sending millions of rows through
-the JVM to have Spark write them cost as much CPU as a third of the replay. Spark SQL sums the
-counts, and the driver merges the HdrHistograms and the row files into the standard result
-directory.
+the JVM to have Spark write them cost as much CPU as a third of the replay. Those few rows come
+back to the driver as one Arrow table (not through a Spark write to the driver's disk, which
+executors on other hosts cannot reach); the driver sums the counts, merges the HdrHistograms and
+copies the row files into the standard result directory.
 
 Meanwhile the driver validates the whole trace in a thread (the tasks trust it): a bad trace
 cancels the job and is refused with its row number, with nothing written.
