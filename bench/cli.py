@@ -285,7 +285,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
     configs = _configs(args, engines)
-    check_out(args.out, force=args.force)
+    from bench.storage import is_uri
+    from engine.errors import ConfigError
+
+    if is_uri(args.out):  # only the Spark replay publishes to a store (bench.storage)
+        if not args.spark:
+            raise ConfigError(f"--out {args.out}: a URI needs --spark; give a local directory")
+    else:
+        check_out(args.out, force=args.force)
     if args.spark:
         from bench.spark import spark_replay
 
@@ -547,9 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_validate_trace)
 
     p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
-    p.add_argument("--trace", required=True)
+    p.add_argument("--trace", required=True, help="trace file: a path, or any URI pyarrow's filesystems reach "
+                   "(file://, s3://, hdfs://...; with --spark, executors on other hosts read it there)")
     p.add_argument("--engine", default="both", choices=["v4", "v5", "both", "none"])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="result directory: a path, or with --spark a new URI on storage "
+                   "every executor reaches (the spool sits beside it)")
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")

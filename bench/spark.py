@@ -9,15 +9,21 @@ with vectorised filters (:func:`bench.sharding.shard_events`) and replays them t
 engine config in turn, streaming, so a task's memory does not grow with the trace. A task
 writes its delivery and txn rows to Parquet itself (in the run's spool directory) and returns
 only a summary and its counts per config as Arrow batches: sending millions of rows through
-the JVM to have Spark write them cost as much CPU as a third of the replay. Spark SQL sums the
-counts, and the driver merges the HdrHistograms and the row files into the standard result
-directory.
+the JVM to have Spark write them cost as much CPU as a third of the replay. Those few rows come
+back to the driver as one Arrow table (not through a Spark write to the driver's disk, which
+executors on other hosts cannot reach); the driver sums the counts, merges the HdrHistograms and
+copies the row files into the standard result directory.
 
 Meanwhile the driver validates the whole trace in a thread (the tasks trust it): a bad trace
 cancels the job and is refused with its row number, with nothing written.
 
-Works unchanged on a cluster master, as long as executors can import txnbench and read the
-trace's path (shared storage).
+Works unchanged on a cluster master (``spark://host:7077``; shown by
+``tests/integration/test_spark_cluster.py``), as long as executors can import txnbench and reach
+the trace and the spool: give the trace and ``--out`` as URIs on storage every host reaches
+(:mod:`bench.storage`: ``s3://``, ``hdfs://``, ``file://`` on a shared mount, ...). With a URI
+``--out`` the spool sits beside it on the same store, and the finished result directory is
+copied there; with a local ``--out`` the spool is a local temporary directory, which executors
+on other hosts cannot reach: the driver then refuses the run instead of losing their rows.
 """
 
 from __future__ import annotations
@@ -30,19 +36,23 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from bench.config import RunConfig
 from bench.measure import Histograms, peak_rss_mb
 from bench.output import check_out
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
+from bench import storage
 from bench.sharding import plan_shards, trace_aggregates
-from bench.trace import parquet_stream, trace_metadata, validate
+from bench.trace import trace_metadata, validate
 from bench.tracefmt import open_trace
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
@@ -141,25 +151,29 @@ def _replay_tasks(trace: str, plan_json: str, configs_json: str, spool: str):  #
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 for cfg in configs:
-                    yield from _replay_shard(trace, topic_shard, int(shard), cfg, Path(spool))
+                    yield from _replay_shard(trace, topic_shard, int(shard), cfg, spool)
 
     return run
 
 
 class _RowFiles:
     """One shard's delivery and txn rows for one config, written straight to Parquet under a
-    name unique to this attempt, renamed into place when complete (a retried task rewrites
-    them whole)."""
+    name unique to this attempt, moved into place when complete (a retried task rewrites
+    them whole). The spool is a path or a URI (:mod:`bench.storage`)."""
 
-    def __init__(self, spool: Path, shard: int, label: str) -> None:
-        self._final: dict[str, Path] = {}
+    def __init__(self, spool: str, shard: int, label: str) -> None:
+        self._fs, root = storage.resolve(spool, "spool")
+        self._final: dict[str, str] = {}
+        self._tmp: dict[str, str] = {}
         self._writers: dict[str, pq.ParquetWriter] = {}
         for kind, schema in ROW_FILES.items():
-            final = spool / "rows" / kind / f"shard-{shard}-{label}.parquet"
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}")
-            self._final[kind] = final
-            self._writers[kind] = pq.ParquetWriter(tmp, schema, compression="zstd")
+            folder = f"{root}/rows/{kind}"
+            self._fs.create_dir(folder, recursive=True)
+            name = f"shard-{shard}-{label}.parquet"
+            self._final[kind] = f"{folder}/{name}"
+            self._tmp[kind] = f"{folder}/.{name}.{os.getpid()}.{threading.get_ident()}"
+            self._writers[kind] = pq.ParquetWriter(self._tmp[kind], schema, compression="zstd",
+                                                   filesystem=self._fs)
 
     def write(self, kind: str, cols: dict[str, list[Any]]) -> None:
         if next(iter(cols.values())):
@@ -169,19 +183,20 @@ class _RowFiles:
     def close(self) -> None:
         for kind, writer in self._writers.items():
             writer.close()
-            Path(writer.where).replace(self._final[kind])
+            self._fs.move(self._tmp[kind], self._final[kind])
 
 
 def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig,
-                  spool: Path) -> Iterator[pa.RecordBatch]:
+                  spool: str) -> Iterator[pa.RecordBatch]:
     from bench.replay import Replayer
     from bench.sharding import shard_events
 
     files = _RowFiles(spool, shard, cfg.label)
     replayer = Replayer(cfg, sink_rows=50_000, delivery_sink=lambda cols: files.write("delivery", cols),
                         txn_sink=lambda cols: files.write("txn", cols))
+    progress = storage.child(spool, "progress")
     for n in replayer.steps(shard_events(trace, topic_shard, shard)):
-        _note_progress(spool / "progress", cfg.label, shard, n)
+        _note_progress(progress, cfg.label, shard, n)
     result = replayer.result
     assert result is not None
     files.write("delivery", result.deliveries)
@@ -196,27 +211,42 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
                                   "value": [v for _, v in counts]})
 
 
-def _note_progress(progress_dir: Path, label: str, shard: int, events: int) -> None:
+def _note_progress(progress_dir: str, label: str, shard: int, events: int) -> None:
     """Events replayed so far by one shard, for the driver's progress bars (best effort: an
     executor that cannot reach the driver's spool directory just draws no bar)."""
+    if storage.is_uri(progress_dir):
+        try:  # an object store has no rename: one small overwrite
+            fs, path = storage.resolve(progress_dir)
+            with fs.open_output_stream(f"{path}/{label}.{shard}") as f:
+                f.write(str(events).encode())
+        except (OSError, ConfigError):
+            pass
+        return
     try:
-        tmp = progress_dir / f".{label}.{shard}.tmp"
+        tmp = Path(progress_dir) / f".{label}.{shard}.tmp"
         tmp.write_text(str(events))
-        tmp.replace(progress_dir / f"{label}.{shard}")
+        tmp.replace(Path(progress_dir) / f"{label}.{shard}")
     except OSError:
         pass
 
 
-def _watch_progress(progress_dir: Path, labels: list[str], rows: int, progress: Progress,
+def _watch_progress(progress_dir: str, labels: list[str], rows: int, progress: Progress,
                     stop: threading.Event) -> None:
+    fs, root = storage.resolve(progress_dir)
     while not stop.wait(0.5):
+        try:
+            notes = storage.list_files(fs, root)
+        except OSError:
+            continue
         for label in labels:
             done = 0
-            for f in progress_dir.glob(f"{label}.*"):
-                try:
-                    done += int(f.read_text() or 0)
-                except (OSError, ValueError):
-                    pass
+            for f in notes:
+                if f.rsplit("/", 1)[-1].rsplit(".", 1)[0] == label:
+                    try:
+                        with fs.open_input_stream(f) as s:
+                            done += int(s.read() or 0)
+                    except (OSError, ValueError):
+                        pass
             progress(label, min(done, rows - 1), rows)  # full only once Spark has written the results
 
 
@@ -253,9 +283,12 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
     for cfg in configs:
         if not cfg.ledger_url.startswith("memory://") or not cfg.metadata_url.startswith("memory://"):
             raise ConfigError("Spark replay runs each shard on embedded backends; drop --ledger/--metadata")
-    check_out(out, force=force)
-    trace_path = str(Path(trace).resolve())
+    if not storage.is_uri(out):
+        check_out(out, force=force)
+    trace_path = str(trace) if storage.is_uri(trace) else str(Path(trace).resolve())
     trace_metadata(trace)  # a missing or unreadable file is refused before Spark starts
+    if storage.is_uri(out) and storage.exists(out):  # refused before Spark starts, not after the replay
+        raise ConfigError(f"--out {out} exists; give a new location")
     started = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:  # the plan's aggregates are computed while the JVM starts
         aggregates = pool.submit(trace_aggregates, trace_path)
@@ -272,19 +305,19 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
         topic_shard = plan_shards(rows_per_topic, topic_sets, n_shards)
         planned = time.perf_counter()
         tasks = spark.range(0, n_shards, 1, numPartitions=n_shards).selectExpr("cast(id as int) as shard")
-        spool = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
+        spool = _make_spool(out)
         try:
-            (spool / "progress").mkdir()
             result = tasks.mapInArrow(_replay_tasks(trace_path, json.dumps(topic_shard),
-                                                    json.dumps([c.as_dict() for c in configs]), str(spool)),
+                                                    json.dumps([c.as_dict() for c in configs]), spool),
                                       OUT_DDL)
             stop = threading.Event()
             watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
-                spool / "progress", [c.label for c in configs], open_trace(trace).num_rows(), progress, stop))
+                storage.child(spool, "progress"), [c.label for c in configs], open_trace(trace).num_rows(),
+                progress, stop))
             if progress is not None:
                 watcher.start()
             try:
-                result.write.mode("overwrite").partitionBy("kind").parquet(str(spool / "meta"))
+                meta = result.toArrow()  # a summary and the counts per shard and config: small
             except Exception:
                 checked.wait()  # a bad trace fails a task before the validator reaches the row: say why
                 raise
@@ -297,12 +330,12 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
             for cfg in configs:
                 if progress is not None:
                     progress(cfg.label, rows, rows)
-            counts = _summed_counts(spark, spool / "meta")
+            counts = _summed_counts(meta)
             phases = {"start_and_plan": round(planned - started, 2), "replay": round(replayed - planned, 2),
                       "validate_and_count": round(time.perf_counter() - replayed, 2)}
-            return _collect(spool, trace, rows, configs, counts, out, master, n_shards, started, phases, force)
+            return _collect(spool, meta, trace, rows, configs, counts, out, master, n_shards, started, phases, force)
         finally:
-            shutil.rmtree(spool, ignore_errors=True)
+            _remove_spool(spool)
     finally:
         checked.stop()
         spark.stop()
@@ -335,41 +368,74 @@ class _Validation:
         self._thread.join()
 
 
-def _summed_counts(spark: Any, root: Path) -> dict[str, dict[str, int]]:
-    """Every shard's exact counts, summed per engine and name with Spark SQL."""
-    from pyspark.sql import functions as F
+def _make_spool(out: str | Path) -> str:
+    """Where the tasks write their rows and progress notes: beside a URI ``--out``, on the same
+    store (reached by executors on every host); else a local temporary directory."""
+    if storage.is_uri(out):
+        spool = storage.sibling(out, f".{storage.basename(out)}.spool-{uuid.uuid4().hex[:12]}")
+        fs, path = storage.resolve(spool, "spool")
+        fs.create_dir(f"{path}/progress", recursive=True)
+        return spool
+    local = Path(tempfile.mkdtemp(prefix="txnbench-spark-"))
+    (local / "progress").mkdir()
+    return str(local)
 
-    rows = (spark.read.parquet(str(root)).where(F.col("kind") == "count").groupBy("engine", "name")
-            .agg(F.sum("value").alias("n")).collect())
+
+def _remove_spool(spool: str) -> None:
+    if not storage.is_uri(spool):
+        shutil.rmtree(spool, ignore_errors=True)
+        return
+    try:
+        fs, path = storage.resolve(spool)
+        fs.delete_dir(path)
+    except (OSError, ConfigError):
+        pass
+
+
+def _summed_counts(meta: pa.Table) -> dict[str, dict[str, int]]:
+    """Every shard's exact counts, summed per engine and name."""
+    rows = (meta.filter(pc.equal(meta["kind"], "count")).group_by(["engine", "name"])
+            .aggregate([("value", "sum")]).to_pylist())
     counts: dict[str, dict[str, int]] = {}
     for r in rows:
-        counts.setdefault(r.engine, {})[r["name"]] = int(r.n)
-    return {label: dict(sorted(c.items())) for label, c in counts.items()}
+        counts.setdefault(r["engine"], {})[r["name"]] = int(r["value_sum"])
+    return {label: dict(sorted(c.items())) for label, c in sorted(counts.items())}
 
 
-def _parts(spool: Path, kind: str) -> list[Path]:
-    if kind in ROW_FILES:  # written by the tasks themselves
-        return sorted((spool / "rows" / kind).glob("*.parquet"))
-    return sorted((spool / "meta" / f"kind={kind}").glob("*.parquet"))  # written by Spark
+def _row_parts(spool: str, kind: str, summaries: list[tuple[int, str]]) -> tuple[pafs.FileSystem, list[str]]:
+    """The row files the tasks wrote, one per (shard, config) that reported a summary. A missing
+    one means the executors wrote to a spool the driver does not see (a local --out with
+    executors on other hosts): refused rather than reported without their rows."""
+    fs, root = storage.resolve(spool, "spool")
+    parts = storage.list_files(fs, f"{root}/rows/{kind}", ".parquet")
+    names = {p.rsplit("/", 1)[-1] for p in parts}
+    missing = [f"shard-{shard}-{label}.parquet" for shard, label in summaries
+               if f"shard-{shard}-{label}.parquet" not in names]
+    if missing:
+        raise BackendUnavailable(
+            f"the Spark tasks' {kind} rows ({', '.join(missing[:3])}) are not in the spool {spool}: executors on "
+            "other hosts cannot write to the driver's local disk; give --out as a URI on storage every "
+            "host reaches (hdfs://, s3://, file:// on a shared mount)")
+    return fs, parts
 
 
-def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig], counts: dict[str, dict[str, int]],
-             out: str | Path, master: str, shards: int, started: float, phases: dict[str, float],
-             force: bool = False) -> dict[str, Any]:
+def _collect(spool: str, meta_rows: pa.Table, trace: str | Path, rows: int, configs: list[RunConfig],
+             counts: dict[str, dict[str, int]], out: str | Path, master: str, shards: int, started: float,
+             phases: dict[str, float], force: bool = False) -> dict[str, Any]:
     latency_parts: dict[str, list[dict[str, Any]]] = {}
     recovery: list[dict[str, Any]] = []
     events: dict[str, int] = {}
     task_rss: list[float] = []
     shard_seconds: dict[str, dict[int, float]] = {}
-    for part in _parts(spool, "summary"):
-        t = pq.read_table(part, columns=["shard", "engine", "payload"]).to_pydict()
-        for shard, label, payload in zip(t["shard"], t["engine"], t["payload"]):
-            s = json.loads(payload)
-            latency_parts.setdefault(label, []).append(s["latency"])
-            recovery.extend(s["recovery"])
-            events[label] = events.get(label, 0) + s["events"]
-            task_rss.append(s["peak_rss_mb"])
-            shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
+    t = (meta_rows.filter(pc.equal(meta_rows["kind"], "summary")).select(["shard", "engine", "payload"])
+         .sort_by([("shard", "ascending"), ("engine", "ascending")]).to_pydict())
+    for shard, label, payload in zip(t["shard"], t["engine"], t["payload"]):
+        s = json.loads(payload)
+        latency_parts.setdefault(label, []).append(s["latency"])
+        recovery.extend(s["recovery"])
+        events[label] = events.get(label, 0) + s["events"]
+        task_rss.append(s["peak_rss_mb"])
+        shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
     for label, c in counts.items():  # every shard replayed every crash row: count each once
         ran = len(shard_seconds.get(label, {})) or 1
         crash_rows = sum(c.get(f"events.{op}", 0) for op in ("crash_broker", "crash_tc")) // ran
@@ -377,6 +443,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
             if key in c:
                 c[key] //= ran
         events[label] = events.get(label, 0) - crash_rows * (ran - 1)
+    reported = list(zip(t["shard"], t["engine"]))
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
         "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"),
@@ -388,20 +455,38 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
                   "shard_replay_seconds": {k: [v[i] for i in sorted(v)] for k, v in sorted(shard_seconds.items())}},
         "runs": {},
     }
-    with result_dir(out, force=force, protect=[Path(trace)]) as writer:
-        for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
-                                    ("txn", TXN_SCHEMA, writer.txns_table)):
-            for part in _parts(spool, kind):
-                for batch in parquet_stream(part).iter_batches(100_000, columns=schema.names):
-                    write(pa.Table.from_batches([batch]).cast(schema))
-        latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
-        phases["collect"] = round(time.perf_counter() - started - sum(phases.values()), 2)
-        wall = time.perf_counter() - started
-        manifest["spark"]["wall_seconds"] = round(wall, 3)
-        for cfg in configs:
-            manifest["runs"][cfg.label] = {
-                "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
-                "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
-            }
-        writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
+    staging = Path(tempfile.mkdtemp(prefix="txnbench-out-")) if storage.is_uri(out) else None
+    protect = [] if storage.is_uri(trace) else [Path(trace)]
+    try:
+        with result_dir(out if staging is None else staging / "results", force=force, protect=protect) as writer:
+            _write_results(writer, spool, reported, latency_parts, recovery, events, configs, counts, manifest,
+                           rows, started, phases)
+        if staging is not None:  # finished locally, then copied to the store, manifest last
+            storage.publish_dir(staging / "results", str(out))
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return manifest
+
+
+def _write_results(writer: Any, spool: str, reported: list[tuple[int, str]],
+                   latency_parts: dict[str, list[dict[str, Any]]], recovery: list[dict[str, Any]],
+                   events: dict[str, int], configs: list[RunConfig], counts: dict[str, dict[str, int]],
+                   manifest: dict[str, Any], rows: int, started: float, phases: dict[str, float]) -> None:
+    for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
+                                ("txn", TXN_SCHEMA, writer.txns_table)):
+        fs, parts = _row_parts(spool, kind, reported)
+        for part in parts:
+            pf = pq.ParquetFile(part, filesystem=fs, pre_buffer=False)  # streamed, as parquet_stream
+            for batch in pf.iter_batches(100_000, columns=schema.names):
+                write(pa.Table.from_batches([batch]).cast(schema))
+    latency = {label: Histograms.merge_summaries(parts) for label, parts in latency_parts.items()}
+    phases["collect"] = round(time.perf_counter() - started - sum(phases.values()), 2)
+    wall = time.perf_counter() - started
+    manifest["spark"]["wall_seconds"] = round(wall, 3)
+    for cfg in configs:
+        manifest["runs"][cfg.label] = {
+            "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
+            "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
+        }
+    writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)

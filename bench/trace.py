@@ -246,11 +246,11 @@ def parquet_stream(path: str | Path) -> pq.ParquetFile:
 
 def _open(path: str | Path, fmt: str | None = None) -> TraceFile:
     p = Path(path)
-    tf = open_trace(p, fmt)
+    tf = open_trace(path, fmt)
     all_names = tf.schema_arrow.names
     dup = sorted({n for n in all_names if all_names.count(n) > 1})
     if dup:
-        raise TraceError(f"duplicate columns {', '.join(dup)}", source=str(p))
+        raise TraceError(f"duplicate columns {', '.join(dup)}", source=str(path))
     names = set(all_names)
     missing = [c for c in COLUMNS if c not in names]
     if missing:

@@ -29,6 +29,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from bench import storage
 from engine.errors import TraceError
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -127,12 +128,28 @@ class TraceFile:
         return sum(b.num_rows for b in self.iter_batches(columns=["op"]))
 
 
+def _open_parquet_uri(uri: str, fmt: str | None) -> TraceFile:
+    """A trace at a URI (bench.storage): Parquet only, so that Spark executors on other hosts
+    read it where it lives; CSV and JSON lines are read from local paths."""
+    if fmt not in (None, "parquet"):
+        raise TraceError(f"a trace at a URI must be Parquet, not {fmt}", source=uri)
+    if not storage.is_file(uri):
+        raise TraceError("no such trace file", source=uri)
+    try:
+        pf = pq.ParquetFile(uri, pre_buffer=False)
+    except Exception as exc:  # pyarrow raises several types for a non-Parquet file
+        raise TraceError(f"not a readable Parquet file ({exc})", source=uri) from None
+    return TraceFile(Path(uri), "parquet", pf.schema_arrow, pf)
+
+
 def open_trace(path: str | Path, fmt: str | None = None) -> TraceFile:
     """A trace file to stream; its columns' presence and types are checked by the caller
     (:func:`bench.trace._open`). Parquet is read without pre-buffering (see
     :func:`bench.trace.parquet_stream`)."""
     from bench.trace import WRITE_SCHEMA  # the schema lives with the validator
 
+    if storage.is_uri(path):  # file://, s3://, hdfs://...: Parquet through pyarrow's filesystems
+        return _open_parquet_uri(str(path), fmt)
     p = Path(path)
     if not p.is_file():
         raise TraceError("no such trace file", source=str(p))
