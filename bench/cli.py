@@ -193,15 +193,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.report import build_report
+    from bench.abtest import parse_fail_on, regressions
+    from bench.report import build
 
-    path = build_report(args.results, args.out)
-    print(f"report: {path}")
-    return 0
+    rules = [parse_fail_on(spec) for spec in args.fail_on]  # a bad rule stops before anything is written
+    rep = build(args.results, args.out)
+    if args.format == "github":
+        print(rep.github.read_text())
+    else:
+        print(f"report: {rep.html}")
+        print(f"        {rep.markdown} (PR comment: {rep.github.name})")
+    found = regressions(rep.comparisons, rules)
+    for line in found:
+        print(line, file=sys.stderr)
+    return 1 if found else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.report import build_report
+    from bench.report import build
     from bench.runner import replay_trace
     from bench.workloads import generate, load_profile
 
@@ -237,10 +246,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         done = run_scenarios()
         save(done, out / "scenarios.json")
         print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
-    report = build_report(results, out / "report", title=f"txnbench compare: {args.profile}")
+    rep = build(results, out / "report", title=f"txnbench compare: {args.profile}")
     print(f"done in {time.perf_counter() - started:.1f} s")
-    print(f"report: {report}")
-    print(f"        {report.with_suffix('.md')}")
+    print("\n".join(rep.headline_text))  # the answer first, then where the details are
+    print(f"report: {rep.html}")
+    print(f"        {rep.markdown}")
     return 0
 
 
@@ -383,8 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="comparison report from one or more result directories")
-    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--results", nargs="+", required=True,
+                   help="result directories; the first is the baseline the others are compared with (A/B)")
     p.add_argument("--out", required=True)
+    p.add_argument("--format", choices=("files", "github"), default="files",
+                   help="files: write report.html/.md/.github.md and summary.json (default); github: also print "
+                        "the PR-comment Markdown (summary first, <details> for the rest)")
+    p.add_argument("--fail-on", action="append", default=[], metavar="METRIC:THRESHOLD",
+                   help="exit 1 if METRIC (a summary.json row id, e.g. end_txn_us.p50) got worse than the baseline "
+                        "by more than THRESHOLD (10%% relative, or a number in the row's unit); repeatable")
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("compare", help="the main job: generate, replay both engines, report (no services needed)")

@@ -22,6 +22,8 @@ QUESTIONS: tuple[tuple[str, str, bool], ...] = (
     ("Polling waste: empty dispatcher reads", "dispatch.empty_reads", True),
     ("Recovery after a broker crash (modelled time)", "derived.recovery_us", True),
 )
+CLEAR_WIN = 1.10  # below this a real (beyond-noise) difference is reported as "about even"
+SCENARIO_CHARS = 260  # a scenario's findings in the headline are cut here (the full text is in its section)
 TAIL = {"dispatch_txn_us.p50": "dispatch_txn_us.p99", "commit_to_visible_us.p50": "commit_to_visible_us.p99",
         "end_txn_us.p50": "end_txn_us.p99", "publish_txn_us.p50": "publish_txn_us.p99"}
 
@@ -70,7 +72,10 @@ def answer(question: str, row: Any, lower_better: bool, noise: float, tail: Any 
     if ratio is not None and ratio - 1 <= noise:
         return Finding(question, f"tie within {noise:.0%} noise ({listing}).", None, ratio, row.id, conf)
     how = f"{ratio:.2f}× {'lower' if lower_better else 'higher'}" if ratio is not None else f"{second} only"
-    text = f"**{best}** wins, {how} ({listing})"
+    if ratio is not None and ratio < CLEAR_WIN:
+        text = f"about even, {best} {how} ({listing})"
+    else:
+        text = f"**{best}** wins, {how} ({listing})"
     if tail is not None and len(tail.values) > 1 and None not in tail.values.values():
         tv = sorted(tail.values.items(), key=lambda kv: kv[1])
         tail_best = "tie" if tv[0][1] == tv[-1][1] else f"{tv[0][0]} lower"
@@ -118,20 +123,41 @@ def context_line(rs: dict[str, Any]) -> str:
             f"seed {trace.get('seed', '?')}; {', '.join(modes)} time; {', '.join(dispatch)}.")
 
 
-def render_markdown(context: str, findings: Sequence[Finding], extra: Sequence[str] = ()) -> list[str]:
-    out = ["## What this run shows", "", context, ""]
+def _short(question: str) -> str:
+    """"Sealed segment mid-txn: what happens ...?" -> "Sealed segment mid-txn"."""
+    return question.split(":")[0] if ":" in question else question
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1].rsplit(" ", 1)[0] + " …"
+
+
+def _lines(context: str, findings: Sequence[Finding], extra: Sequence[str]) -> tuple[str, list[str], list[str]]:
+    confs = {f.confidence for f in findings if f.confidence != "n/a"}
+    shared = len(confs) == 1
+    if shared:
+        context += f" Confidence: {next(iter(confs))} for every figure below."
+    runs, scen = [], []
     for f in findings:
-        conf = "" if f.confidence == "n/a" else f" _[{f.confidence}]_"
-        out.append(f"- **{f.question}**: {f.text}{conf}")
-    out += [f"- {e}" for e in extra]
-    return out + [""]
+        conf = "" if shared or f.confidence == "n/a" else f" _[{f.confidence}]_"
+        if f.metric is None:  # a scenario's finding
+            scen.append(f"- **{_short(f.question)}**: {_cut(f.text, SCENARIO_CHARS)}{conf}")
+        else:
+            runs.append(f"- **{f.question}**: {f.text}{conf}")
+    return context, runs + [f"- {e}" for e in extra], scen
+
+
+def render_markdown(context: str, findings: Sequence[Finding], extra: Sequence[str] = ()) -> list[str]:
+    context, runs, scen = _lines(context, findings, extra)
+    out = ["## What this run shows", "", context, ""] + runs + [""]
+    if scen:
+        out += ["Review-question scenarios (each reproduced by its command in its section below):", ""] + scen + [""]
+    return out
 
 
 def render_text(context: str, findings: Sequence[Finding], extra: Sequence[str] = ()) -> list[str]:
     """Plain lines for the terminal (no Markdown emphasis)."""
-    out = ["What this run shows:", "  " + context]
-    for f in findings:
-        conf = "" if f.confidence == "n/a" else f" [{f.confidence}]"
-        out.append(f"  - {f.question}: {f.text.replace('**', '')}{conf}")
-    out += [f"  - {e.replace('**', '')}" for e in extra]
-    return out
+    context, runs, scen = _lines(context, findings, extra)
+    plain = lambda s: "  " + s.replace("**", "").replace("_[", "[").replace("]_", "]")
+    return (["What this run shows:", "  " + context] + [plain(x) for x in runs]
+            + (["  Review-question scenarios:"] + ["  " + plain(x) for x in scen] if scen else []))
