@@ -71,7 +71,7 @@ def answer(question: str, row: Any, lower_better: bool, noise: float, tail: Any 
     ratio = hi / lo if lo else None
     if ratio is not None and ratio - 1 <= noise:
         return Finding(question, f"tie within {noise:.0%} noise ({listing}).", None, ratio, row.id, conf)
-    how = f"{ratio:.2f}× {'lower' if lower_better else 'higher'}" if ratio is not None else f"{second} only"
+    how = f"{ratio:.2f}× {'lower' if lower_better else 'higher'}" if ratio is not None else "zero against a non-zero value"
     if ratio is not None and ratio < CLEAR_WIN:
         text = f"about even, {best} {how} ({listing})"
     else:
