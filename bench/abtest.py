@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from bench.repeat import spread_verdict
 from engine.errors import ConfigError
 
 IGNORED = ("label",)  # carries the factor, compared through the config fields themselves
@@ -160,7 +161,11 @@ def compare(base: dict[str, Any], other: dict[str, Any], row_cls: Any, engine_ro
             if a is None and b is None:
                 continue
             det = r.deterministic and br.deterministic
-            ratio, v = verdict(a, b, lower_better.get(r.id, True), noise[0] if det else noise[1])
+            sa, sb = (br.spread or {}).get(p.baseline), (r.spread or {}).get(p.new)
+            if sa and sb and a is not None and b is not None:  # repeated runs: medians, judged by their spreads
+                ratio, v = spread_verdict([sa[0], a, sa[1]], [sb[0], b, sb[1]], lower_better.get(r.id, True))
+            else:
+                ratio, v = verdict(a, b, lower_better.get(r.id, True), noise[0] if det else noise[1])
             rows.append(Change(p.name, row_cls(r.section, f"{p.name}: {r.metric}", r.unit, {"baseline": a, "new": b},
                                                ratio, v, det, id=r.id)))
     why_empty = None if rows else "the two sets have no row in common"

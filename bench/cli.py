@@ -159,6 +159,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.repeat != 1 and (args.target or args.spark or args.repeat < 1):
+        from engine.errors import ConfigError
+
+        raise ConfigError(f"--repeat {args.repeat}: must be >= 1, and repeats run in-process only (not with --target or --spark)")
     if args.target:
         from bench.pulsar.run import pulsar_replay
 
@@ -180,7 +184,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         from bench.runner import replay_trace
 
-        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
+        from bench.repeat import replay_repeated
+
+        once = lambda d: replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress))  # noqa: E731
+        manifest = replay_repeated(args.trace, configs, args.out, args.repeat, once) if args.repeat > 1 else once(args.out)
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
@@ -388,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="replay N times into one result set (repeats.json records each); the report then compares "
+                        "medians by their spread (for wall-time runs). Default 1")
     _add_run_options(p)
     _add_target_options(p)
     p.set_defaults(fn=cmd_replay)

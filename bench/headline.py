@@ -58,6 +58,17 @@ def answer(question: str, row: Any, lower_better: bool, noise: float, tail: Any 
     """One question's answer from one classified row (values per engine label)."""
     vals = {lab: v for lab, v in row.values.items() if v is not None}
     conf = confidence_of(row.deterministic, noise)
+    spread = getattr(row, "spread", None)
+    if spread and not row.deterministic:
+        conf = "wall time, medians over repeats, spread " + ", ".join(
+            f"{lab} {fmt_value(lo, row.unit)}–{fmt_value(hi, row.unit)}" for lab, (lo, hi) in spread.items())
+        ranked_ = sorted(vals.items(), key=lambda kv: kv[1], reverse=not lower_better)
+        (b0, _), (b1, _) = ranked_[0], ranked_[1]
+        lo0, hi0 = spread[b0]
+        lo1, hi1 = spread[b1]
+        if lo0 <= hi1 and lo1 <= hi0:  # the repeats overlap: no winner to call
+            listing = " vs ".join(f"{lab} {fmt_value(v, row.unit)}" for lab, v in ranked_)
+            return Finding(question, f"tie — the repeats overlap (medians {listing}).", None, None, row.id, conf)
     if len(vals) < 2:
         only = ", ".join(f"{lab} {fmt_value(v, row.unit)}" for lab, v in vals.items()) or "no values"
         return Finding(question, f"{only}: nothing to compare it with.", None, None, row.id, conf)

@@ -28,6 +28,7 @@ from bench.headline import render_markdown as render_headline_md
 from bench.measure import METRICS
 from bench.model_vs_broker import comparison_rows, is_broker
 from bench.plots import render_figures, result_set_plots
+from bench.repeat import load_repeats, median, spread_verdict
 from bench.results import load
 
 SCHEMA_VERSION = 1  # summary.json; bench/schemas/summary.schema.json describes it
@@ -92,6 +93,8 @@ class Row:
     deterministic: bool = True
     # stable id: the counts.json key (or derived.*), or "<latency.json key>.<pct>" e.g. end_txn_us.p50
     id: str = ""
+    # over ``replay --repeat N``: label -> [min, max] of the repeats (values are then the medians)
+    spread: dict[str, list[float]] | None = None
 
 
 def _derived(counts: dict[str, int], recovery: list[dict[str, Any]], label: str, run: dict[str, Any]) -> dict[str, float]:
@@ -168,7 +171,29 @@ def engine_rows(rs: dict[str, Any], diagnostics: bool = True) -> list[Row]:
         if metric.endswith(("(v4)", "(v5)", "(v5 events)")) and 0 in vals.values():
             ratio, verdict = None, "design-specific"  # work one design does and the other has no notion of
         rows.append(Row(section, metric, unit, vals, ratio, verdict, deterministic=not wall, id=key))
-    return rows
+    return _with_repeats(rs, rows, labels)
+
+
+def _with_repeats(rs: dict[str, Any], rows: list[Row], labels: list[str]) -> list[Row]:
+    """For a ``replay --repeat N`` set: each row's values become the medians over the repeats,
+    with their min..max spread, and the verdict says "same" when the spreads overlap."""
+    samples = load_repeats(rs["path"])
+    if not samples:
+        return rows
+    lower = {key: lb for (_, _, key, _, lb) in COUNT_ROWS}
+    out = []
+    for r in rows:
+        got = {lab: samples.get(lab, {}).get(r.id) for lab in labels}
+        if any(not v for v in got.values()):
+            out.append(r)
+            continue
+        vals = {lab: median(v) for lab, v in got.items() if v}  # type: ignore[arg-type]
+        spread = {lab: [min(v), max(v)] for lab, v in got.items() if v}
+        ratio, verdict = r.ratio, r.verdict
+        if len(labels) > 1 and r.verdict != "design-specific":
+            ratio, verdict = spread_verdict(got[labels[0]] or [], got[labels[-1]] or [], lower.get(r.id, True))
+        out.append(Row(r.section, r.metric, r.unit, vals, ratio, verdict, r.deterministic, r.id, spread))
+    return out
 
 
 def _fmt(v: float | None) -> str:

@@ -133,3 +133,30 @@ def test_sets_of_different_traces_say_nothing_comparable_never_no_change(tmp_pat
     assert _report(capsys, "--results", str(v4only), str(v5only), "--out", str(tmp_path / "r2"))[0] == 0
     (comp,) = json.loads((tmp_path / "r2" / "summary.json").read_text())["comparisons"]
     assert comp["why_not"] == "no engine design in common (baseline: v4; new: v5)"
+
+
+def test_replay_repeat_records_each_repeat_and_the_report_uses_medians_and_spreads(tmp_path: Path, trace: Path,
+                                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--trace", str(trace), "--out", str(tmp_path / "a"), "--repeat", "3", "--no-progress"]) == 0
+    rep = json.loads((tmp_path / "a" / "repeats.json").read_text())
+    assert rep["repeats"] == 3 and len(rep["samples"]["v4"]["end_txn_us.p50"]) == 3
+    assert len(set(rep["samples"]["v4"]["end_txn_us.p50"])) == 1  # virtual time: every repeat the same
+
+    # a wall-time-like spread, planted: baseline end-txn p50 over 3 repeats 1000..1400 µs
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for d, samples in ((tmp_path / "a", [1000.0, 1200.0, 1400.0]), (tmp_path / "b", [1300.0, 1500.0, 1700.0])):
+        r = json.loads((d / "repeats.json").read_text())
+        r["samples"]["v5-watch"]["end_txn_us.p50"] = samples
+        (d / "repeats.json").write_text(json.dumps(r))
+    assert _report(capsys, "--results", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r"),
+                   "--fail-on", "end_txn_us.p50:10%")[0] == 0  # medians 1200 → 1500, but the spreads overlap
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    row = next(r for r in summary["result_sets"][1]["rows"] if r["id"] == "end_txn_us.p50")
+    assert row["values"]["v5-watch"] == 1500.0 and row["spread"]["v5-watch"] == [1300.0, 1700.0]
+
+    r = json.loads((tmp_path / "b" / "repeats.json").read_text())
+    r["samples"]["v5-watch"]["end_txn_us.p50"] = [2300.0, 2400.0, 2500.0]  # clearly apart: a regression
+    (tmp_path / "b" / "repeats.json").write_text(json.dumps(r))
+    code, _, err = _report(capsys, "--results", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r2"),
+                           "--fail-on", "end_txn_us.p50:10%")
+    assert code == 1 and "1200 → 2400" in err
