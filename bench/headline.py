@@ -114,7 +114,7 @@ def headline(rows: Sequence[Any], crashed: bool, noise: float) -> list[Finding]:
 def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
     """One finding per scenario of a ``scenarios.json``: its question and the findings its code
     derived from its rows (virtual time: exact)."""
-    return [Finding(s["question"], " ".join(s.get("findings", [])) or "no finding recorded.", None, None, None,
+    return [Finding(s["question"], " · ".join(s.get("findings", [])) or "no finding recorded.", None, None, None,
                     "exact (virtual time, deterministic)") for s in scenarios]
 
 
