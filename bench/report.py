@@ -187,7 +187,7 @@ def _with_repeats(rs: dict[str, Any], rows: list[Row], labels: list[str]) -> lis
         if any(not v for v in got.values()):
             out.append(r)
             continue
-        vals = {lab: median(v) for lab, v in got.items() if v}  # type: ignore[arg-type]
+        vals: dict[str, float | None] = {lab: median(v) for lab, v in got.items() if v}
         spread = {lab: [min(v), max(v)] for lab, v in got.items() if v}
         ratio, verdict = r.ratio, r.verdict
         if len(labels) > 1 and r.verdict != "design-specific":
@@ -470,11 +470,11 @@ def build(results: list[str | Path], out: str | Path, title: str = "txnbench com
         for found in scenario_files:
             data = json.loads(found.read_text())["scenarios"]
             findings += scenario_findings(data)
-            for sec, s in zip(load_sections(found), data):
-                sections.append(sec)
-                files = render_figures(s.get("figures", []), outdir)
+            for section, scenario in zip(load_sections(found), data):
+                sections.append(section)
+                files = render_figures(scenario.get("figures", []), outdir)
                 scenario_plots += [f for f in files if f not in scenario_plots]
-                section_plots.append((sec[0], tuple(files)))
+                section_plots.append((section[0], tuple(files)))
     for found in sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
                          if q.is_file()}):  # `txnbench check` output next to the results
         sections.append(check_section(found))
