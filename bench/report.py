@@ -461,6 +461,11 @@ def build(results: list[str | Path], out: str | Path, title: str = "txnbench com
                                  ["model", "broker"], rows, note))
                 summary.setdefault("model_vs_broker", []).append(
                     {"design": design, "model": model["path"], "broker": broker["path"], "rows": [_row_json(r) for r in rows]})
+                differs = [r.metric for r in rows if r.verdict == "differs"]
+                agree = sum(r.verdict == "equal" for r in rows)
+                extra.append(f"**Model vs broker ({design})** — factor: model → Pulsar "
+                             f"{broker['manifest'].get('target', {}).get('version', '?')} broker: {agree} rows equal, "
+                             f"{len(differs)} differ" + (f" ({', '.join(differs[:4])}{', …' if len(differs) > 4 else ''})." if differs else "."))
     scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
                              if q.is_file()})  # `txnbench scenarios` output next to the results
     scenario_plots: list[str] = []
