@@ -318,7 +318,8 @@ def render_html(title: str, sections: list[Section], plots: list[str], layout: L
         f"<title>{e(title)}</title><style>body{{font-family:sans-serif;margin:1.2em 2em;max-width:1500px}}"
         "h1{margin:0 0 .3em}.headline{background:#f5f8ff;border:1px solid #c9d6f0;padding:.2em 1em;font-size:15px}"
         ".headline h2{margin:.4em 0}.headline li{margin:.25em 0}.conf{color:#666;font-size:12px}"
-        ".pair{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}figure{margin:0}figure img{max-width:640px}"
+        ".pair{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}.plots{display:flex;flex-wrap:wrap;gap:.5em;flex:1;"
+        "min-width:460px}figure{margin:0}figure img{width:460px;max-width:100%}"
         "table{border-collapse:collapse;margin-bottom:1.5em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
         "td.num{text-align:right}.better{background:#e6f6e6}.worse{background:#fbe3e3}"
         ".notcomparable{background:#eee;color:#777}.differs{background:#fff1cc}footer{color:#555;font-size:13px;"
@@ -346,7 +347,8 @@ def render_html(title: str, sections: list[Section], plots: list[str], layout: L
         mine = [p for p in layout.plots_of(heading) if p in plots]
         placed.update(mine)
         parts.append("<div class='pair'><div>" + "\n".join(table) + "</div>"
-                     + "".join(_img(p, layout.image_dir) for p in mine) + "</div>")
+                     + (("<div class='plots'>" + "".join(_img(p, layout.image_dir) for p in mine) + "</div>") if mine else "")
+                     + "</div>")
     rest = [p for p in plots if p not in placed]
     if rest:
         parts.append("<h2>Plots</h2><div class='pair'>" + "".join(_img(p, layout.image_dir) for p in rest) + "</div>")
