@@ -160,3 +160,13 @@ def test_replay_repeat_records_each_repeat_and_the_report_uses_medians_and_sprea
     code, _, err = _report(capsys, "--results", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r2"),
                            "--fail-on", "end_txn_us.p50:10%")
     assert code == 1 and "1200 → 2400" in err
+
+
+def test_polling_policies_compare_with_the_policy_as_the_factor(tmp_path: Path, trace: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    pulsar = _set(trace, tmp_path / "pulsar")
+    spin = _set(trace, tmp_path / "spin", polling="spin")
+    assert _report(capsys, "--results", str(pulsar), str(spin), "--out", str(tmp_path / "r"))[0] == 0
+    (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
+    assert comp["comparable"] and comp["factor"] == ["polling: pulsar → spin"]
+    assert [p["baseline"] for p in comp["pairs"]] == [p["new"] for p in comp["pairs"]]  # same labels: matched directly
