@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
@@ -271,6 +271,10 @@ def cmd_validate_trace(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from bench.output import check_out
 
+    if args.repeat != 1 and (args.target or args.spark or args.repeat < 1):
+        from engine.errors import ConfigError
+
+        raise ConfigError(f"--repeat {args.repeat}: must be >= 1, and repeats run in-process only (not with --target or --spark)")
     if args.target:
         from bench.pulsar.run import pulsar_replay
 
@@ -302,8 +306,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         from bench.runner import replay_trace
 
-        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress),
-                                force=args.force)
+        from bench.repeat import replay_repeated
+
+        def once(d: str | Path) -> dict[str, Any]:
+            return replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress), force=args.force)
+
+        manifest = (replay_repeated(args.trace, configs, args.out, args.repeat, once, force=args.force)
+                    if args.repeat > 1 else once(args.out))
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
@@ -326,16 +335,25 @@ def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.report import build_report
+    from bench.abtest import parse_fail_on, regressions
+    from bench.report import build
 
-    path = build_report(args.results, args.out, force=args.force)
-    print(f"report: {path}")
-    return 0
+    rules = [parse_fail_on(spec) for spec in args.fail_on]  # a bad rule stops before anything is written
+    rep = build(args.results, args.out, force=args.force)
+    if args.format == "github":
+        print(rep.github.read_text())
+    else:
+        print(f"report: {rep.html}")
+        print(f"        {rep.markdown} (PR comment: {rep.github.name})")
+    found = regressions(rep.comparisons, rules)
+    for line in found:
+        print(line, file=sys.stderr)
+    return 1 if found else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from bench.output import staged_dir
-    from bench.report import build_report
+    from bench.report import build
     from bench.runner import check_trace, replay_trace
     from bench.workloads import generate, load_profile
 
@@ -375,9 +393,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             done = run_scenarios()
             save(done, tmp / "scenarios.json")
             print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
-        build_report(results, tmp / "report", title=f"txnbench compare: {args.profile}", shown=shown)
+        rep = build(results, tmp / "report", title=f"txnbench compare: {args.profile}", shown=shown)
     report = out / "report" / "report.html"
     print(f"done in {time.perf_counter() - started:.1f} s")
+    print("\n".join(rep.headline_text))  # the answer first, then where the details are
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
     return _quiescent(args, manifest)
@@ -404,7 +423,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         probe(_target(args))
     profile = load_profile(args.profile) if args.trace is None else None
     engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
-    configs = None if args.target else _configs(args, engines)
+    configs = [] if args.target else _configs(args, engines)
     with staged_dir(out, force=args.force, protect=[Path(args.trace)] if args.trace else []) as tmp:
         if profile is not None:
             trace = tmp / "trace.parquet"
@@ -565,15 +584,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark-driver-host", default="127.0.0.1", metavar="ADDR",
                    help="address the Spark driver binds to and advertises (default loopback: nothing listens on "
                         "external interfaces); on a cluster, one the executors can reach")
+    p.add_argument("--repeat", type=_int_in(1, 1000), default=1, metavar="N",
+                   help="replay N times into one result set (repeats.json records each); the report then compares "
+                        "medians by their spread (for wall-time runs). Default 1")
     _add_run_options(p)
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="comparison report from one or more result directories")
-    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--results", nargs="+", required=True,
+                   help="result directories; the first is the baseline the others are compared with (A/B)")
     p.add_argument("--out", required=True)
     _add_force(p)
+    p.add_argument("--format", choices=("files", "github"), default="files",
+                   help="files: write report.html/.md/.github.md and summary.json (default); github: also print "
+                        "the PR-comment Markdown (summary first, <details> for the rest)")
+    p.add_argument("--fail-on", action="append", default=[], metavar="METRIC:THRESHOLD",
+                   help="exit 1 if METRIC (a summary.json row id, e.g. end_txn_us.p50) got worse than the baseline "
+                        "by more than THRESHOLD (10%% relative, or a number in the row's unit); repeatable")
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("compare", help="the main job: generate, replay both engines, report (no services needed)")

@@ -61,10 +61,12 @@ def render_figures(figures: list[Figure], out: Path) -> list[str]:
         panels = f["panels"]
         fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
         for ax, panel in zip(axes[0], panels):
-            for label, points in panel["lines"].items():
-                if points:
-                    xs, ys = zip(*points)
-                    ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            lines = {label: points for label, points in panel["lines"].items() if points}
+            for i, group in enumerate(identical_groups(lines)):
+                xs, ys = zip(*lines[group[0]])
+                ls, mk = STYLES[i % len(STYLES)]
+                name = " = ".join(group) + (" (identical)" if len(group) > 1 else "")
+                ax.plot(xs, ys, linestyle=ls, marker=mk, markersize=4, label=name)
             _scale(ax, "x", f.get("x_scale", "linear"))
             _scale(ax, "y", panel.get("y_scale", "linear"))
             ax.set_xlabel(f["x"])
@@ -87,23 +89,60 @@ def result_set_plots(rs: dict[str, Any], out: Path) -> list[str]:
     return [f for f in files if f]
 
 
+CDF_TITLES = {"publish_txn_us": "Publish latency in a txn", "dispatch_nontxn_us": "Dispatch latency, plain messages",
+              "dispatch_txn_us": "Dispatch latency, txn messages", "commit_to_visible_us": "Commit to visible",
+              "end_txn_us": "End-txn latency"}
+# percentiles drawn, and the ticks OMB's charts label on their log(1/(1-p)) axis
+CDF_PCTS = tuple([float(q) for q in range(1, 90)] + [90 + q / 10 for q in range(0, 99)] + [99.9, 99.95, 99.99])
+CDF_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99)
+STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (1, 1)), "x"))
+
+
+def _log_pct(q: float) -> float:
+    """OMB's percentile axis: x = log10(1 / (1 - p)), so 90, 99, 99.9 sit one step apart."""
+    import math
+
+    return math.log10(1 / (1 - q / 100))
+
+
+def identical_groups(series: dict[str, Any]) -> list[list[str]]:
+    """Labels whose series are equal, in order (each group drawn once, named "identical")."""
+    groups: list[list[str]] = []
+    for lab, ys in series.items():
+        for g in groups:
+            if series[g[0]] == ys:
+                g.append(lab)
+                break
+        else:
+            groups.append([lab])
+    return groups
+
+
 def _cdf(rs: dict[str, Any], labels: list[str], name: str, out: Path) -> str | None:
+    """Latency by percentile as OMB draws it: x = percentile on a log(1/(1-p)) axis, y = latency.
+    Engines whose curves coincide are drawn once and named "identical" in the legend."""
     have = [(lab, rs["latency"].get(lab, {}).get(name)) for lab in labels]
     have = [(lab, s) for lab, s in have if s and s["count"]]
     if not have:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    qs = [i / 2 for i in range(1, 200)] + [99.9, 99.99, 100.0]
+    xs = [_log_pct(q) for q in CDF_PCTS]
+    series = {}
     for lab, s in have:
         h = histogram_from_summary(s)
-        ax.plot([h.get_value_at_percentile(q) / 1000 for q in qs], [q / 100 for q in qs], label=lab)
-    ax.set_xscale("log")
-    ax.set_xlabel("ms (log)")
-    ax.set_ylabel("fraction ≤ x")
-    ax.set_title(f"CDF of {name[:-3]}")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+        series[lab] = [h.get_value_at_percentile(q) / 1000 for q in CDF_PCTS]
+    for i, group in enumerate(identical_groups(series)):
+        ls, mk = STYLES[i % len(STYLES)]
+        label = " = ".join(group) + (" (identical)" if len(group) > 1 else "") + f", n={have[[lab for lab, _ in have].index(group[0])][1]['count']:,}"
+        ax.plot(xs, series[group[0]], linestyle=ls, marker=mk, markevery=12, markersize=5, linewidth=1.6, label=label)
+    ax.set_xticks([_log_pct(q) for q in CDF_TICKS], [f"p{q:g}" for q in CDF_TICKS])
+    ax.set_xlabel("percentile (log scale of 1/(1-p), as OMB plots)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"{CDF_TITLES.get(name, name)} by percentile ({name})")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
     return _save(fig, out / f"cdf_{name[:-3]}.png")
 
 
@@ -122,7 +161,8 @@ def _bars(title: str, ylabel: str, groups: list[str], values: dict[str, list[flo
 
 def _writes(rs: dict[str, Any], labels: list[str], out: Path) -> str:
     values = {lab: [rs["counts"].get(lab, {}).get(k, 0) for _, k in WRITE_KINDS] for lab in labels}
-    return _bars("Writes by kind", "writes", [name for name, _ in WRITE_KINDS], values, out / "writes.png")
+    return _bars("Writes by kind over the whole run (entries or records)", "writes (count)",
+                 [name for name, _ in WRITE_KINDS], values, out / "writes.png")
 
 
 def _polling(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
@@ -137,12 +177,13 @@ def _polling(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
     longest = max(blocked for blocked, _ in points.values())
     for name, rate in POLLING_RATES:
         ax.plot([0, longest], [0, rate * longest], linestyle="--", linewidth=1, label=name)
-    for lab, (blocked, empty) in points.items():
-        ax.plot([blocked], [empty], marker="o", markersize=8, linestyle="none", label=f"{lab}: {empty:,} in {blocked:,.1f} s")
+    for i, (lab, (blocked, empty)) in enumerate(points.items()):  # distinct markers: the points often coincide
+        ax.plot([blocked], [empty], marker=STYLES[i % len(STYLES)][1], markersize=10 - 2 * (i % 3), linestyle="none",
+                fillstyle="none" if i else "full", label=f"{lab}: {empty:,} in {blocked:,.1f} s")
     _scale(ax, "y", "symlog")
     ax.set_xlabel("time blocked at maxReadPosition (s, summed over dispatchers)")
     ax.set_ylabel("empty dispatcher reads")
-    ax.set_title("Empty reads vs blocked time")
+    ax.set_title("Polling waste: empty dispatcher reads vs time blocked")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, out / "polling.png")
@@ -157,5 +198,6 @@ def _recovery(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
                         if r["engine"] == lab and kind(r["component"]) == k) for k in kinds] for lab in labels}
     if not any(any(v) for v in values.values()):
         return None
-    return _bars("Recovery: entries replayed + records read", "entries + records", kinds, values, out / "recovery.png")
+    return _bars("Recovery after the crash: entries replayed + records read, by component", "entries + records (count)",
+                 kinds, values, out / "recovery.png")
 

@@ -112,6 +112,9 @@ def _session(master: str, driver_host: str = LOOPBACK):  # type: ignore[no-untyp
     _check_master(master)
     if _drop_py4j_interrupt not in logging.getLogger().filters:
         logging.getLogger().addFilter(_drop_py4j_interrupt)
+    # py4j's own loggers report a connection torn down by Ctrl-C ("Exception occurred while
+    # shutting down connection") with a stack trace; what fails in the JVM reaches us as an exception
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
@@ -272,6 +275,7 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
 
     d = dict(d)
     d.pop("label", None)
+    d.pop("design", None)  # both derived from the fields (RunConfig.as_dict)
     d["dispatch"] = DispatchMode(d["dispatch"])
     d["latency"] = LatencyModel(d["latency"])
     return RunConfig(**d)

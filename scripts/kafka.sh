@@ -57,7 +57,7 @@ fetch_jars() {
   flock -u 9
 }
 
-pid_alive() { [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; }
+pid_alive() { [ -f "$dir/kafka.pid" ] && pid_running "$(cat "$dir/kafka.pid")"; }
 
 # ours PID -> 0 if PID is the broker this script started from DIR (its command line runs
 # kafka.Kafka on DIR/server.properties): a reused PID must not get another process killed.

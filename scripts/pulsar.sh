@@ -102,7 +102,7 @@ our_pid() {
   [ -f "$dir/pulsar.pid" ] || return 1
   local pid
   pid=$(cat "$dir/pulsar.pid")
-  kill -0 "$pid" 2>/dev/null || return 1
+  pid_running "$pid" || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -F -- "-Dpulsar.log.dir=$dir " || return 1
   echo "$pid"
 }
@@ -148,7 +148,7 @@ launch() {
   echo "$pid" >"$dir/pulsar.pid"
   deadline=$(( $(date +%s) + ${PULSAR_START_TIMEOUT:-180} ))
   until healthy "$webport"; do
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! pid_running "$pid"; then
       rm -f "$dir/pulsar.pid"
       local gist
       gist=$(grep -s -h -E 'ERROR|Exception|Error' "$dir/pulsar.out" "$dir/pulsar.log" | tail -1 | cut -c1-300 || true)

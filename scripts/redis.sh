@@ -37,7 +37,7 @@ ping() {  # ping PORT -> 0 when the server answers PONG
   [ "$reply" = "PONG" ]
 }
 
-alive() { [ -f "$1/redis.pid" ] && kill -0 "$(cat "$1/redis.pid")" 2>/dev/null; }
+alive() { [ -f "$1/redis.pid" ] && pid_running "$(cat "$1/redis.pid")"; }
 
 # ours DIR PID -> 0 if PID is the redis-server this script started in DIR: a reused PID (or an
 # edited pid file) must not get some other process killed. redis-server sets its title to
@@ -84,7 +84,7 @@ stop() {
   local dir=$1 pid
   [ -f "$dir/redis.pid" ] || { echo "redis.sh: no redis.pid in $dir (not running)" >&2; return 0; }
   pid=$(cat "$dir/redis.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  if pid_running "$pid"; then
     if ! ours "$dir" "$pid"; then
       rm -f "$dir/redis.pid" "$dir/url"
       die "not stopping pid $pid: it is not the redis-server started in $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"

@@ -5,16 +5,24 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# pid_running PID: the process exists and is not a zombie (a killed child its parent has not reaped
+# still answers kill -0).
+pid_running() {
+  local stat
+  stat=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ "$stat" != Z* ]]
+}
+
 # terminate PID SECONDS: SIGTERM (the service's own shutdown), wait up to SECONDS, then SIGKILL and
 # wait for it to be gone. The caller has checked that PID is the process it started.
 terminate() {
   local pid=$1 secs=$2 i
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 $((secs * 5))); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    pid_running "$pid" || return 0
     sleep 0.2
   done
   echo "$(basename "$0"): pid $pid did not stop in $secs s; killing it" >&2
   kill -KILL "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  while pid_running "$pid"; do sleep 0.1; done
 }

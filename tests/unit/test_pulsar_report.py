@@ -60,6 +60,9 @@ def test_model_vs_broker_rows_say_equal_or_differs(tmp_path: Path) -> None:
     md = report.with_suffix(".md").read_text()
     assert "## Model vs broker (v4) — model vs other" in md
     assert "baseline" not in md  # no A/B section between a model set and a broker set
+    # the headline names the factor and what differs
+    assert "**Model vs broker (v4)** — factor: model → Pulsar 5.0.0-M1 broker:" in md
+    assert "differ (delivered (subscription, msg) pairs, txn outcomes" in md
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     (entry,) = summary["model_vs_broker"]
     rows = {r["metric"]: r for r in entry["rows"]}
