@@ -62,6 +62,25 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _add_wall_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="run v4 and v5 in wall time even when one keeps its transaction state on an in-memory "
+                        "backend and the other on a real service (refused otherwise: the comparison is unfair)")
+    p.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="serve the running replays' metrics (OpenMetrics) on http://127.0.0.1:PORT/metrics "
+                        "(0: any free port); metrics.txt is written in every result directory anyway")
+
+
+def _print_pacing(manifest: dict[str, object]) -> None:
+    from bench.walltime import pacing_line
+
+    for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
+        if run.get("rates") and run.get("time_mode") == "wall":
+            print(pacing_line(label, run["rates"]))
+    if manifest.get("mixed_backends"):
+        print(f"warning (--allow-mixed): {manifest['mixed_backends'].split(' — ')[0]}")  # type: ignore[union-attr]
+
+
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
     from bench.config import RunConfig
 
@@ -159,6 +178,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.prometheus_port is not None and (args.spark or args.target):
+        from engine.errors import ConfigError
+
+        raise ConfigError("--prometheus-port serves the models' replays in this process: not with --spark or --target")
     if args.target:
         from bench.pulsar.run import pulsar_replay
 
@@ -180,10 +203,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         from bench.runner import replay_trace
 
-        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress))
+        manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress),
+                                prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed)
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
+    _print_pacing(manifest)
     if "spark" in manifest:
         s = manifest["spark"]
         print(f"spark {s['master']}: {s['shards']} shards in {s['wall_seconds']} s; peak RSS per shard task "
@@ -216,9 +241,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = generate(load_profile(args.profile), args.events, args.seed, trace)
     print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
     configs = _configs(args, ["v4", "v5"])
-    manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress))
+    manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress),
+                            prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed)
     for label, run in manifest["runs"].items():
         print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+    _print_pacing(manifest)
     results: list[str | Path] = [out / "results"]
     if target is not None:  # the same trace through the real broker, reported beside the models
         from bench.pulsar.run import pulsar_replay
@@ -379,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay on Spark: local[*] (every core) when given alone, or a master such as local[2] or "
                         "spark://host:7077")
     _add_run_options(p)
+    _add_wall_options(p)
     _add_target_options(p)
     p.set_defaults(fn=cmd_replay)
 
@@ -395,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
+    _add_wall_options(p)
     _add_target_options(p)
     p.set_defaults(fn=cmd_compare)
 

@@ -62,6 +62,8 @@ from bench.config import RunConfig
 from bench.engines import Setup, build
 from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
+from bench.timeseries import Series
+from bench.walltime import Pacing
 from bench.trace import OPS, Event
 
 _SUB_TYPE = Event._fields.index("sub_type")
@@ -98,6 +100,9 @@ class RunResult:
     events: int
     virtual_end_us: int
     peak_rss_mb: float = 0.0
+    series: list[dict[str, Any]] = field(default_factory=list)  # bench.timeseries windows
+    rates: dict[str, Any] | None = None  # wall time: bench.walltime.Pacing.rates()
+    engine_metrics: list[Any] = field(default_factory=list)  # the engine's own prometheus families, if any
 
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
@@ -148,10 +153,25 @@ class Replayer:
         self._txn_rows: dict[str, list[Any]] = _empty_txns()
         self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
         self._op_counts = dict.fromkeys(OPS, 0)
+        self.series = Series(self.label, self._gauges)
+        self.pacing: Pacing | None = Pacing() if wall else None
         self.result: RunResult | None = None
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
+
+    def _gauges(self) -> tuple[int, int]:
+        """The time series' gauges now: backlog, and blocked time so far (crashed brokers' too)."""
+        return len(self.undelivered), self._retired["dispatch.blocked_us"] + self.broker.stats()["dispatch.blocked_us"]
+
+    def _advance(self, when_us: int) -> int:
+        """Run the clock up to each window end before ``when_us`` and close those windows;
+        returns the open window's end."""
+        series = self.series
+        while series.due() <= when_us:
+            self.sched.run_until(series.due() - 1)  # a sample at the window's end opens the next
+            series.close()
+        return series.due()
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -186,6 +206,7 @@ class Replayer:
             if acks:  # after this delivery, not inside it (one timer: they run back to back anyway)
                 self.sched.call_later(0, self._deferred_acks, acks)
             self.counts["deliveries"] += len(batch)
+            self.series.count("consume", len(batch))
             if self._crash_at is not None:
                 self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
                 self._crash_at = None
@@ -195,6 +216,7 @@ class Replayer:
         return deliver
 
     def _first_delivery(self, msg: str, ts: int, latency_us: int) -> None:
+        self.series.latency("end_to_end", latency_us)  # OMB's end-to-end: publish -> first receive
         txn = self.msg_txn.pop(msg, None)
         if txn is None:
             self.hist.record("dispatch_nontxn_us", latency_us)
@@ -304,6 +326,8 @@ class Replayer:
                 self.txns[e.txn].ops_failed = True
             raise
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
+        self.series.count("publish")
+        self.series.latency("publish", took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
             self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
@@ -423,6 +447,9 @@ class Replayer:
         txn.end_us = self.sched.now_us()
         if txn.end_requested_us is not None:
             self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
+            self.series.latency("end_txn", txn.end_us - txn.end_requested_us)
+        if status is TxnStatus.COMMITTED or status is TxnStatus.ABORTED:
+            self.series.count("commit" if status is TxnStatus.COMMITTED else "abort")
         if status is TxnStatus.ABORTED:
             self._drop_unvisible(txn)
         elif status is TxnStatus.COMMITTED:
@@ -507,10 +534,16 @@ class Replayer:
         sched = self.sched
         ops = self._ops
         op_counts = self._op_counts
+        pacing = self.pacing
+        due = self.series.due()
         try:
             with replay_gc():
                 for e in events:
+                    if e.ts_us >= due:
+                        due = self._advance(e.ts_us)
                     sched.run_until(e.ts_us)
+                    if pacing is not None:
+                        pacing.issued(e.ts_us, sched.now_us())
                     op_counts[e.op] += 1
                     try:
                         ops[e.op](e)
@@ -520,6 +553,7 @@ class Replayer:
                     n += 1
                     if n % every == 0:
                         yield n
+                self._advance(last_ts + self.cfg.drain_ms * 1000)
                 self.sched.run_until(last_ts + self.cfg.drain_ms * 1000)
             self.result = self._result(n, time.perf_counter() - start)
         finally:
@@ -592,6 +626,11 @@ class Replayer:
         counts["undelivered_at_end"] = len(self.undelivered)
         counts["acks.never_applied"] = len(self.deferred)
         self._flush_deliveries()
+        # the engine's own prometheus registry (v5: the PIP's metrics), if it has one; a crash
+        # starts a new engine with new metrics, so only a run without broker crashes has them whole
+        registry = getattr(getattr(self.broker.engine, "metrics", None), "registry", None)
+        if counts.get("crashes.broker"):
+            registry = None
         return RunResult(
             label=self.label,
             deliveries=self._deliveries,
@@ -603,6 +642,9 @@ class Replayer:
             events=n,
             virtual_end_us=self.sched.now_us(),
             peak_rss_mb=peak_rss_mb(),
+            series=self.series.finish(self.sched.now_us()),
+            rates=self.pacing.rates() if self.pacing is not None else None,
+            engine_metrics=list(registry.collect()) if registry is not None else [],
         )
 
 

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bench.config import RunConfig
 from bench.replay import Replayer, RunResult
 from bench.results import ResultWriter, result_dir
+from bench.openmetrics import LiveServer, live_source
 from bench.trace import read_events, trace_metadata, validate
+from bench.walltime import refuse_mixed
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 
 def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
-                 progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None,
+                 prometheus_port: int | None = None, allow_mixed: bool = False) -> dict[str, Any]:
     """Validate ``trace`` whole, then replay it once per config; write one result directory.
+    Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.walltime`);
+    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.openmetrics`).
     Returns the manifest."""
+    mixed = refuse_mixed(configs, allow_mixed)
     rows = validate(trace)  # a bad trace is refused before anything is written
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
@@ -26,10 +33,15 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
         "runs": {},
         **(extra_manifest or {}),
     }
-    with result_dir(out) as writer:
+    if mixed is not None:
+        manifest["mixed_backends"] = mixed  # allowed with --allow-mixed: the report's reader is told
+    server = LiveServer(prometheus_port) if prometheus_port is not None else None
+    with result_dir(out) as writer, _closing(server):
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
             replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns)
+            if server is not None:
+                server.add(live_source(replayer, cfg.engine))
             tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None
             results.append((cfg, replayer.run(read_events(trace, validated=True), progress=tick)))
             if progress:
@@ -59,11 +71,33 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             "peak_rss_mb": result.peak_rss_mb,  # the process's peak so far (runs go one after another)
             "virtual_end_us": result.virtual_end_us,
             "time_mode": cfg.time_mode,
+            **({"rates": result.rates, "max_lag_us": result.rates["max_lag_us"]} if result.rates else {}),
             **(extra_run(result) if extra_run else {}),
         }
+    write_metrics(writer.dir, manifest["runs"], counts, latency,
+                  {r.label: r.engine_metrics for _, r in results}, [r.series for _, r in results])
     manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
+
+
+def write_metrics(directory: Path, runs: dict[str, Any], counts: dict[str, dict[str, int]], latency: dict[str, Any],
+                  engine_metrics: dict[str, list[Any]], series: list[list[dict[str, Any]]]) -> None:
+    """``metrics.txt`` (OpenMetrics) and ``timeseries.parquet`` of a result directory."""
+    from bench import openmetrics, timeseries
+
+    families = openmetrics.result_families(runs, counts, latency, engine_metrics)
+    (directory / openmetrics.FILE).write_bytes(openmetrics.render(families))
+    timeseries.write(directory / timeseries.FILE, [row for rows in series for row in rows])
+
+
+@contextmanager
+def _closing(server: LiveServer | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if server is not None:
+            server.close()
 
 
 def check_trace(trace: str | Path, configs: list[RunConfig],

@@ -39,7 +39,9 @@ import pyarrow.parquet as pq
 from bench.config import RunConfig
 from bench.measure import Histograms, peak_rss_mb
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
+from bench.runner import write_metrics
 from bench.sharding import plan_shards, trace_aggregates
+from bench.timeseries import merge_rows
 from bench.trace import parquet_stream, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
@@ -141,7 +143,7 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
     files.close()
     summary = {"latency": result.latency, "recovery": result.recovery, "events": result.events,
                "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us,
-               "peak_rss_mb": result.peak_rss_mb}
+               "peak_rss_mb": result.peak_rss_mb, "series": result.series}
     yield _batch("summary", shard, {"engine": [cfg.label], "payload": [json.dumps(summary)]})
     counts = sorted(result.counts.items())  # summed across shards by Spark SQL
     yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "name": [k for k, _ in counts],
@@ -310,6 +312,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
     events: dict[str, int] = {}
     task_rss: list[float] = []
     shard_seconds: dict[str, dict[int, float]] = {}
+    series: list[list[dict[str, Any]]] = []  # every shard's time series, merged per window below
     for part in _parts(spool, "summary"):
         t = pq.read_table(part, columns=["shard", "engine", "payload"]).to_pydict()
         for shard, label, payload in zip(t["shard"], t["engine"], t["payload"]):
@@ -319,6 +322,7 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
             events[label] = events.get(label, 0) + s["events"]
             task_rss.append(s["peak_rss_mb"])
             shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
+            series.append(s.get("series", []))
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
         "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"),
@@ -345,5 +349,6 @@ def _collect(spool: Path, trace: str | Path, rows: int, configs: list[RunConfig]
                 "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
                 "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
             }
+        write_metrics(writer.dir, manifest["runs"], counts, latency, {}, [merge_rows(series)])
         writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
