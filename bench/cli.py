@@ -204,7 +204,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from bench.runner import replay_trace
 
         manifest = replay_trace(args.trace, configs, args.out, progress=_progress(not args.no_progress),
-                                prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed)
+                                prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
+                                announce=lambda line: print(line, file=sys.stderr, flush=True))
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
@@ -242,7 +243,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {trace}")
     configs = _configs(args, ["v4", "v5"])
     manifest = replay_trace(trace, configs, out / "results", progress=_progress(not args.no_progress),
-                            prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed)
+                            prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
+                            announce=lambda line: print(line, file=sys.stderr, flush=True))
     for label, run in manifest["runs"].items():
         print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
     _print_pacing(manifest)

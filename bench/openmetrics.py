@@ -69,7 +69,7 @@ def run_families(label: str, design: str, counts: Mapping[str, int], latency: Ma
             c = CounterMetricFamily(name, help_text, labels=LABELS)
             c.add_metric(values, counts[key])
             out.append(c)
-    if design == "v5":
+    if design == "v5" and any(k.startswith("tc.header_cas.") for k in counts):
         cas = CounterMetricFamily(PIP_CAS, "header CAS attempts by outcome (PIP-473)", labels=[*LABELS, "result"])
         for result in ("ok", "conflict", "reject"):
             cas.add_metric([*values, result], counts.get(f"tc.header_cas.{result}", 0))
@@ -199,12 +199,28 @@ class LiveServer:
         self._thread.join(timeout=5)
 
 
+def _broker_counts(replayer: Any) -> dict[str, int]:
+    """The broker's counts now (coordinator, buffers, dispatchers, metadata store), read from the
+    server thread: a partition or subscription added meanwhile can end the walk over the
+    broker's dicts (RuntimeError), so it is tried again; empty if it never completes."""
+    for _ in range(5):
+        try:
+            counts = dict(replayer._retired)
+            for key, value in replayer.broker.stats().items():
+                counts[key] = counts.get(key, 0) + value
+            return counts
+        except RuntimeError:
+            continue
+    return {}
+
+
 def live_source(replayer: Any, design: str) -> Callable[[], list[Metric]]:
     """A :class:`LiveServer` source reading a running :class:`bench.replay.Replayer`."""
 
     def families() -> list[Metric]:
         counts = dict(replayer.counts)  # a dict copy is atomic under the GIL
         counts.update({"events." + op: n for op, n in dict(replayer._op_counts).items() if n})
+        counts.update(_broker_counts(replayer))
         fams = run_families(replayer.label, design, counts)
         rows = replayer.series.rows
         if rows:

@@ -539,8 +539,9 @@ class Replayer:
         try:
             with replay_gc():
                 for e in events:
-                    if e.ts_us >= due:
-                        due = self._advance(e.ts_us)
+                    if e.ts_us >= due or (pacing is not None and sched.now_us() >= due):
+                        # wall time: a replay behind the trace closes windows by the clock, not the rows
+                        due = self._advance(max(e.ts_us, sched.now_us()))
                     sched.run_until(e.ts_us)
                     if pacing is not None:
                         pacing.issued(e.ts_us, sched.now_us())

@@ -19,10 +19,12 @@ Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
                  progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None,
-                 prometheus_port: int | None = None, allow_mixed: bool = False) -> dict[str, Any]:
+                 prometheus_port: int | None = None, allow_mixed: bool = False,
+                 announce: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate ``trace`` whole, then replay it once per config; write one result directory.
     Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.walltime`);
-    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.openmetrics`).
+    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.openmetrics`; its URL
+    goes to ``announce``).
     Returns the manifest."""
     mixed = refuse_mixed(configs, allow_mixed)
     rows = validate(trace)  # a bad trace is refused before anything is written
@@ -36,6 +38,8 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
     if mixed is not None:
         manifest["mixed_backends"] = mixed  # allowed with --allow-mixed: the report's reader is told
     server = LiveServer(prometheus_port) if prometheus_port is not None else None
+    if server is not None and announce is not None:
+        announce(f"serving metrics on http://127.0.0.1:{server.port}/metrics")
     with result_dir(out) as writer, _closing(server):
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
