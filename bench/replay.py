@@ -153,7 +153,7 @@ class Replayer:
         self._txn_rows: dict[str, list[Any]] = _empty_txns()
         self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
         self._op_counts = dict.fromkeys(OPS, 0)
-        self.series = Series(self.label, self._gauges)
+        self.series = Series(self.label, self._gauges, self.sched.now_us)
         self.pacing: Pacing | None = Pacing() if wall else None
         self.result: RunResult | None = None
 

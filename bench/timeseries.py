@@ -10,7 +10,9 @@ wall), so a virtual-time series is deterministic, and a row also carries the tra
 Samples are attributed to the window of the clock time they happen at (a publish when the broker
 answers, a delivery when it is delivered, an end-txn when the client hears the answer). The
 replayer closes a window by running its clock up to the window's end (:meth:`Series.due`), then
-samples the gauges: ``backlog`` is the messages published and not yet delivered to any
+samples the gauges (exact in virtual time); a sample that finds the clock past the open window's
+end (a caller applying rows one by one, as the Kafka stream does) closes it first, the gauges
+then read at that sample's time: ``backlog`` is the messages published and not yet delivered to any
 subscription (an aborted txn's messages leave it), ``blocked_ms`` the time blocked at
 maxReadPosition that ended in the window (``dispatch.blocked_us`` is counted when a block ends).
 
@@ -58,10 +60,12 @@ class Series:
     replayer calls :meth:`close` at each window end it reaches (see :meth:`due`) and
     :meth:`finish` at the run's end."""
 
-    def __init__(self, label: str, gauges: Gauges, window_us: int = WINDOW_US) -> None:
+    def __init__(self, label: str, gauges: Gauges, now: Callable[[], int] | None = None,
+                 window_us: int = WINDOW_US) -> None:
         self.label = label
         self.window_us = window_us
         self._gauges = gauges
+        self._now = now
         self._start = 0  # the open window's start
         self._counts = dict.fromkeys(RATES, 0)
         self._samples: dict[str, list[int]] = {lat: [] for lat in LATENCIES}
@@ -74,10 +78,20 @@ class Series:
         return self._start + self.window_us
 
     def count(self, name: str, n: int = 1) -> None:
+        if self._now is not None and self._now() >= self._start + self.window_us:
+            self._catch_up()
         self._counts[name] += n
 
     def latency(self, name: str, value_us: int) -> None:
+        if self._now is not None and self._now() >= self._start + self.window_us:
+            self._catch_up()
         self._samples[name].append(min(max(value_us, LOWEST_US), HIGHEST_US))
+
+    def _catch_up(self) -> None:
+        assert self._now is not None
+        now = self._now()
+        while self._start + self.window_us <= now:
+            self.close()
 
     def close(self) -> None:
         """Close the open window (the clock has reached its end) and open the next."""
