@@ -78,7 +78,7 @@ def _print_pacing(manifest: dict[str, object]) -> None:
         if run.get("rates") and run.get("time_mode") == "wall":
             print(pacing_line(label, run["rates"]))
     if manifest.get("mixed_backends"):
-        print(f"warning (--allow-mixed): {manifest['mixed_backends'].split(' — ')[0]}")  # type: ignore[union-attr]
+        print(f"warning (--allow-mixed): {str(manifest['mixed_backends']).split(' — ')[0]}")
 
 
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
@@ -376,6 +376,9 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
         raise ConfigError("stream runs in wall time only")
     args.time = "wall"
     configs = _configs(args, ["v4", "v5"])
+    from bench.walltime import refuse_mixed
+
+    refuse_mixed(configs, args.allow_mixed)
 
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
@@ -460,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")
     p.add_argument("--out", required=True)
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="run even when one engine's transaction state is in memory and the other's on a real service")
     _add_run_options(p)
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -102,13 +103,13 @@ def test_mixed_backends_are_refused_in_wall_time_unless_allowed() -> None:
         refuse_mixed([v4, v5], allow_mixed=False)
     assert "redis://" in (refuse_mixed([v4, v5], allow_mixed=True) or "")
     # like with like: both engines on real services, one engine alone, or virtual time
-    real = dict(ledger_url="kafka://127.0.0.1:1", metadata_url="redis://127.0.0.1:1", time_mode="wall")
+    real: dict[str, Any] = dict(ledger_url="kafka://127.0.0.1:1", metadata_url="redis://127.0.0.1:1", time_mode="wall")
     assert mixed_backends([RunConfig(engine="v4", **real), RunConfig(engine="v5", **real)]) is None
     assert mixed_backends([v5]) is None
     assert mixed_backends([RunConfig(engine="v4", metadata_url="redis://x:1"),
                            RunConfig(engine="v5", metadata_url="redis://x:1")]) is None
     # a real ledger with in-memory metadata: v5's transaction state is free, v4's is not
-    half = dict(ledger_url="kafka://127.0.0.1:1", time_mode="wall")
+    half: dict[str, Any] = dict(ledger_url="kafka://127.0.0.1:1", time_mode="wall")
     assert mixed_backends([RunConfig(engine="v4", **half), RunConfig(engine="v5", **half)]) is not None
 
 
