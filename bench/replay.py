@@ -237,7 +237,10 @@ class Replayer:
     # -- applying events ------------------------------------------------------------------------
 
     def apply(self, e: Event) -> None:
+        """Apply one row (for callers that pace rows themselves, e.g. the Kafka stream)."""
         self.sched.run_until(e.ts_us)
+        if self.pacing is not None:
+            self.pacing.issued(e.ts_us, self.sched.now_us())
         self._op_counts[e.op] += 1
         try:
             self._ops[e.op](e)

@@ -171,3 +171,17 @@ def test_rows_applied_one_by_one_fill_the_same_windows(tmp_path: Path) -> None:
                 "end_to_end_latency_p99_ms"):
         assert applied[col] == stepped[col], col
     assert sum(1 for n in applied["consume_count"] if n) > 1
+
+
+def test_rows_applied_one_by_one_in_wall_time_record_their_pace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    generate(load_profile("small"), 200, 4, trace)
+    r = Replayer(RunConfig(engine="v4", time_mode="wall", drain_ms=0))
+    rows = list(read_events(trace))
+    for e in rows:
+        r.apply(e)
+    result = r._result(len(rows), 0.0)
+    r.broker.close()
+    r.setup.close()
+    assert result.rates is not None and result.rates["max_lag_us"] >= 0
+    assert result.rates["offered_rows_per_s"] == round(len(rows) / ((rows[-1].ts_us - rows[0].ts_us) / 1e6), 1)
