@@ -13,7 +13,8 @@ Names, with labels ``engine`` (the result label) and ``design`` (v4 or v5) on ev
   ``header_cas{result}``, ``outstanding_op_records``, and ``index_query_seconds`` from the engine's
   own registry (:class:`metadata_v5.engine.V5Metrics`) when the run has one (not across Spark shards).
 - ``txnbench_*`` otherwise: every exact count as ``txnbench_count_total{count="<name>"}`` (the keys
-  of ``counts.json``), and each latency histogram of ``latency.json`` as
+  of ``counts.json``; one below zero, as a broker-side difference can be, under
+  ``txnbench_count_signed``, a gauge), and each latency histogram of ``latency.json`` as
   ``txnbench_<name>_seconds`` (HdrHistogram counts cumulated at fixed bucket bounds).
 """
 
@@ -91,9 +92,13 @@ def run_families(label: str, design: str, counts: Mapping[str, int], latency: Ma
         out.append(relabelled)
         emitted.add(m.name)
     every = CounterMetricFamily("txnbench_count", "the run's exact counts (counts.json)", labels=[*LABELS, "count"])
+    signed = GaugeMetricFamily("txnbench_count_signed", "counts.json entries below zero (a counter cannot be)",
+                               labels=[*LABELS, "count"])
     for key, value in sorted(counts.items()):
-        every.add_metric([*values, key], value)
+        (every if value >= 0 else signed).add_metric([*values, key], value)
     out.append(every)
+    if signed.samples:  # e.g. a broker-side difference of two counters
+        out.append(signed)
     for name, summary in sorted((latency or {}).items()):
         out.append(_histogram(name, summary, values))
     return out

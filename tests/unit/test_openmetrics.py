@@ -132,3 +132,10 @@ def test_a_busy_port_is_one_clear_error() -> None:
             LiveServer(server.port)
     finally:
         server.close()
+
+
+def test_a_negative_count_is_a_gauge_not_a_counter() -> None:
+    text = render(run_families("pulsar-v4", "v4", {"ledger.bytes.marker": -3, "deliveries": 4})).decode()
+    samples = _samples(text)  # the parser refuses a negative counter: this one parses
+    assert samples[("txnbench_count_signed", (("count", "ledger.bytes.marker"), ("design", "v4"), ("engine", "pulsar-v4")))] == -3
+    assert samples[("txnbench_count_total", (("count", "deliveries"), ("design", "v4"), ("engine", "pulsar-v4")))] == 4
