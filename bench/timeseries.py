@@ -128,6 +128,42 @@ class Series:
         return self.rows
 
 
+def from_timeline(label: str, answers: Iterable[tuple[int, str, int]], deliveries: Iterable[int],
+                  first_deliveries: Iterable[tuple[int, int]], backlog: Iterable[tuple[int, int | None]],
+                  window_us: int = WINDOW_US) -> list[dict[str, Any]]:
+    """The windows of a run known only afterwards, from its events (the real broker's client):
+    ``answers`` (time, publish|commit|abort|end_failed, latency µs), every delivery's time, first
+    deliveries (time, publish -> delivery µs), and per message that counts toward the backlog
+    (publish answered time, first delivery time or None). No blocked time: the broker does not
+    export it (``blocked_ms`` is null)."""
+    events: list[tuple[int, str, int | None]] = [(t, kind, lat) for t, kind, lat in answers]
+    events += [(t, "consume", None) for t in deliveries]
+    events += [(t, "end_to_end", lat) for t, lat in first_deliveries]
+    events.sort(key=lambda ev: ev[0])
+    pubs = np.array(sorted(p for p, _ in backlog), dtype=np.int64)
+    firsts = np.array(sorted(f for _, f in backlog if f is not None), dtype=np.int64)
+    end = events[-1][0] if events else 0
+
+    def gauges() -> tuple[int, int]:
+        until = series._start + window_us  # the gauges at the window's end
+        return int(np.searchsorted(pubs, until) - np.searchsorted(firsts, until)), 0
+
+    series = Series(label, gauges, window_us=window_us)
+    for t, kind, lat in events:
+        while t >= series.due():
+            series.close()
+        if kind in ("publish", "consume", "commit", "abort"):
+            series.count(kind)
+        if kind in ("commit", "abort", "end_failed"):
+            series.latency("end_txn", lat or 0)
+        elif kind in ("publish", "end_to_end"):
+            series.latency(kind, lat or 0)
+    rows = series.finish(end)
+    for row in rows:
+        row["blocked_us"] = None
+    return rows
+
+
 def merge_rows(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Merge the series of several shards of one run (same engine label, same windows): counts,
     backlog and blocked time add, histograms are added. A shard whose clock ended earlier simply
@@ -166,7 +202,7 @@ def table(rows: list[dict[str, Any]]) -> pa.Table:
             cols[f"{name}_count"].append(row[f"{name}_count"])
             cols[f"{name}_per_s"].append(row[f"{name}_count"] / seconds)
         cols["backlog"].append(row["backlog"])
-        cols["blocked_ms"].append(row["blocked_us"] / 1000)
+        cols["blocked_ms"].append(row["blocked_us"] / 1000 if row["blocked_us"] is not None else None)
         for lat in LATENCIES:
             enc = row["hdr"].get(lat)
             h = HdrHistogram.decode(enc) if enc else None

@@ -185,3 +185,28 @@ def test_rows_applied_one_by_one_in_wall_time_record_their_pace(tmp_path: Path) 
     r.setup.close()
     assert result.rates is not None and result.rates["max_lag_us"] >= 0
     assert result.rates["offered_rows_per_s"] == round(len(rows) / ((rows[-1].ts_us - rows[0].ts_us) / 1e6), 1)
+
+
+def test_a_broker_runs_series_comes_from_its_client_events() -> None:
+    from bench.pulsar.fold import EventFold
+    from bench.pulsar.series import broker_series
+    from tests.unit.test_pulsar_fold import EVENTS, ROWS, B, T
+
+    f = EventFold("v4", ROWS, {B: T}, trace_span_us=10_000)
+    for ev in EVENTS:
+        f.feed(ev)
+    f.finish()
+    t = table(broker_series(f, window_us=1000)).to_pydict()
+    # worked out by hand from EVENTS: answers at 400/700/3600 (publish), 3000 (commit), 4500 (abort),
+    # 5100 (a failed commit); deliveries at 500, 2500, 6000 (m0 again)
+    assert t["window_start_us"] == [0, 1000, 2000, 3000, 4000, 5000, 6000]
+    assert t["publish_count"] == [2, 0, 0, 1, 0, 0, 0]
+    assert t["consume_count"] == [1, 0, 1, 0, 0, 0, 1]
+    assert t["commit_count"] == [0, 0, 0, 1, 0, 0, 0]
+    assert t["abort_count"] == [0, 0, 0, 0, 1, 0, 0]
+    # m0 (sent 100, first delivered 500) and m1 (sent 200 in t0, committed; delivered 2500); m2 aborted
+    assert t["backlog"] == [1, 1, 0, 0, 0, 0, 0]
+    assert t["end_to_end_latency_max_ms"][0] == pytest.approx(0.4, rel=1e-3)
+    assert t["end_to_end_latency_max_ms"][2] == pytest.approx(2.3, rel=1e-3)
+    assert t["end_txn_latency_max_ms"][3:6] == pytest.approx([2.0, 0.5, 0.1], rel=1e-3)
+    assert t["blocked_ms"] == [None] * 7  # not observable from outside the broker
