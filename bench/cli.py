@@ -144,6 +144,25 @@ def _add_force(p: argparse.ArgumentParser) -> None:
                    help="replace what an earlier txnbench run wrote in --out (other files are never touched)")
 
 
+def _add_wall_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="run v4 and v5 in wall time even when one keeps its transaction state on an in-memory "
+                        "backend and the other on a real service (refused otherwise: the comparison is unfair)")
+    p.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="serve the running replays' metrics (OpenMetrics) on http://127.0.0.1:PORT/metrics "
+                        "(0: any free port); metrics.txt is written in every result directory anyway")
+
+
+def _print_pacing(manifest: dict[str, object]) -> None:
+    from bench.walltime import pacing_line
+
+    for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
+        if run.get("rates") and run.get("time_mode") == "wall":
+            print(pacing_line(label, run["rates"]))
+    if manifest.get("mixed_backends"):
+        print(f"warning (--allow-mixed): {str(manifest['mixed_backends']).split(' — ')[0]}")
+
+
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
     from bench.config import RunConfig
     from engine.errors import ConfigError
@@ -275,6 +294,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from engine.errors import ConfigError
 
         raise ConfigError(f"--repeat {args.repeat}: must be >= 1, and repeats run in-process only (not with --target or --spark)")
+    if args.prometheus_port is not None and (args.spark or args.target):
+        from engine.errors import ConfigError
+
+        raise ConfigError("--prometheus-port serves the models' replays in this process: not with --spark or --target")
     if args.target:
         from bench.pulsar.run import pulsar_replay
 
@@ -309,13 +332,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from bench.repeat import replay_repeated
 
         def once(d: str | Path) -> dict[str, Any]:
-            return replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress), force=args.force)
+            return replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress), force=args.force,
+                                prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
+                                announce=lambda line: print(line, file=sys.stderr, flush=True))
 
         manifest = (replay_repeated(args.trace, configs, args.out, args.repeat, once, force=args.force)
                     if args.repeat > 1 else once(args.out))
     for label, run in manifest["runs"].items():
         rss = f", peak RSS {run['peak_rss_mb']:.0f} MB" if run.get("peak_rss_mb") else ""
         print(f"{label}: {run['events']} events in {run['wall_seconds']} s ({run['events_per_second']} events/s{rss})")
+    _print_pacing(manifest)
     if "spark" in manifest:
         s = manifest["spark"]
         print(f"spark {s['master']}: {s['shards']} shards in {s['wall_seconds']} s; peak RSS per shard task "
@@ -374,9 +400,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows = generate(profile, args.events, args.seed, trace)
         print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
         manifest = replay_trace(trace, configs, tmp / "results", progress=_progress(not args.no_progress),
-                                shown=shown)
+                                shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
+                                announce=lambda line: print(line, file=sys.stderr, flush=True))
         for label, run in manifest["runs"].items():
             print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+        _print_pacing(manifest)
         results: list[str | Path] = [tmp / "results"]
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
@@ -521,6 +549,9 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
         raise ConfigError("stream runs in wall time only")
     args.time = "wall"
     configs = _configs(args, ["v4", "v5"])
+    from bench.walltime import refuse_mixed
+
+    refuse_mixed(configs, args.allow_mixed)
 
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
@@ -588,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay N times into one result set (repeats.json records each); the report then compares "
                         "medians by their spread (for wall-time runs). Default 1")
     _add_run_options(p)
+    _add_wall_options(p)
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_replay)
@@ -613,6 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
+    _add_wall_options(p)
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_compare)
@@ -650,6 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--timeout", type=_float_in(0, 7 * 24 * 3600, open_lo=True), default=None, metavar="S",
                    help="give up after S seconds")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="run even when one engine's transaction state is in memory and the other's on a real service")
     _add_run_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_stream_run)

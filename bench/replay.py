@@ -62,6 +62,8 @@ from bench.config import RunConfig
 from bench.engines import Setup, build
 from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
+from bench.timeseries import Series
+from bench.walltime import Pacing
 from bench.trace import OPS, Event
 
 _SUB_TYPE = Event._fields.index("sub_type")
@@ -101,6 +103,9 @@ class RunResult:
     # what was still in flight when the drain ended (Replayer.in_flight): all zero = quiescent
     in_flight: dict[str, int] = field(default_factory=dict)
     drained_us: int = 0  # time run after the last event
+    series: list[dict[str, Any]] = field(default_factory=list)  # bench.timeseries windows
+    rates: dict[str, Any] | None = None  # wall time: bench.walltime.Pacing.rates()
+    engine_metrics: list[Any] = field(default_factory=list)  # the engine's own prometheus families, if any
 
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
@@ -151,10 +156,25 @@ class Replayer:
         self._txn_rows: dict[str, list[Any]] = _empty_txns()
         self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
         self._op_counts = dict.fromkeys(OPS, 0)
+        self.series = Series(self.label, self._gauges, self.sched.now_us)
+        self.pacing: Pacing | None = Pacing() if wall else None
         self.result: RunResult | None = None
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
+
+    def _gauges(self) -> tuple[int, int]:
+        """The time series' gauges now: backlog, and blocked time so far (crashed brokers' too)."""
+        return len(self.undelivered), self._retired["dispatch.blocked_us"] + self.broker.stats()["dispatch.blocked_us"]
+
+    def _advance(self, when_us: int) -> int:
+        """Run the clock up to each window end before ``when_us`` and close those windows;
+        returns the open window's end."""
+        series = self.series
+        while series.due() <= when_us:
+            self.sched.run_until(series.due() - 1)  # a sample at the window's end opens the next
+            series.close()
+        return series.due()
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -189,6 +209,7 @@ class Replayer:
             if acks:  # after this delivery, not inside it (one timer: they run back to back anyway)
                 self.sched.call_later(0, self._deferred_acks, acks)
             self.counts["deliveries"] += len(batch)
+            self.series.count("consume", len(batch))
             if self._crash_at is not None:
                 self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
                 self._crash_at = None
@@ -198,6 +219,7 @@ class Replayer:
         return deliver
 
     def _first_delivery(self, msg: str, ts: int, latency_us: int) -> None:
+        self.series.latency("end_to_end", latency_us)  # OMB's end-to-end: publish -> first receive
         txn = self.msg_txn.pop(msg, None)
         if txn is None:
             self.hist.record("dispatch_nontxn_us", latency_us)
@@ -218,7 +240,10 @@ class Replayer:
     # -- applying events ------------------------------------------------------------------------
 
     def apply(self, e: Event) -> None:
+        """Apply one row (for callers that pace rows themselves, e.g. the Kafka stream)."""
         self.sched.run_until(e.ts_us)
+        if self.pacing is not None:
+            self.pacing.issued(e.ts_us, self.sched.now_us())
         self._op_counts[e.op] += 1
         try:
             self._ops[e.op](e)
@@ -307,6 +332,8 @@ class Replayer:
                 self.txns[e.txn].ops_failed = True
             raise
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
+        self.series.count("publish")
+        self.series.latency("publish", took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
             self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
@@ -426,6 +453,9 @@ class Replayer:
         txn.end_us = self.sched.now_us()
         if txn.end_requested_us is not None:
             self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
+            self.series.latency("end_txn", txn.end_us - txn.end_requested_us)
+        if status is TxnStatus.COMMITTED or status is TxnStatus.ABORTED:
+            self.series.count("commit" if status is TxnStatus.COMMITTED else "abort")
         if status is TxnStatus.ABORTED:
             self._drop_unvisible(txn)
         elif status is TxnStatus.COMMITTED:
@@ -510,10 +540,17 @@ class Replayer:
         sched = self.sched
         ops = self._ops
         op_counts = self._op_counts
+        pacing = self.pacing
+        due = self.series.due()
         try:
             with replay_gc():
                 for e in events:
+                    if e.ts_us >= due or (pacing is not None and sched.now_us() >= due):
+                        # wall time: a replay behind the trace closes windows by the clock, not the rows
+                        due = self._advance(max(e.ts_us, sched.now_us()))
                     sched.run_until(e.ts_us)
+                    if pacing is not None:
+                        pacing.issued(e.ts_us, sched.now_us())
                     op_counts[e.op] += 1
                     try:
                         ops[e.op](e)
@@ -539,11 +576,14 @@ class Replayer:
         ledger still delivering: 5 s left 71 of 888 messages behind). Returns what is still in
         flight at the end, so a run that did not quiesce can say so."""
         sched = self.sched
+        self._advance(last_ts + self.cfg.drain_ms * 1000)  # the time series' windows close on the way
         sched.run_until(last_ts + self.cfg.drain_ms * 1000)
         limit = last_ts + max(self.cfg.drain_max_ms or 0, self.cfg.drain_ms) * 1000
         in_flight = self.in_flight()
         while any(in_flight.values()) and sched.now_us() < limit:
-            sched.run_until(min(limit, sched.now_us() + self.DRAIN_STEP_US))
+            step = min(limit, sched.now_us() + self.DRAIN_STEP_US)
+            self._advance(step)
+            sched.run_until(step)
             in_flight = self.in_flight()
         return in_flight
 
@@ -632,6 +672,11 @@ class Replayer:
         counts["undelivered_at_end"] = len(self.undelivered)
         counts["acks.never_applied"] = len(self.deferred)
         self._flush_deliveries()
+        # the engine's own prometheus registry (v5: the PIP's metrics), if it has one; a crash
+        # starts a new engine with new metrics, so only a run without broker crashes has them whole
+        registry = getattr(getattr(self.broker.engine, "metrics", None), "registry", None)
+        if counts.get("crashes.broker"):
+            registry = None
         return RunResult(
             label=self.label,
             deliveries=self._deliveries,
@@ -643,6 +688,9 @@ class Replayer:
             events=n,
             virtual_end_us=self.sched.now_us(),
             peak_rss_mb=peak_rss_mb(),
+            series=self.series.finish(self.sched.now_us()),
+            rates=self.pacing.rates() if self.pacing is not None else None,
+            engine_metrics=list(registry.collect()) if registry is not None else [],
         )
 
 

@@ -1,5 +1,6 @@
 """Result sets on disk (DESIGN.md "Results"): ``deliveries.parquet``, ``txns.parquet``,
-``counts.json``, ``latency.json``, ``recovery.json`` and ``manifest.json`` in one directory.
+``counts.json``, ``latency.json``, ``recovery.json``, ``manifest.json``, ``metrics.txt`` (OpenMetrics,
+:mod:`bench.openmetrics`) and ``timeseries.parquet`` (:mod:`bench.timeseries`) in one directory.
 
 Writes go to a private sibling directory whose files are renamed into place at the end
 (:mod:`bench.output`), so a failed run leaves nothing half-written and nothing txnbench did not
@@ -36,7 +37,8 @@ TXN_SCHEMA = pa.schema(
         ("commit_requested_ts_us", pa.int64()), ("messages", pa.int64()),
     ]
 )
-FILES = ("deliveries.parquet", "txns.parquet", "counts.json", "latency.json", "recovery.json", "manifest.json")
+FILES = ("deliveries.parquet", "txns.parquet", "counts.json", "latency.json", "recovery.json", "manifest.json",
+         "metrics.txt", "timeseries.parquet")  # the last two: bench.openmetrics, bench.timeseries
 
 
 def versions() -> dict[str, str]:

@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bench.config import RunConfig
 from bench.replay import Replayer, RunResult
 from bench.output import check_out, shown_path
 from bench.results import ResultWriter, result_dir
+from bench.openmetrics import LiveServer, live_source
 from bench.trace import read_events, trace_metadata, validate
+from bench.walltime import refuse_mixed
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 
 def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
                  progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None, *,
-                 force: bool = False, shown: dict[str, str] | None = None) -> dict[str, Any]:
+                 force: bool = False, shown: dict[str, str] | None = None, prometheus_port: int | None = None,
+                 allow_mixed: bool = False, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate ``trace`` whole, then replay it once per config; write one result directory
     (:func:`bench.results.result_dir`: an existing non-empty ``out`` only with ``force``).
     ``shown`` maps a staging directory to the path the results will have (for the manifest).
-    Returns the manifest."""
+    Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.walltime`);
+    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.openmetrics`; its URL
+    goes to ``announce``). Returns the manifest."""
     check_out(out, force=force)
+    mixed = refuse_mixed(configs, allow_mixed)
     rows = validate(trace)  # a bad trace is refused before anything is written
     meta = trace_metadata(trace)
     manifest: dict[str, Any] = {
@@ -31,10 +38,17 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
         "runs": {},
         **(extra_manifest or {}),
     }
-    with result_dir(out, force=force, protect=[Path(trace)]) as writer:
+    if mixed is not None:
+        manifest["mixed_backends"] = mixed  # allowed with --allow-mixed: the report's reader is told
+    server = LiveServer(prometheus_port) if prometheus_port is not None else None
+    if server is not None and announce is not None:
+        announce(f"serving metrics on http://127.0.0.1:{server.port}/metrics")
+    with result_dir(out, force=force, protect=[Path(trace)]) as writer, _closing(server):
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
             replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns)
+            if server is not None:
+                server.add(live_source(replayer, cfg.engine))
             tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None
             results.append((cfg, replayer.run(read_events(trace, validated=True), progress=tick)))
             if progress:
@@ -67,8 +81,11 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             # did the run end quiescent? (bench.replay.Replayer.in_flight; the CLI exits 1 if not)
             "drain": {"ran_ms": result.drained_us // 1000, "in_flight": result.in_flight,
                       "quiescent": not any(result.in_flight.values())},
+            **({"rates": result.rates, "max_lag_us": result.rates["max_lag_us"]} if result.rates else {}),
             **(extra_run(result) if extra_run else {}),
         }
+    write_metrics(writer.dir, manifest["runs"], counts, latency,
+                  {r.label: r.engine_metrics for _, r in results}, [r.series for _, r in results])
     manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)
     return manifest
@@ -87,6 +104,25 @@ def not_quiescent(manifest: dict[str, Any]) -> list[str]:
                                                            if run.get("time_mode") == "wall" else
                                                            " (the model never delivers them: lost to the consumers)"))
     return lines
+
+
+def write_metrics(directory: Path, runs: dict[str, Any], counts: dict[str, dict[str, int]], latency: dict[str, Any],
+                  engine_metrics: dict[str, list[Any]], series: list[list[dict[str, Any]]]) -> None:
+    """``metrics.txt`` (OpenMetrics) and ``timeseries.parquet`` of a result directory."""
+    from bench import openmetrics, timeseries
+
+    families = openmetrics.result_families(runs, counts, latency, engine_metrics)
+    (directory / openmetrics.FILE).write_bytes(openmetrics.render(families))
+    timeseries.write(directory / timeseries.FILE, [row for rows in series for row in rows])
+
+
+@contextmanager
+def _closing(server: LiveServer | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if server is not None:
+            server.close()
 
 
 def check_trace(trace: str | Path, configs: list[RunConfig],

@@ -51,7 +51,9 @@ from bench.measure import Histograms, peak_rss_mb
 from bench.output import check_out
 from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench import storage
+from bench.runner import write_metrics
 from bench.sharding import plan_shards, trace_aggregates
+from bench.timeseries import merge_rows
 from bench.trace import trace_metadata, validate
 from bench.tracefmt import open_trace
 from engine.errors import BackendUnavailable, ConfigError, TraceError
@@ -207,7 +209,7 @@ def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunC
     files.close()
     summary = {"latency": result.latency, "recovery": result.recovery, "events": result.events,
                "wall_seconds": result.wall_seconds, "virtual_end_us": result.virtual_end_us,
-               "peak_rss_mb": result.peak_rss_mb}
+               "peak_rss_mb": result.peak_rss_mb, "series": result.series}
     yield _batch("summary", shard, {"engine": [cfg.label], "payload": [json.dumps(summary)]})
     counts = sorted(result.counts.items())  # summed across shards by Spark SQL
     yield _batch("count", shard, {"engine": [cfg.label] * len(counts), "name": [k for k, _ in counts],
@@ -431,6 +433,7 @@ def _collect(spool: str, meta_rows: pa.Table, trace: str | Path, rows: int, conf
     events: dict[str, int] = {}
     task_rss: list[float] = []
     shard_seconds: dict[str, dict[int, float]] = {}
+    series: list[list[dict[str, Any]]] = []  # every shard's time series, merged per window below
     t = (meta_rows.filter(pc.equal(meta_rows["kind"], "summary")).select(["shard", "engine", "payload"])
          .sort_by([("shard", "ascending"), ("engine", "ascending")]).to_pydict())
     for shard, label, payload in zip(t["shard"], t["engine"], t["payload"]):
@@ -440,6 +443,7 @@ def _collect(spool: str, meta_rows: pa.Table, trace: str | Path, rows: int, conf
         events[label] = events.get(label, 0) + s["events"]
         task_rss.append(s["peak_rss_mb"])
         shard_seconds.setdefault(label, {})[shard] = round(s["wall_seconds"], 2)
+        series.append(s.get("series", []))
     for label, c in counts.items():  # every shard replayed every crash row: count each once
         ran = len(shard_seconds.get(label, {})) or 1
         crash_rows = sum(c.get(f"events.{op}", 0) for op in ("crash_broker", "crash_tc")) // ran
@@ -464,7 +468,7 @@ def _collect(spool: str, meta_rows: pa.Table, trace: str | Path, rows: int, conf
     try:
         with result_dir(out if staging is None else staging / "results", force=force, protect=protect) as writer:
             _write_results(writer, spool, reported, latency_parts, recovery, events, configs, counts, manifest,
-                           rows, started, phases)
+                           rows, started, phases, merge_rows(series))
         if staging is not None:  # finished locally, then copied to the store, manifest last
             storage.publish_dir(staging / "results", str(out))
     finally:
@@ -476,7 +480,8 @@ def _collect(spool: str, meta_rows: pa.Table, trace: str | Path, rows: int, conf
 def _write_results(writer: Any, spool: str, reported: list[tuple[int, str]],
                    latency_parts: dict[str, list[dict[str, Any]]], recovery: list[dict[str, Any]],
                    events: dict[str, int], configs: list[RunConfig], counts: dict[str, dict[str, int]],
-                   manifest: dict[str, Any], rows: int, started: float, phases: dict[str, float]) -> None:
+                   manifest: dict[str, Any], rows: int, started: float, phases: dict[str, float],
+                   series: list[dict[str, Any]]) -> None:
     for kind, schema, write in (("delivery", DELIVERY_SCHEMA, writer.deliveries_table),
                                 ("txn", TXN_SCHEMA, writer.txns_table)):
         fs, parts = _row_parts(spool, kind, reported)
@@ -493,4 +498,5 @@ def _write_results(writer: Any, spool: str, reported: list[tuple[int, str]],
             "config": cfg.as_dict(), "events": events.get(cfg.label, 0), "wall_seconds": round(wall, 3),
             "events_per_second": round(rows / wall) if wall else None, "time_mode": cfg.time_mode,
         }
+    write_metrics(writer.dir, manifest["runs"], counts, latency, {}, [series])
     writer.finish(counts=counts, latency=latency, recovery=recovery, manifest=manifest)

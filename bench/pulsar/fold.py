@@ -111,6 +111,7 @@ class EventFold:
         self.op_starts: list[int] = []  # issue times of the rows that wait for no delivery
         self.max_issue_lag_us = 0
         self.events: list[tuple[int, int, str, tuple[Any, ...]]] = []  # history: (t, rank, kind, args)
+        self.answers: list[tuple[int, str, int]] = []  # (answer time, publish|commit|abort, latency): time series
 
     def _count(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -180,6 +181,7 @@ class EventFold:
             msg = str(ev["msg"])
             self.pubs[msg] = Published(str(topic), txn_label, key, start, str(topic), position_of(ev.get("message_id")))
             self.hist.record("publish_nontxn_us" if txn_label is None else "publish_txn_us", end - start)
+            self.answers.append((end, "publish", end - start))
             if txn_label is not None:
                 self._txn(str(txn_label)).msgs.append(msg)
             self._log(start, 1, "publish", msg)
@@ -192,6 +194,7 @@ class EventFold:
             self._log(start, 2, "end", txn.label, op)
             txn.end_us = end
             self.hist.record("end_txn_us", end - start)
+            self.answers.append((end, op if ok else "end_failed", end - start))
             if ok:
                 txn.outcome = "committed" if op == "commit" else "aborted"
                 if op == "commit":

@@ -14,6 +14,7 @@ from bench.pulsar.client import run_client
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
 from bench.pulsar.rows import MappedRows, new_run_id, write_rows
+from bench.pulsar.series import broker_series
 from bench.pulsar.target import DESIGNS, PulsarTarget, probe
 from bench.replay import RunResult
 from bench.results import result_dir
@@ -87,7 +88,8 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
                           pacing=target.pacing, drain_ms=target.drain_ms, quiet_ms=target.quiet_ms)
     result = RunResult(label=design, deliveries=folded.deliveries, txns=folded.txns, counts=dict(sorted(counts.items())),
                        latency=folded.latency, recovery=[], wall_seconds=wall, events=mapped.rows,
-                       virtual_end_us=int(folded.done.get("t_us") or 0), peak_rss_mb=peak_rss_mb())
+                       virtual_end_us=int(folded.done.get("t_us") or 0), peak_rss_mb=peak_rss_mb(),
+                       series=broker_series(fold))
     extra = {
         "target": TARGET,
         "pulsar": {"version": broker["version"], "config": broker["config"], "service_url": target.service_url,

@@ -67,6 +67,12 @@ def test_spark_replay_of_both_engines_matches_in_process_replay(tmp_path: Path) 
         for name, s in lat_local[label].items():
             assert {k: v for k, v in lat_spark[label][name].items() if k != "hdr"} == \
                 {k: v for k, v in s.items() if k != "hdr"}, (label, name)
+    # the shards' per-second series merge into the in-process one (same windows, sums, percentiles)
+    series = {}
+    for where in ("local", "spark"):
+        t = pq.read_table(tmp_path / where / "timeseries.parquet").to_pylist()
+        series[where] = sorted(t, key=lambda r: (r["engine"], r["window_start_us"]))
+    assert series["spark"] == series["local"] and len(series["local"]) > 2
 
 
 def test_spark_refuses_a_bad_trace_by_row_and_writes_nothing(tmp_path: Path) -> None:
