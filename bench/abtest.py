@@ -3,7 +3,7 @@ policy, v5 variant, GC mode, latency profile, backend...).
 
 Runs are matched by engine *design* (``config.engine``) and position among the runs of that
 design, not by label, because the label often carries the very setting that differs
-(``v5-watch`` vs ``v5-events``). The settings that differ between matched runs are named as the
+(``v5-shipped`` vs ``v5-state-events``). The settings that differ between matched runs are named as the
 factor. When nothing can be matched (another trace, no design in common) the comparison says
 "nothing comparable" and why — never "no change".
 

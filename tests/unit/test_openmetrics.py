@@ -40,20 +40,20 @@ def test_metrics_txt_parses_and_carries_the_runs_counts(results: Path) -> None:
     assert text.rstrip().endswith("# EOF")
     samples = _samples(text)
     counts = json.loads((results / "counts.json").read_text())
-    labels = {"v4": (("design", "v4"), ("engine", "v4")), "v5-watch": (("design", "v5"), ("engine", "v5-watch"))}
+    labels = {"v4": (("design", "v4"), ("engine", "v4")), "v5-shipped": (("design", "v5"), ("engine", "v5-shipped"))}
     for label, lab in labels.items():
         for key, value in counts[label].items():  # every exact count, under txnbench_count_total
             assert samples[("txnbench_count_total", tuple(sorted((*lab, ("count", key)))))] == value
-    v4, v5 = labels["v4"], labels["v5-watch"]
+    v4, v5 = labels["v4"], labels["v5-shipped"]
     # Pulsar's coordinator names (TransactionAggregator) for both designs
     assert samples[("pulsar_txn_committed_total", v4)] == counts["v4"]["tc.txns.committed"] > 0
-    assert samples[("pulsar_txn_committed_total", v5)] == counts["v5-watch"]["tc.ended.committed"] > 0
+    assert samples[("pulsar_txn_committed_total", v5)] == counts["v5-shipped"]["tc.ended.committed"] > 0
     assert samples[("pulsar_txn_append_log_total", v4)] == counts["v4"]["tc.log_appends"]
     assert samples[("pulsar_txn_tb_committed_total", v4)] == counts["v4"]["tb.markers.commit"]
     # the PIP's metadata-store names for v5 only; no pulsar_txn_tb_* for v5 (the PIP drops them)
-    assert samples[("pulsar_txn_metadata_store_op_writes_total", v5)] == counts["v5-watch"]["meta.op_writes"] > 0
+    assert samples[("pulsar_txn_metadata_store_op_writes_total", v5)] == counts["v5-shipped"]["meta.op_writes"] > 0
     assert samples[("pulsar_txn_metadata_store_header_cas_total", tuple(sorted((*v5, ("result", "ok")))))] \
-        == counts["v5-watch"]["tc.header_cas.ok"]
+        == counts["v5-shipped"]["tc.header_cas.ok"]
     assert ("pulsar_txn_metadata_store_outstanding_op_records", v5) in samples
     assert ("pulsar_txn_metadata_store_index_query_seconds_count", v5) in samples  # the engine's own histogram
     assert not any(name.startswith("pulsar_txn_tb_") and lab == v5 for name, lab in samples)
