@@ -130,7 +130,8 @@ def context_line(rs: dict[str, Any]) -> str:
                        for c in cfgs})
     where = (f"real broker Pulsar {m.get('target', {}).get('version', '?')}" if m.get("target", {}).get("kind") == "pulsar"
              else "model; " + "; ".join(backends))
-    return (f"Engines {', '.join(runs)} — {where}; trace profile {trace.get('profile', '?')}, {trace.get('rows', '?')} events, "
+    engines = ", ".join(f"{label} ({c['design']})" if c.get("design") else label for label, c in zip(runs, cfgs))
+    return (f"Engines {engines} — {where}; trace profile {trace.get('profile', '?')}, {trace.get('rows', '?')} events, "
             f"seed {trace.get('seed', '?')}; {', '.join(modes)} time; {', '.join(dispatch)}.")
 
 

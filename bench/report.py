@@ -455,6 +455,10 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
                 f"{trace.get('profile', '?')}, seed {trace.get('seed', '?')}). Ratio and verdict: {labels[-1]} vs {labels[0]}; "
                 f"counts and virtual-time latencies are exact, so 'same' means within {DETERMINISTIC_NOISE:.0%}"
                 f"{f'; wall-clock latencies within {WALL_NOISE:.0%}' if wall else ''}.")
+        designs = [f"{lab}: {run.get('config', {}).get('design')}" for lab, run in rs["manifest"].get("runs", {}).items()
+                   if run.get("config", {}).get("design")]
+        if designs:  # which design each column is: the released one, or a model of another
+            note += " Columns — " + "; ".join(designs) + "."
         if is_broker(rs):
             target = rs["manifest"].get("target", {})
             note += (f" Runs on the real broker (Pulsar {target.get('version', '?')} at {target.get('service_url', '?')}, "
