@@ -348,6 +348,8 @@ class RedisMetadataStore(MetadataStore):
         self._fresh = False
         # (key, round-trip count, get_watch reply) of the last get: see watch()
         self._snapshot: tuple[str, int, builtins.list[Any]] | None = None
+        self._run_id: str | None = None  # the server's, read with the schema: see _rt
+        self._reconnecting = False
         self._load_schema(with_cursor=True)
 
     @classmethod
@@ -374,6 +376,8 @@ class RedisMetadataStore(MetadataStore):
         if self._closed:
             raise MetadataError("metadata store handle is closed")
         self._check_connection()
+        if self._reconnecting:
+            self._check_same_server()
         for attempt in (1, 2):
             self._counters["round_trips"] += 1
             try:
@@ -381,6 +385,8 @@ class RedisMetadataStore(MetadataStore):
             except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError) as e:
                 if idempotent and attempt == 1:
                     self.client.connection_pool.disconnect()
+                    self._reconnecting = True
+                    self._check_same_server()
                     continue
                 raise BackendUnavailable(f"redis at {self.url}: {e}") from e
             except redislib.exceptions.ResponseError as e:
@@ -401,8 +407,24 @@ class RedisMetadataStore(MetadataStore):
         try:
             if conn.can_read(timeout=0):
                 conn.disconnect()
+                self._reconnecting = True
         except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError, OSError):
             conn.disconnect()
+            self._reconnecting = True
+
+    def _check_same_server(self) -> None:
+        """After a reconnect: the server must be the one this handle started with. A restarted
+        redis-server (a new run_id) has lost what the run wrote (txnbench runs it without
+        persistence) and its change stream, so going on would report a run that never happened."""
+        self._reconnecting = False
+        try:
+            self._counters["round_trips"] += 1
+            run_id = self.client.info("server")["run_id"]
+        except redislib.exceptions.RedisError as e:
+            raise BackendUnavailable(f"redis at {self.url}: {e}") from e
+        if self._run_id is not None and run_id != self._run_id:
+            raise BackendUnavailable(f"redis at {self.url} restarted during the run (server run_id {self._run_id} -> "
+                                     f"{run_id}): what the run wrote there is gone; start the run again")
 
     def _load_schema(self, with_cursor: bool = False) -> None:
         P = self.prefix
@@ -411,6 +433,7 @@ class RedisMetadataStore(MetadataStore):
             pipe = self.client.pipeline(transaction=True)
             pipe.hgetall(P + "specs")
             pipe.get(P + "schema")
+            pipe.info("server")
             if with_cursor:
                 pipe.xrevrange(P + "log", "+", "-", count=1)
                 pipe.get(P + "rev")
@@ -419,8 +442,13 @@ class RedisMetadataStore(MetadataStore):
         res = self._rt(load)
         self._specs = {name: IndexSpec.from_json(text) for name, text in res[0].items()}
         self._schema = res[1] or "0"
+        run_id = res[2]["run_id"]
+        if self._run_id is not None and run_id != self._run_id:
+            raise BackendUnavailable(f"redis at {self.url} restarted during the run (server run_id changed): what the "
+                                     "run wrote there is gone; start the run again")
+        self._run_id = run_id
         if with_cursor:
-            self._jump_cursor(res[2][0][0] if res[2] else "0-0", int(res[3] or 0))
+            self._jump_cursor(res[3][0][0] if res[3] else "0-0", int(res[4] or 0))
 
     def _jump_cursor(self, stream_id: str, revision: int) -> None:
         self._cursor = stream_id
