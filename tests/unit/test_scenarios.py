@@ -16,6 +16,11 @@ def _v(s: sc.Scenario, metric: str) -> dict[str, float | None]:
     return next(r.values for r in s.rows if r.metric.startswith(metric))
 
 
+def _col(s: sc.Scenario, column: str) -> dict[str, float | None]:
+    """A scenario laid out one row per run: that column, by run."""
+    return {r.metric: r.values[column] for r in s.rows}
+
+
 def test_sealed_segment_v5_resolves_and_v4_does_not_within_the_window() -> None:
     s = sc.sealed(window_s=5)
     assert _v(s, "txn committed") == {"v4": 0, "v5-shipped": 1, "v5-pip": 1, "v5-state-events": 1}
@@ -38,7 +43,9 @@ def test_polling_spins_and_notify_has_zero_empty_reads() -> None:
 
 def test_end_txn_cost_v4_grows_with_participants_v5_is_one_cas() -> None:
     s = sc.endtxn(sizes=(1, 8))
-    rpcs, cas, events = _v(s, "END_TXN RPCs"), _v(s, "metadata CAS"), _v(s, "event records")
+    assert s.labels == ["writes", "ledger writes", "metadata writes", "metadata CAS", "event records", "END_TXN RPCs",
+                        "end-txn ms", "visible ms"]  # one row per run: not one column per run
+    rpcs, cas, events = _col(s, "END_TXN RPCs"), _col(s, "metadata CAS"), _col(s, "event records")
     assert rpcs["v4 N=1"] == 2 and rpcs["v4 N=8"] == 16
     assert cas["v5-pip N=8"] == cas["v5-state-events N=8"] == 1 and rpcs["v5-pip N=8"] == 0
     assert events["v5-state-events N=8"] == 16 and events["v5-pip N=8"] == 0
