@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from engine.errors import ConfigError
 
-BATCH_EXAMPLES = 10  # examples per Hypothesis run inside a worker: a failure ends only its batch
+BATCH_EXAMPLES = 25  # examples per Hypothesis run in a worker (a failure ends only its batch; the budget is checked between batches)
 
 
 @dataclass
