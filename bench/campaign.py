@@ -10,6 +10,11 @@ checked, faults injected and violations by kind; an assertion the machine raises
 disagree, differing deliveries, a broken invariant) is counted by its kind too, with one sample
 message per kind.
 
+Combinations: the crash-safe transactional ones, as the test run (the shipped v5 loses on the
+crashes the machine injects by design: its windows are findings elsewhere), the Redis-backed ones
+too with ``--redis``. ``--steps`` trades depth for count: 14 (CI's) checks ~80 histories/s on two
+workers of this 2-core machine, 10 about twice as many.
+
 The state machine and its engine combinations live with the tests (``tests/``), so the campaign
 runs from a source checkout.
 """
@@ -26,7 +31,7 @@ from typing import Any, Callable
 
 from engine.errors import ConfigError
 
-BATCH_EXAMPLES = 10  # examples per Hypothesis run inside a worker: a failure ends only its batch
+BATCH_EXAMPLES = 25  # examples per Hypothesis run in a worker (a failure ends only its batch; the budget is checked between batches)
 
 
 @dataclass
@@ -66,7 +71,10 @@ def _machine(redis_url: str | None) -> tuple[Any, dict[str, int]]:
     except ImportError as exc:
         raise ConfigError(f"campaign runs from a txnbench source checkout (tests/stateful): {exc}") from None
     allow = {"redis"} if redis_url else set()
-    combos = [c for c in COMBOS if c.transactional and set(c.needs) <= allow]
+    # as the test run does (test_lockstep._transactional): the machine crashes brokers and
+    # coordinators, which the shipped v5 is not safe against by design (PULSAR5_CODE.md D8, D13,
+    # D14; its windows are findings of tests/unit/test_v5_shipped.py, not violations to count)
+    combos = [c for c in COMBOS if c.transactional and c.crash_safe and set(c.needs) <= allow]
     return type("CampaignMachine", (lockstep.Lockstep,), {"combos": combos}), lockstep.STATS
 
 
@@ -79,10 +87,6 @@ def _kind_of(exc: BaseException) -> str:
     if "deliveries differ" in text:
         return "deliveries-differ"
     return type(exc).__name__
-
-
-def _violations(stats: dict[str, int]) -> int:
-    return sum(v for k, v in stats.items() if k.startswith("violations."))
 
 
 def _worker(args: tuple[int, float, int, str | None, int]) -> dict[str, Any]:
@@ -103,12 +107,13 @@ def _worker(args: tuple[int, float, int, str | None, int]) -> dict[str, Any]:
     own: Counter[str] = Counter()
     samples: dict[str, str] = {}
     while time.time() < deadline and stats.get("histories", 0) < histories:
-        checker_before = _violations(stats)
+        before = {k: v for k, v in stats.items() if k.startswith("violations.")}
         try:
             machine.TestCase().runTest()
         except Exception as exc:  # noqa: BLE001 - every failure is a finding to count, not to stop on
-            if _violations(stats) > checker_before:
-                kind = next(k[len("violations."):] for k, v in sorted(stats.items()) if k.startswith("violations.") and v)
+            new = sorted(k for k, v in stats.items() if k.startswith("violations.") and v > before.get(k, 0))
+            if new:  # the checker's: the sample goes with a kind this batch found
+                kind = new[0][len("violations."):]
             else:
                 kind = _kind_of(exc)
                 own[kind] += 1

@@ -103,10 +103,17 @@ class CheckedSystem(System):
             status = self.outcomes.get(txn)
             if self.history.outcomes.get(str(txn)) in ("committed", "aborted"):
                 continue
+            outcome = status.value if status is not None else "unknown"
             if coordinator is not None:
                 try:
-                    status = coordinator.status(txn)
+                    outcome = coordinator.status(txn).value
                 except TxnbenchError:
-                    pass  # forgotten or collected: keep what the client heard
-            self.history.outcome(txn, status.value if status is not None else "unknown")
+                    # forgotten (v4 drops a finished txn: TransactionMetadataStore removes it on
+                    # the final state) or collected (v5's GC). One the client never asked to
+                    # commit can only have aborted (the coordinator's timeout, or its abort);
+                    # else keep what the client heard. The replayer settles its client-timed-out
+                    # txns the same way (bench/replay.py _settle_timed_out).
+                    if str(txn) not in self.history.end_requests:
+                        outcome = TxnStatus.ABORTED.value
+            self.history.outcome(txn, outcome)
         return check(self.history)

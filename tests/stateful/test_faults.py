@@ -264,6 +264,24 @@ def test_pip_gc_vs_retention_loses_committed_data_for_a_new_reader() -> None:
     _checked(_new_reader_after_gc("wait"))
 
 
+def test_a_txn_the_coordinator_timed_out_and_forgot_is_judged_aborted() -> None:
+    """v4 aborts a txn at its timeout and forgets it (its coordinator drops finished txns): the
+    history must not call it open, or its pending ack, dropped by the abort, would make the
+    redelivery it causes an acked_redelivered and a duplicate (the campaign's false positive)."""
+    s = CheckedSystem(_v4_combo(), DispatchMode.NOTIFY)
+    s.subscribe(T, "in")
+    s.publish(T, "p0")
+    s.run(100_000)
+    t = s.new_txn(1_500)
+    s.ack("in", "p0", txn=t)
+    s.run(3_000_000)  # past the timeout: the abort drops the pending ack, p0 comes back
+    assert s.msgs(T, "in") == ["p0", "p0"]
+    with pytest.raises(TxnbenchError):
+        s.broker.coordinator().status(t)  # forgotten: the client never heard an outcome
+    _checked(s)
+    assert s.history.outcomes[str(t)] == "aborted"
+
+
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """Prints what this module checked (run with -s to see it); nothing unexplained was found."""
     assert SUMMARY.to_json()["total_violations"] == 0
