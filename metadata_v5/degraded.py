@@ -36,6 +36,7 @@ from metadata_v5.store import (
     condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
     validate_ops, _Bound,
 )
+from metadata_v5.wrapped import WrappedStore
 
 IDX = RESERVED_PREFIX + "idx/"
 SEQ = RESERVED_PREFIX + "seq/"
@@ -51,7 +52,7 @@ def _idx_key(index: str, key: str) -> str:
     return f"{IDX}{index}/{key}"
 
 
-class DegradedMetadataStore(MetadataStore):
+class DegradedMetadataStore(WrappedStore):
     """Wraps ``inner`` (a fresh or degraded-only store: never one with native indexes defined)."""
 
     def __init__(self, inner: MetadataStore) -> None:
@@ -87,18 +88,6 @@ class DegradedMetadataStore(MetadataStore):
             raise MetadataError(f"no index named {index!r}") from None
 
     # -- records --
-
-    def get(self, key: str) -> Record | None:
-        return self.inner.get(key)
-
-    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
-        return self.inner.get_many(keys)
-
-    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
-        if RESERVED_PREFIX.startswith(prefix) or prefix.startswith(RESERVED_PREFIX):
-            out = [r for r in self.inner.list(prefix) if not r.key.startswith(RESERVED_PREFIX)]
-            return out if limit is None else out[:limit]
-        return self.inner.list(prefix, limit=limit)
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)

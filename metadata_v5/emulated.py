@@ -37,12 +37,13 @@ from metadata_v5.store import (
     validate_fields, validate_ops,
     _Bound,
 )
+from metadata_v5.wrapped import WrappedStore
 
 COUNTER = RESERVED_PREFIX + "seq-counter/"  # Pulsar: "<prefix>__seq_counter__"; kept out of the prefix's listing here
 MAX_ATTEMPTS = 16
 
 
-class EmulatedMetadataStore(MetadataStore):
+class EmulatedMetadataStore(WrappedStore):
     """Wraps ``inner`` (a native store); see the module docstring."""
 
     def __init__(self, inner: MetadataStore) -> None:
@@ -53,18 +54,6 @@ class EmulatedMetadataStore(MetadataStore):
         self._scan_reads = 0
 
     # -- records --
-
-    def get(self, key: str) -> Record | None:
-        return self.inner.get(key)
-
-    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
-        return self.inner.get_many(keys)
-
-    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
-        if RESERVED_PREFIX.startswith(prefix) or prefix.startswith(RESERVED_PREFIX):
-            out = [r for r in self.inner.list(prefix) if not r.key.startswith(RESERVED_PREFIX)]
-            return out if limit is None else out[:limit]
-        return self.inner.list(prefix, limit=limit)
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)

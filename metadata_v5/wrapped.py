@@ -1,0 +1,25 @@
+"""A store that wraps another (the emulated and degraded modes): records are read through to the
+wrapped store, with the adapters' own records (under ``RESERVED_PREFIX``) kept out of listings."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Sequence
+
+from metadata_v5.store import RESERVED_PREFIX, MetadataStore, Record
+
+
+class WrappedStore(MetadataStore):
+    inner: MetadataStore
+
+    def get(self, key: str) -> Record | None:
+        return self.inner.get(key)
+
+    def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
+        return self.inner.get_many(keys)
+
+    def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
+        if RESERVED_PREFIX.startswith(prefix) or prefix.startswith(RESERVED_PREFIX):
+            out = [r for r in self.inner.list(prefix) if not r.key.startswith(RESERVED_PREFIX)]
+            return out if limit is None else out[:limit]
+        return self.inner.list(prefix, limit=limit)
