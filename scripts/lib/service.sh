@@ -19,10 +19,14 @@ terminate() {
   local pid=$1 secs=$2 i
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 $((secs * 5))); do
-    pid_running "$pid" || return 0
+    pid_running "$pid" || break
     sleep 0.2
   done
-  echo "$(basename "$0"): pid $pid did not stop in $secs s; killing it" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  while pid_running "$pid"; do sleep 0.1; done
+  if pid_running "$pid"; then
+    echo "$(basename "$0"): pid $pid did not stop in $secs s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    while pid_running "$pid"; do sleep 0.1; done
+  fi
+  # dead now; give its parent a moment to reap it (a zombie still answers kill -0), but never hang
+  for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
 }
