@@ -729,8 +729,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # the parser imports what --version and the verbs' defaults need: Ctrl-C may come here
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("txnbench: interrupted", file=sys.stderr)
+        return 130
     fn: Callable[[argparse.Namespace], int] = args.fn
 
     def terminate(signum: int, frame: object) -> None:

@@ -32,14 +32,16 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,6 +70,12 @@ OUT_SCHEMA = pa.schema([
 ])
 OUT_DDL = "kind string, shard int, engine string, name string, value long, payload string"
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def spark_log_path() -> Path:
+    """Where this process's Spark driver logs (its errors only): a file in the temp directory,
+    removed after a run that succeeded, named in the message of one that failed."""
+    return Path(tempfile.gettempdir()) / f"txnbench-spark-{os.getpid()}.log"
 
 
 LOOPBACK = "127.0.0.1"
@@ -124,24 +132,69 @@ def _session(master: str, driver_host: str = LOOPBACK):  # type: ignore[no-untyp
     except ImportError as exc:
         raise ConfigError(f"pyspark is not installed ({exc})") from None
     try:
-        spark = (
-            SparkSession.builder.master(master)
-            .appName("txnbench-replay")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.driver.memory", "2g")
-            .config("spark.driver.host", driver_host)
-            .config("spark.driver.bindAddress", driver_host)
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
-            .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
-            .getOrCreate()
-        )
+        with _signals_deferred() as pending:
+            spark = _build(SparkSession, master, driver_host)
     except Exception as exc:  # py4j/JVM start-up failures come in many types
-        raise BackendUnavailable(f"cannot start Spark with master {master!r}: {exc}".splitlines()[0]) from None
+        first = f"cannot start Spark with master {master!r}: {exc}".splitlines()[0]
+        raise BackendUnavailable(f"{first} (Spark's log: {spark_log_path()})") from None
+    if pending:  # Ctrl-C or SIGTERM while the JVM started: stop it cleanly, then act on the signal
+        spark.stop()
+        signum, handler = pending[0]
+        handler(signum, None)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[list[tuple[int, Callable[[int, Any], None]]]]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while Spark's JVM starts, and yield what arrived. pyspark
+    launches the JVM with SIGINT ignored and waits for it in a sleep loop
+    (``java_gateway.launch_gateway``); interrupted there, it deletes the directory the JVM is
+    about to write its port to, and the JVM, its py4j server thread alive, never exits. Interrupted
+    later, in ``SparkContext``'s constructor, the JVM's shutdown races the constructor. A second
+    signal acts at once."""
+    pending: list[tuple[int, Callable[[int, Any], None]]] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous = {sig: signal.getsignal(sig) for sig in DEFERRED_SIGNALS}
+
+    def defer(signum: int, frame: Any) -> None:
+        handler = cast(Callable[[int, Any], None], previous[signal.Signals(signum)])
+        if pending:
+            handler(signum, frame)
+        pending.append((signum, handler))
+
+    for sig in DEFERRED_SIGNALS:
+        if callable(previous[sig]):  # an ignored or default-action signal stays as it is
+            signal.signal(sig, defer)
+    try:
+        yield pending
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _build(session_class: Any, master: str, driver_host: str) -> Any:
+    """A session whose driver listens on ``driver_host`` only and logs its errors into a file."""
+    return (
+        session_class.builder.master(master)
+        .appName("txnbench-replay")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.host", driver_host)
+        .config("spark.driver.bindAddress", driver_host)
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J} -Dtxnbench.spark.log={spark_log_path()}")
+        .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
+        .getOrCreate()
+    )
 
 
 ROW_FILES = {"delivery": DELIVERY_SCHEMA, "txn": TXN_SCHEMA}  # spool/rows/<kind>/shard-<n>-<engine>.parquet
@@ -339,12 +392,15 @@ def spark_replay(trace: str | Path, configs: list[RunConfig], out: str | Path, m
             counts = _summed_counts(meta)
             phases = {"start_and_plan": round(planned - started, 2), "replay": round(replayed - planned, 2),
                       "validate_and_count": round(time.perf_counter() - replayed, 2)}
-            return _collect(spool, meta, trace, rows, configs, counts, out, master, n_shards, started, phases, force)
+            collected = _collect(spool, meta, trace, rows, configs, counts, out, master, n_shards, started,
+                                 phases, force)
         finally:
             _remove_spool(spool)
     finally:
         checked.stop()
         spark.stop()
+    spark_log_path().unlink(missing_ok=True)
+    return collected
 
 
 class _Validation:
