@@ -72,3 +72,13 @@ def pulsar() -> PulsarBroker:
             pytest.fail(f"pulsar is required but its admin URL {admin or '(TXNBENCH_PULSAR_ADMIN_URL unset)'} is unreachable")
         pytest.skip("no pulsar admin: set TXNBENCH_PULSAR_ADMIN_URL to run")
     return PulsarBroker(url, admin, os.environ.get("TXNBENCH_PULSAR_DIR") or None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``scripts/test`` runs two pytest-xdist workers (``--dist loadgroup``); tests that share one
+    heavy thing stay on one worker: the Pulsar broker (and the client's compile cache), and Spark's
+    JVMs (a 2 GB driver each, which on 2 cores only slow each other down)."""
+    for item in items:
+        for name in ("pulsar", "spark"):
+            if item.get_closest_marker(name):
+                item.add_marker(pytest.mark.xdist_group(name))
