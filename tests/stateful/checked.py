@@ -3,7 +3,7 @@ its clients did, every fault and every delivery, for :func:`bench.checker.check`
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from bench.checker import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
@@ -30,10 +30,7 @@ class CheckedSystem(System):
         return deliver
 
     def subscribe(self, topic: str, sub: str) -> None:
-        self.received.setdefault((topic, sub), [])
-        if (topic, sub) not in self._subs:
-            self._subs.append((topic, sub))
-        self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+        super().subscribe(topic, sub)
         self.history.subscribe(topic, sub)
 
     def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None, size: int = 100) -> MessageId:
@@ -83,18 +80,12 @@ class CheckedSystem(System):
         super().run(us)
         self.poll_outcomes()
 
-    def crash(self) -> None:
-        self.poll_outcomes()
-        self.history.fault("crash_broker")
-        self.broker.crash()
-        self.crashes += 1
-        self.broker = self._new_broker()
-        for topic, sub in self._subs:
-            self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+    def fault(self, kind: str, detail: Any = None) -> None:
+        self.history.fault(kind, detail)
 
-    def restart_coordinator(self) -> None:
-        self.history.fault("crash_tc")
-        self.broker.restart_coordinator()
+    def crash(self, reconnect: bool = True) -> None:
+        self.poll_outcomes()
+        super().crash(reconnect)
 
     def finish(self) -> list[Violation]:
         """Record every txn's outcome as the coordinator knows it, then check."""

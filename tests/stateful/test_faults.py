@@ -15,6 +15,7 @@ from bench.checker import CheckSummary
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from engine.ports import AckKind, EngineContext, TxnAction
+from engine.scripted import slow_participant
 from legacy_v4 import v4_engine
 from legacy_v4.buffer import ParticipantNotReady
 from metadata_v5.engine import V5Engine
@@ -213,22 +214,8 @@ def test_crash_between_the_v5_commit_cas_and_its_watch() -> None:
 
 def _slow_participant(gc: str) -> CheckedSystem:
     s = CheckedSystem(_v5_combo(gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.NOTIFY)
-    s.subscribe(T, "in")
-    s.publish(T, "m0")
-    s.publish(T, "m1")
-    s.run(10_000)
-    txn = s.new_txn()
-    s.ack("in", "m0", txn=txn)
-    s.commit(txn)
-    s.poll_outcomes()  # the CAS is the commit point: committed, whatever the participant does
-    s.history.fault("crash_broker")
-    s.broker.crash()  # before the header watch reaches the pending-ack store
-    s.broker = s._new_broker()
-    s.broker.coordinator()  # the coordinator is back at once; the subscriber is not
-    s.history.fault("participant_delayed_past_retention")
-    s.run(5_000_000)
-    s.broker.subscribe(T, "in", s._consumer(T, "in"))
-    s.run(1_000_000)
+    # the crash polls outcomes first: the CAS is the commit point, committed whatever the participant does
+    slow_participant(s, T, "in", away_us=5_000_000, back_us=1_000_000)
     return s
 
 
