@@ -76,9 +76,12 @@ class CheckedSystem(System):
                 self.history.outcome(txn, status.value)
 
     def run(self, us: int = 1_000_000) -> None:
+        """Advance time; then every in-memory structure's invariants hold (``Broker._check``,
+        which starts nothing): each scripted step and each fault ends in a run."""
         self.poll_outcomes()
         super().run(us)
         self.poll_outcomes()
+        self.broker._check()
 
     def fault(self, kind: str, detail: Any = None) -> None:
         self.history.fault(kind, detail)
@@ -86,6 +89,7 @@ class CheckedSystem(System):
     def crash(self, reconnect: bool = True) -> None:
         self.poll_outcomes()
         super().crash(reconnect)
+        self.broker._check()
 
     def finish(self) -> list[Violation]:
         """Record every txn's outcome as the coordinator knows it, then check."""
