@@ -47,13 +47,14 @@ class CheckedSystem(System):
         self.txn_ids.append(txn)
         return txn
 
-    def end(self, txn: TxnID, action: TxnAction) -> None:
+    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
         def done(t: TxnID, status: TxnStatus) -> None:
-            self.outcomes[t] = status
+            self._answered(t, status)
             self.history.heard(t, status)
 
         self.broker.end_txn(txn, action, done)
         self.history.end(txn, action.value)
+        return self.sched.now_us()
 
     def redeliver_unacked(self, topic: str, sub: str) -> None:
         self.broker.redeliver_unacked(topic, sub)

@@ -78,7 +78,7 @@ def test_ledger_check_finds_a_stale_current_list() -> None:
     s = _v4()
     _busy(s)
     ml = s.broker.managed_ledger(T)
-    ml._d.current = list(ml._d.current)  # a rollover that forgot to repoint the append list
+    ml._d.current = list(ml._d.current)  # type: ignore[attr-defined]  # a rollover that forgot to repoint the append list
     _planted(ml, s, "current is not the last ledger")
 
 
@@ -106,7 +106,7 @@ def test_v4_buffer_check_finds_max_read_past_an_open_txn() -> None:
     s = _v4()
     _busy(s)
     tb = s.broker.transaction_buffer(T)
-    tb._max_read = s.broker.managed_ledger(T).last_confirmed()  # a normal publish that ignored the open txn
+    tb._max_read = s.broker.managed_ledger(T).last_confirmed()  # type: ignore[attr-defined]  # a normal publish that ignored the open txn
     _planted(tb, s, "maxReadPosition")
 
 

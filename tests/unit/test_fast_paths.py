@@ -31,7 +31,7 @@ entry_data = st.builds(EntryData, st.integers(0, 5_000_000), st.integers(0, 2**5
 # -- records built without the named tuples' __new__ ----------------------------------------------
 
 
-def _same(fast: Callable[[tuple[Any, ...]], Any], cls: type, values: tuple[Any, ...]) -> None:
+def _same(fast: Callable[[tuple[Any, ...]], Any], cls: Any, values: tuple[Any, ...]) -> None:
     got, want = fast(values), cls(*values)
     assert type(got) is cls and got == want and got._asdict() == want._asdict()
 
