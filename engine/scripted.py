@@ -1,6 +1,7 @@
 """One scripted client for scripted workloads: the tests' ``System``, the scenarios' ``Run`` and
 the benchmarks' ``Rig`` are this class over their own stores, and the scripts they share (a slow
-participant, a sealed segment, a crash right after a commit) are written here once.
+participant, a sealed segment, a crash right after a commit, a step script with a crash at step
+k) are written here once.
 
 A :class:`ScriptedClient` is a broker over durable ledgers in virtual time with consumers that
 record what they receive; ``crash()`` drops the broker and starts a new one on the same durable
@@ -20,6 +21,7 @@ from typing import Any, Callable
 from engine.broker import Broker, BrokerConfig
 from engine.clock import VirtualScheduler
 from engine.dispatcher import Delivery
+from engine.errors import ConfigError, TxnbenchError
 from engine.ids import TxnID
 from engine.ports import AckKind, EngineFactory, TxnAction, TxnStatus
 from engine.records import MessageId
@@ -215,5 +217,59 @@ def abort_open(c: ScriptedClient, w: RestartWindows) -> None:
     c.run(1_000_000)
 
 
+# A step of :func:`play`: ("pub", topic, msg) | ("new", txn) | ("tpub", txn, topic, msg) |
+# ("tack", txn, sub, msg) | ("cack", txn, sub, msg) | ("commit", txn) | ("abort", txn) |
+# ("ack", sub, msg) | ("wait", us). Txns are named; messages go on key "k".
+Step = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class CrashAt:
+    step: int  # after this step (its index in the script)...
+    offset_us: int  # ...and this much virtual time,
+    what: str  # "broker" crashes the broker, "coordinator" restarts the coordinator alone
+
+
+def play(c: ScriptedClient, steps: list[Step], subscriptions: list[tuple[str, str]], crash: CrashAt | None = None,
+         *, step_us: int = 100_000, settle_us: int = 10_000_000) -> None:
+    """Subscribe, then run ``steps`` with ``step_us`` after each, crashing at ``crash`` if given;
+    then ``settle_us``. A cumulative txn ack that the design refuses (it conflicts with the
+    txn's own pending individual ack) is recorded nowhere and the script goes on."""
+    for topic, sub in subscriptions:
+        c.subscribe(topic, sub)
+    txns: dict[str, TxnID] = {}
+    for i, step in enumerate(steps):
+        op = step[0]
+        if op == "pub":
+            c.publish(step[1], step[2], key="k")
+        elif op == "new":
+            txns[step[1]] = c.new_txn()
+        elif op == "tpub":
+            c.publish(step[2], step[3], txn=txns[step[1]], key="k")
+        elif op == "tack":
+            c.ack(step[2], step[3], txn=txns[step[1]])
+        elif op == "cack":
+            try:
+                c.ack(step[2], step[3], kind=AckKind.CUMULATIVE, txn=txns[step[1]])
+            except TxnbenchError:
+                pass
+        elif op in ("commit", "abort"):
+            c.end(txns[step[1]], TxnAction(op))
+        elif op == "ack":
+            c.ack(step[1], step[2])
+        elif op == "wait":
+            c.run(step[1])
+        else:
+            raise ConfigError(f"script step {i}: unknown op {op!r}")
+        if crash is not None and crash.step == i:
+            c.run(crash.offset_us)
+            if crash.what == "broker":
+                c.crash()
+            else:
+                c.restart_coordinator()
+        c.run(step_us)
+    c.run(settle_us)
+
+
 __all__ = ["ScriptedClient", "slow_participant", "sealed_segment", "SealedSegment", "crash_after_commit",
-           "RestartWindows", "abort_open"]
+           "RestartWindows", "abort_open", "play", "Step", "CrashAt"]
