@@ -36,7 +36,8 @@ from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, RecoveryStats, TxnAction, TxnStatus
-from engine.scripted import ScriptedClient, abort_open, crash_after_commit, sealed_segment, slow_participant
+from engine.scripted import (ScriptedClient, abort_open, crash_after_commit, reader_after_gc, sealed_segment,
+                             slow_participant)
 
 SECTION = "Review questions"
 T = "persistent://public/default/t"
@@ -431,17 +432,7 @@ def _reader_after_gc(label: str) -> dict[str, float | None]:
     eng, _, gc = label.partition(" gc=")
     opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
     r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
-    committed, aborted = r.broker.new_txn(600_000), r.broker.new_txn(600_000)
-    r.publish(T, "c1", txn=committed)
-    r.publish(T, "a1", txn=aborted)
-    r.publish(T, "plain")
-    r.end(committed)
-    r.end(aborted, TxnAction.ABORT)
-    r.run(10_000_000)  # past retention: GC collects both headers (v5)
-    deleted = r.stats().get("tc.gc.headers_deleted", 0)
-    r.crash()  # buffers rebuilt from durable state only
-    r.subscribe(T, "new-reader")  # a new subscription reads the retained data from the start
-    r.run(1_000_000)
+    deleted = reader_after_gc(r, T, "new-reader", timeout_ms=600_000).get("tc.gc.headers_deleted", 0)
     got = r.msgs(T, "new-reader")
     st = r.stats()
     r.close()

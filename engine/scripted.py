@@ -1,7 +1,7 @@
 """One scripted client for scripted workloads: the tests' ``System``, the scenarios' ``Run`` and
 the benchmarks' ``Rig`` are this class over their own stores, and the scripts they share (a slow
-participant, a sealed segment, a crash right after a commit, a step script with a crash at step
-k) are written here once.
+participant, a new reader after GC, a sealed segment, a crash right after a commit, a step script
+with a crash at step k) are written here once.
 
 A :class:`ScriptedClient` is a broker over durable ledgers in virtual time with consumers that
 record what they receive; ``crash()`` drops the broker and starts a new one on the same durable
@@ -158,6 +158,27 @@ def slow_participant(c: ScriptedClient, topic: str, sub: str, *, timeout_ms: int
     return txn
 
 
+def reader_after_gc(c: ScriptedClient, topic: str, sub: str, *, timeout_ms: int = 60_000,
+                    gc_wait_us: int = 10_000_000, read_us: int = 1_000_000) -> dict[str, int]:
+    """One txn writes ``c1`` and commits, one writes ``a1`` and aborts, ``plain`` is published
+    outside; ``gc_wait_us`` passes (past a short retention: a v5 GC collects both headers), the
+    broker crashes (buffers rebuilt from durable state only) and a new subscription ``sub``
+    reads the retained data from the start for ``read_us``. Returns the broker's counts just
+    before the crash (what the GC did)."""
+    committed, aborted = c.new_txn(timeout_ms), c.new_txn(timeout_ms)
+    c.publish(topic, "c1", txn=committed)
+    c.publish(topic, "a1", txn=aborted)
+    c.publish(topic, "plain")
+    c.end(committed, TxnAction.COMMIT)
+    c.end(aborted, TxnAction.ABORT)
+    c.run(gc_wait_us)
+    before = c.stats()
+    c.crash()
+    c.subscribe(topic, sub)
+    c.run(read_us)
+    return before
+
+
 @dataclass(frozen=True)
 class SealedSegment:
     txn: TxnID  # wrote ``x`` on the segment before it split; still open
@@ -271,5 +292,5 @@ def play(c: ScriptedClient, steps: list[Step], subscriptions: list[tuple[str, st
     c.run(settle_us)
 
 
-__all__ = ["ScriptedClient", "slow_participant", "sealed_segment", "SealedSegment", "crash_after_commit",
+__all__ = ["ScriptedClient", "slow_participant", "reader_after_gc", "sealed_segment", "SealedSegment", "crash_after_commit",
            "RestartWindows", "abort_open", "play", "Step", "CrashAt"]

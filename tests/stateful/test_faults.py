@@ -15,7 +15,7 @@ from bench.checker import CheckSummary
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from engine.ports import EngineContext
-from engine.scripted import CrashAt, Step, play, slow_participant
+from engine.scripted import CrashAt, Step, play, reader_after_gc, slow_participant
 from legacy_v4 import v4_engine
 from legacy_v4.buffer import ParticipantNotReady
 from metadata_v5.engine import V5Engine
@@ -202,16 +202,7 @@ def test_pip_gc_loses_a_slow_participants_committed_ack_and_the_checker_says_so(
 
 def _new_reader_after_gc(gc: str) -> CheckedSystem:
     s = CheckedSystem(_v5_combo(gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.POLLING)
-    committed, aborted = s.new_txn(), s.new_txn()
-    s.publish(T, "c1", txn=committed)
-    s.publish(T, "a1", txn=aborted)
-    s.publish(T, "plain")
-    s.commit(committed)
-    s.abort(aborted)
-    s.run(10_000_000)  # GC collects both headers
-    s.crash()
-    s.subscribe(T, "new-reader")
-    s.run(1_000_000)
+    reader_after_gc(s, T, "new-reader")
     return s
 
 
