@@ -23,6 +23,7 @@ from engine.clock import VirtualScheduler
 from engine.dispatcher import Delivery
 from engine.errors import ConfigError, TxnbenchError
 from engine.ids import TxnID
+from engine.ledger import LedgerFactory
 from engine.ports import AckKind, EngineFactory, TxnAction, TxnStatus
 from engine.records import MessageId
 
@@ -33,7 +34,7 @@ class ScriptedClient:
     ``outcomes`` holds the status each end-txn answered with, ``outcome_us`` the virtual time of
     the answer; ``ids`` maps every published message to its id (scripts name messages)."""
 
-    def __init__(self, ledgers: Any, config: BrokerConfig, engine: EngineFactory | None,
+    def __init__(self, ledgers: LedgerFactory, config: BrokerConfig, engine: EngineFactory | None,
                  sched: VirtualScheduler | None = None) -> None:
         self.sched = sched or VirtualScheduler()
         self.ledgers = ledgers
@@ -249,6 +250,10 @@ class CrashAt:
     step: int  # after this step (its index in the script)...
     offset_us: int  # ...and this much virtual time,
     what: str  # "broker" crashes the broker, "coordinator" restarts the coordinator alone
+
+    def __post_init__(self) -> None:
+        if self.what not in ("broker", "coordinator"):
+            raise ConfigError(f"crash at step {self.step}: what must be broker or coordinator, got {self.what!r}")
 
 
 def play(c: ScriptedClient, steps: list[Step], subscriptions: list[tuple[str, str]], crash: CrashAt | None = None,
