@@ -31,12 +31,13 @@ from bench.engines import Setup, build
 from bench.plots import Figure, render_figures
 from bench.report import Row, render_html, render_markdown
 from engine.broker import Broker, BrokerConfig
-from engine.clock import LatencyModel, VirtualScheduler
+from engine.clock import LatencyModel
 from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, RecoveryStats, TxnAction, TxnStatus
-from engine.records import MessageId
+from engine.scripted import (ScriptedClient, abort_open, crash_after_commit, reader_after_gc, sealed_segment,
+                             slow_participant)
 
 SECTION = "Review questions"
 T = "persistent://public/default/t"
@@ -46,65 +47,17 @@ ENGINES = {"v4": dict(engine="v4"), "v5-shipped": dict(engine="v5", v5_variant="
            "v5-pip": dict(engine="v5", v5_variant="pip"), "v5-state-events": dict(engine="v5", v5_variant="state-events")}
 
 
-# -- a scripted run (the idea of tests/harness.System, over a RunConfig) --------------------------
+# -- a scripted run (engine.scripted's client over a RunConfig) ----------------------------------
 
 
-class Run:
-    """A broker over a run's durable stores in virtual time, with recording consumers."""
+class Run(ScriptedClient):
+    """A broker over a run's durable stores (:class:`engine.scripted.ScriptedClient`)."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.sched = VirtualScheduler()
         self.setup: Setup = build(cfg)
         self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency)
-        self.received: dict[tuple[str, str], list[Delivery]] = {}
-        self.ids: dict[str, MessageId] = {}
-        self.outcomes: dict[TxnID, tuple[TxnStatus, int]] = {}
-        self._subs: list[tuple[str, str]] = []
-        self.broker = self.new_broker()
-
-    def new_broker(self) -> Broker:
-        return Broker(self.sched, self.setup.ledgers, self.bcfg, self.setup.engine)
-
-    def subscribe(self, topic: str, sub: str) -> None:
-        got = self.received.setdefault((topic, sub), [])
-        if (topic, sub) not in self._subs:
-            self._subs.append((topic, sub))
-        self.broker.subscribe(topic, sub, got.extend)
-
-    def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None) -> MessageId:
-        mid = self.ids[msg] = self.broker.publish(topic, msg, 100, txn=txn, key=key)
-        return mid
-
-    def ack(self, sub: str, *msgs: str, txn: TxnID | None = None) -> None:
-        self.broker.ack(sub, [self.ids[m] for m in msgs], AckKind.INDIVIDUAL, txn=txn)
-
-    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
-        """End ``txn``; returns the virtual time of the call. Outcomes are recorded with their time."""
-        self.broker.end_txn(txn, action, lambda t, s: self.outcomes.__setitem__(t, (s, self.sched.now_us())))
-        return self.sched.now_us()
-
-    def run(self, us: int) -> None:
-        self.sched.run_until(self.sched.now_us() + us)
-
-    def crash(self, reconnect: bool = True) -> None:
-        self.broker.crash()
-        self.broker = self.new_broker()
-        if reconnect:
-            self.reconnect()
-
-    def reconnect(self) -> None:
-        for topic, sub in self._subs:
-            self.broker.subscribe(topic, sub, self.received[(topic, sub)].extend)
-
-    def msgs(self, topic: str, sub: str) -> list[str | None]:
-        return [d.msg for d in self.received.get((topic, sub), [])]
-
-    def delivered_at(self, topic: str, sub: str, msg: str) -> int | None:
-        return next((d.delivered_ts_us for d in self.received.get((topic, sub), []) if d.msg == msg), None)
-
-    def stats(self) -> dict[str, int]:
-        return dict(self.broker.stats())
+        super().__init__(self.setup.ledgers, self.bcfg, self.setup.engine)
 
     def close(self) -> None:
         self.broker.crash()
@@ -158,24 +111,16 @@ def sealed(window_s: int = 30) -> Scenario:
     vals: dict[str, dict[str, float | None]] = {}
     for label in labels:
         r = Run(_cfg(label))
-        r.subscribe(S, "sub")
-        r.publish(S, "before", key="a")
-        txn = r.broker.new_txn(window_s * 2_000)
-        r.publish(S, "x", txn=txn, key="a")
-        r.publish(S, "after", key="a")
-        r.run(1_000)
-        r.broker.split(S)
-        r.publish(S, "child", key="a")
+        txn = sealed_segment(r, S, "sub", timeout_ms=window_s * 2_000, pause_us=1_000).txn
         cas0 = r.stats().get("meta.cas", 0)
         t0 = r.end(txn)
         r.run(window_s * 1_000_000)
         st = r.stats()
-        outcome = r.outcomes.get(txn)
-        resolved = outcome is not None and outcome[0] is TxnStatus.COMMITTED
+        resolved = r.outcomes.get(txn) is TxnStatus.COMMITTED
         vis = r.delivered_at(S, "sub", "x")
         vals[label] = {
             "resolved": 1 if resolved else 0,
-            "resolve_ms": _ms(outcome[1] - t0) if resolved and outcome else None,
+            "resolve_ms": _ms(r.outcome_us[txn] - t0) if resolved else None,
             "visible_ms": _ms(vis - t0) if vis is not None else None,
             "visible": sum(1 for m in ("x", "after", "child") if m in r.msgs(S, "sub")),
             "rpcs": st.get("tc.end_txn.rpcs_sent", 0), "rpcs_failed": st.get("tc.end_txn.rpcs_failed", 0),
@@ -299,12 +244,12 @@ def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
             d = {k: st.get(k, 0) - before.get(k, 0) for k in set(st) | set(before)}
             ledger_writes = d.get("ledger.appends.marker", 0) + d.get("tc.log_appends", 0) + d.get("pending_ack.appends", 0)
             vis = [r.delivered_at(t, "sub", f"m{i}") for i, t in enumerate(topics)]
-            outcome = r.outcomes.get(txn)
+            answered = r.outcome_us.get(txn)
             vals[f"{eng} N={n}"] = {
                 "ledger_writes": ledger_writes, "meta_writes": d.get("meta.writes", 0), "cas": d.get("meta.cas", 0),
                 "writes": ledger_writes + d.get("meta.writes", 0), "rpcs": d.get("tc.end_txn.rpcs_sent", 0),
                 "events": d.get("tc.event_writes", 0),
-                "end_ms": _ms(outcome[1] - t0) if outcome else None,
+                "end_ms": _ms(answered - t0) if answered is not None else None,
                 "visible_ms": _ms(max(v for v in vis if v is not None) - t0) if all(v is not None for v in vis) else None,
             }
             r.close()
@@ -475,18 +420,7 @@ def _slow_participant(label: str) -> dict[str, float | None]:
     eng, _, gc = label.partition(" gc=")
     opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
     r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
-    r.subscribe(T, "sub")
-    r.publish(T, "m0")
-    r.publish(T, "m1")
-    r.run(10_000)
-    txn = r.broker.new_txn(600_000)
-    r.ack("sub", "m0", txn=txn)
-    r.end(txn)
-    r.crash(reconnect=False)  # before the outcome reaches the pending-ack store
-    r.broker.coordinator()  # the coordinator comes back at once; the subscriber does not
-    r.run(5_000_000)
-    r.reconnect()
-    r.run(1_000_000)
+    slow_participant(r, T, "sub", timeout_ms=600_000, away_us=5_000_000, back_us=1_000_000)
     st = r.stats()
     msgs = r.msgs(T, "sub")[2:]
     r.close()
@@ -498,17 +432,7 @@ def _reader_after_gc(label: str) -> dict[str, float | None]:
     eng, _, gc = label.partition(" gc=")
     opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
     r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
-    committed, aborted = r.broker.new_txn(600_000), r.broker.new_txn(600_000)
-    r.publish(T, "c1", txn=committed)
-    r.publish(T, "a1", txn=aborted)
-    r.publish(T, "plain")
-    r.end(committed)
-    r.end(aborted, TxnAction.ABORT)
-    r.run(10_000_000)  # past retention: GC collects both headers (v5)
-    deleted = r.stats().get("tc.gc.headers_deleted", 0)
-    r.crash()  # buffers rebuilt from durable state only
-    r.subscribe(T, "new-reader")  # a new subscription reads the retained data from the start
-    r.run(1_000_000)
+    deleted = reader_after_gc(r, T, "new-reader", timeout_ms=600_000).get("tc.gc.headers_deleted", 0)
     got = r.msgs(T, "new-reader")
     st = r.stats()
     r.close()
@@ -581,7 +505,7 @@ def interop() -> Scenario:
         r.run(1_000_000)
         vals[label] = {"attempts": len(attempts), "refused": refused, "changed": changed,
                        "entries_before": entries, "entries_after": entries_after,
-                       "own_ok": 1 if r.outcomes.get(own, (None,))[0] is TxnStatus.COMMITTED else 0}
+                       "own_ok": 1 if r.outcomes.get(own) is TxnStatus.COMMITTED else 0}
         r.close()
     spec = [("calls with a foreign txn id (commit, abort, publish, ack, status)", "calls", "attempts"),
             ("refused with ForeignTxnId", "calls", "refused"), ("counters changed by the refused calls", "counters", "changed"),
@@ -610,26 +534,12 @@ def _restart_windows(label: str) -> dict[str, float | None]:
       fan-out (checked 10 s later: does ``y`` reach the subscriber?).
     """
     r = Run(_cfg(label))
-    r.subscribe(T, "sub")
-    r.publish(T, "m0")
-    r.publish(T, "m1")
-    r.run(100_000)  # m0, m1 delivered
-    open_txn, pending, committed = r.broker.new_txn(600_000), r.broker.new_txn(600_000), r.broker.new_txn(600_000)
-    r.ack("sub", "m0", txn=pending)
-    r.ack("sub", "m1", txn=committed)
-    r.publish(T, "x", txn=open_txn)
-    r.publish(T, "p", txn=None)
-    r.run(100_000)
-    r.end(committed)
-    r.crash()  # before the decision reaches the pending-ack store
-    r.run(1_000_000)
+    w = crash_after_commit(r, T, "sub", timeout_ms=600_000, plain="p")
     got = r.msgs(T, "sub")
     exposed = 1 if "x" in got else 0
     m0_again = 1 if got.count("m0") > 1 else 0
     m1_again = 1 if got.count("m1") > 1 else 0
-    r.end(open_txn, TxnAction.ABORT)
-    r.end(pending, TxnAction.ABORT)
-    r.run(1_000_000)
+    abort_open(r, w)
     late = r.broker.new_txn(600_000)
     r.publish(T, "y", txn=late)
     r.end(late)

@@ -20,9 +20,9 @@ import pytest
 
 from bench.config import RunConfig
 from bench.engines import build
-from engine.broker import Broker, BrokerConfig
-from engine.clock import VirtualScheduler
+from engine.broker import BrokerConfig
 from engine.dispatcher import DispatchMode
+from engine.scripted import ScriptedClient
 
 ENGINES = {
     "v4": RunConfig(engine="v4"),
@@ -49,20 +49,13 @@ def config(engine: str, backend: str) -> RunConfig:
     return RunConfig(**{**{f: getattr(cfg, f) for f in ("engine", "v5_variant")}, field: url})
 
 
-class Rig:
-    """A broker in virtual time over fresh embedded stores, rebuilt after a crash."""
+class Rig(ScriptedClient):
+    """A broker in virtual time over fresh stores of a run config, rebuilt after a crash
+    (:class:`engine.scripted.ScriptedClient`)."""
 
     def __init__(self, cfg: RunConfig, mode: DispatchMode = DispatchMode.NOTIFY) -> None:
-        self.sched = VirtualScheduler()
         self.setup = build(cfg)
-        self.config = BrokerConfig(dispatch=mode)
-        self.broker = self.new_broker()
-
-    def new_broker(self) -> Broker:
-        return Broker(self.sched, self.setup.ledgers, self.config, self.setup.engine)
-
-    def run(self, us: int) -> None:
-        self.sched.run_until(self.sched.now_us() + us)
+        super().__init__(self.setup.ledgers, BrokerConfig(dispatch=mode), self.setup.engine)
 
     def close(self) -> None:
         self.broker.close()

@@ -78,8 +78,7 @@ def test_recovery(benchmark, engine: str, backend: str, entries: int) -> None:  
         rig.run(10_000_000)
 
         def recover() -> None:
-            rig.broker.crash()
-            rig.broker = rig.new_broker()
+            rig.crash()
             rig.broker.transaction_buffer(T)
             rig.run(60_000_000)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable
 
-from engine.clock import LatencyModel, Scheduler, Scope
+from engine.clock import LatencyModel, Scheduler, Scope, VirtualScheduler
 from engine.counters import Counters
 from engine.cursor import Cursor
 from engine.dispatcher import DEFAULT_SUB_TYPE, DeliverFn, DispatchMode, Dispatcher, PollingPolicy, SubscriptionType
@@ -495,13 +495,27 @@ class Broker:
         return out
 
     def check(self) -> None:
-        """Run every component's invariant check."""
-        for part in self._partitions.values():
-            part.tb.check()
-            for sub in part.subs.values():
-                sub.pending.check()
+        """Run every component's invariant check, starting the coordinator if it has not."""
+        self._check()
         if self._engine is not None:
             self._engine.coordinator().check()
+
+    def _check(self) -> None:
+        """Recurse into every in-memory part, starting nothing: the virtual scheduler's queue,
+        then per partition its ledger, buffer, and each subscription's cursor and pending-ack
+        store, then the engine (its coordinator, if started). Each part's docstring says what
+        it asserts and why it holds. A crashed broker holds no parts."""
+        sched = self._scope.parent
+        if isinstance(sched, VirtualScheduler):
+            sched._check()
+        for part in self._partitions.values():
+            part.ledger._check()
+            part.tb.check()
+            for sub in part.subs.values():
+                sub.cursor._check()
+                sub.pending.check()
+        if self._engine is not None:
+            self._engine._check()
 
     # -- lifecycle ------------------------------------------------------------------------------
 

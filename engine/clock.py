@@ -128,6 +128,26 @@ class VirtualScheduler(Scheduler):
             self._now = when_us
         return ran
 
+    def _check(self) -> None:
+        """Invariants of the inlined queue (``call_at``/``call_later`` here push without going
+        through :class:`Scheduler`'s):
+
+        * the queue is a binary heap on ``(due, seq)``: every push is ``heapq.heappush``.
+        * nothing is due before now: both pushes clamp the due time to now, and ``run_until``
+          pops everything due up to the time it then moves to.
+        * every entry's due time is its timer's ``when_us`` (what ``dead`` timers keep too).
+        * sequence numbers are unique and at most ``_seq``: each push takes the next one, which
+          orders same-instant timers by scheduling.
+        """
+        q, now = self._queue, self._now
+        for i in range(1, len(q)):
+            assert q[(i - 1) // 2][:2] <= q[i][:2], f"scheduler heap broken at {i}: {q[(i - 1) // 2][:2]} > {q[i][:2]}"
+        seqs = [s for _, s, _ in q]
+        assert len(set(seqs)) == len(seqs) and all(s <= self._seq for s in seqs), "scheduler sequence numbers reused"
+        for due, _, timer in q:
+            assert due >= now, f"a timer due at {due} is before now {now}"
+            assert due == timer.when_us, f"a timer queued at {due} says it is due at {timer.when_us}"
+
 
 class WallScheduler(Scheduler):
     """Real time. The only place that sleeps: between due callbacks in ``run_until``."""

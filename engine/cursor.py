@@ -101,6 +101,27 @@ class Cursor:
             del acked[:k]
             self._mark_delete = mark_delete
 
+    def _check(self) -> None:
+        """Invariants of the hand-tuned ack state:
+
+        * ``_acked`` is strictly increasing (sorted, no duplicate): every insert goes through
+          ``bisect_left`` and skips a position already there; ``is_acked`` bisects it.
+        * every individually acked position is after mark-delete: inserts skip positions at or
+          before it, and ``ack_cumulative`` drops the prefix it covers.
+        * the first of them does not directly follow mark-delete: ``_advance`` folds such a run
+          into mark-delete after every change (the single in-order ack fast path folds at once).
+        * the saved state is the in-memory one: every change ends with ``_save`` (no ack is lost
+          by a crash; see the module docstring).
+        """
+        acked, md = self._acked, self._mark_delete
+        assert all(a < b for a, b in zip(acked, acked[1:])), f"cursor {self.name}: acked positions not strictly sorted"
+        assert not acked or acked[0] > md, f"cursor {self.name}: acked {acked[0]} at or before mark-delete {md}"
+        assert not acked or acked[0] != self._ledger.next_position(md), (
+            f"cursor {self.name}: acked {acked[0]} directly follows mark-delete {md} but was not folded")
+        saved = self._ledger.load_cursor(self.name)
+        assert saved is not None and (saved.mark_delete, tuple(saved.individually_acked)) == (md, tuple(acked)), (
+            f"cursor {self.name}: saved state {saved} differs from ({md}, {acked})")
+
     def _save(self) -> None:
         self._ledger.save_cursor(self.name, _cursor_state((self._mark_delete, tuple(self._acked))))
 

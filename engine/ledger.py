@@ -126,6 +126,11 @@ class ManagedLedger(ABC):
     def close(self) -> None:
         """Drop this handle's listeners. The data stays."""
 
+    def _check(self) -> None:
+        """Assert the backend's in-memory invariants (tests call it through ``Broker._check``).
+        Nothing here: a backend whose state is another process's (Kafka) has none of its own to
+        check; the embedded backend overrides it."""
+
 
 class LedgerFactory(ABC):
     """Opens managed ledgers by name over one durable store (``memory://`` or ``kafka://...``)."""

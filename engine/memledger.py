@@ -69,6 +69,29 @@ class _LedgerData:
     def relisten(self) -> None:
         self.notify = tuple(f for fs in self.listeners.values() for f in fs)
 
+    def _check(self, max_entries: int) -> None:
+        """Invariants of the slotted record the hot paths read directly:
+
+        * ``ledger_ids`` is strictly increasing and names exactly the stored ledgers: ids come
+          from one counter, rollovers append, trims pop the oldest (``read`` and
+          ``next_position`` bisect it).
+        * the current ledger is the last one, and ``current`` is its entry list itself
+          (``append`` writes through it; ``last_confirmed`` and ``next_position`` shortcut on it).
+        * every ledger before the current one is full: a rollover happens only when the
+          current one holds ``max_entries`` entries.
+        * ``trimmed_ids`` is sorted, older than every stored ledger and disjoint from them.
+        * ``notify`` is ``listeners`` flattened: every change to listeners calls ``relisten``.
+        """
+        ids = self.ledger_ids
+        assert ids and all(a < b for a, b in zip(ids, ids[1:])), f"ledger ids not strictly increasing: {ids}"
+        assert set(self.entries) == set(ids), f"stored ledgers {sorted(self.entries)} differ from ids {ids}"
+        assert self.current_id == ids[-1] and self.current is self.entries[ids[-1]], "current is not the last ledger"
+        for lid in ids[:-1]:
+            assert len(self.entries[lid]) == max_entries, f"ledger {lid} rolled over at {len(self.entries[lid])} entries"
+        trimmed = self.trimmed_ids
+        assert trimmed == sorted(trimmed) and (not trimmed or trimmed[-1] < ids[0]), f"trimmed ids {trimmed} vs {ids}"
+        assert self.notify == tuple(f for fs in self.listeners.values() for f in fs), "notify is stale"
+
 
 class MemoryLedgerFactory(LedgerFactory):
     def __init__(self, max_entries_per_ledger: int = DEFAULT_MAX_ENTRIES_PER_LEDGER) -> None:
@@ -277,3 +300,7 @@ class MemoryManagedLedger(ManagedLedger):
     def close(self) -> None:
         self._d.listeners.pop(self._handle, None)
         self._d.relisten()
+
+    def _check(self) -> None:
+        """The durable record's invariants (:meth:`_LedgerData._check`)."""
+        self._d._check(self._max)

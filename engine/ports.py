@@ -285,6 +285,11 @@ class Engine(ABC):
     def close(self) -> None:
         """Drop every volatile component (a crash calls this too: nothing is flushed)."""
 
+    def _check(self) -> None:
+        """Assert the invariants of the engine's own in-memory parts (its coordinator once it has
+        started; never start one to check it: that would change what a test runs). Buffers and
+        pending-ack stores are checked by the broker that holds them."""
+
 
 class CursorPort(Protocol):
     """What a pending-ack store may do with its subscription's cursor."""

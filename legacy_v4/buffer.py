@@ -406,6 +406,20 @@ class TopicTransactionBuffer(TransactionBuffer):
     # -- invariants ----------------------------------------------------------------------------
 
     def check(self) -> None:
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """Invariants (``TopicTransactionBuffer``'s ongoingTxns / aborts / maxReadPosition):
+
+        * no txn is both ongoing and aborted: an abort marker moves it from one to the other.
+        * ongoing txns start at or before the last entry, in position order: a txn joins
+          ``_ongoing`` at its first append, and appends come in position order (the linked map
+          of Pulsar, whose first entry pins maxReadPosition).
+        * once ready, maxReadPosition is just before the first ongoing txn, else the last entry:
+          every append, marker and normal publish recomputes it (``updateMaxReadPosition``).
+        * with a liveness oracle (the coordinator), no finished txn still pins it.
+        """
         name = self._ledger.name
         lac = self._ledger.last_confirmed()
         both = set(self._ongoing) & set(self._aborts)
@@ -413,6 +427,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         for txn, pos in self._ongoing.items():
             assert pos <= lac, f"{name}: ongoing {txn} starts at {pos} beyond the last entry {lac}"
         firsts = list(self._ongoing.values())
+        assert firsts == sorted(firsts), f"{name}: ongoing txns out of position order"
         if self.state in (TBState.READY, TBState.NO_SNAPSHOT):
             expected = previous(firsts[0]) if firsts else lac
             assert self._max_read == expected, f"{name}: maxReadPosition {self._max_read}, expected {expected}"

@@ -428,7 +428,29 @@ class V4TransactionCoordinator(TransactionCoordinator):
         return list(self._txns.values())
 
     def check(self) -> None:
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """Invariants (``MLTransactionMetadataStore``'s txnMetaMap and its log):
+
+        * live txns are kept in sequence order, none beyond the last sequence handed out: ids
+          come from one counter and the map is insertion-ordered.
+        * no live txn is final: a final state removes it (Pulsar drops finished txns).
+        * each live txn's log records are all undeleted, and there is one per state change:
+          the new-txn record, one per partition and subscription added, one for COMMITTING or
+          ABORTING (the log cursor acks them only once the txn is gone).
+        * the timeout heap holds a deadline for every live txn still OPEN (the tracker aborts
+          from it; a stale entry for a finished one is skipped when it fires), and while it
+          holds any a tick is armed (every push and every tick re-arms).
+        """
         assert list(self._txns) == sorted(self._txns), f"tc {self.tc_id}: live txns out of sequence order"
+        deadlined = {seq for _, seq in self._deadlines}
+        for seq, meta in self._txns.items():
+            if meta.status is TxnStatus.OPEN:
+                assert seq in deadlined, f"tc {self.tc_id}: open txn {meta.id} has no timeout deadline"
+        if self._deadlines and not self._closed:
+            assert self._tick is not None and not self._tick.cancelled, f"tc {self.tc_id}: deadlines but no tick armed"
         cursor = self._log_cursor
         for seq, meta in self._txns.items():
             assert 0 <= seq <= self._seq, f"tc {self.tc_id}: txn {seq} beyond the sequence {self._seq}"
@@ -513,6 +535,12 @@ class V4CoordinatorService(TransactionCoordinator):
             tc.close()
 
     def check(self) -> None:
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """Each coordinator's invariants; the round-robin index names one of them."""
+        assert 0 <= self._next < len(self._tcs), f"round-robin index {self._next} of {len(self._tcs)} coordinators"
         for tc in self._tcs:
-            tc.check()
+            tc._check()
 

@@ -46,6 +46,9 @@ class V4Engine(Engine):
     def coordinator(self) -> V4CoordinatorService:
         return self._tc
 
+    def _check(self) -> None:
+        self._tc._check()
+
     def restart_coordinator(self) -> None:
         self._retired.update(self._tc.stats)
         self._tc.close()

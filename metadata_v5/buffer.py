@@ -228,7 +228,29 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._closed = True
 
     def check(self) -> None:
-        for txn in self._ongoing:
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """Invariants of the PIP's buffer:
+
+        * once ready, every ongoing txn's cached header state is OPEN: the header watch (or an
+          event) materialises a final one, which removes it from ``_ongoing`` (recovery holds
+          the txns it found decided until it is ready, then materialises them at once).
+        * once ready, maxReadPosition stays before the first ongoing txn and never passes the
+          last entry: it is recomputed from them on every change.
+        * ongoing txns are in position order (joined at their first append, appends in order).
+        * ``_ongoing``, ``_last`` and ``_owned`` track the same txns, first position at or
+          before last: one append or one recovery fills all three, one materialisation empties
+          them; no ongoing txn is in the aborted set.
+        """
+        assert self._max_read <= self._ledger.last_confirmed(), (
+            f"{self._segment}: max read {self._max_read} beyond the last entry {self._ledger.last_confirmed()}")
+        assert set(self._ongoing) == set(self._last) == set(self._owned), f"{self._segment}: txn maps disagree"
+        for txn, first in self._ongoing.items():
+            assert first <= self._last[txn], f"{self._segment}: {txn} first {first} after last {self._last[txn]}"
+        assert not (set(self._ongoing) & self._aborted), f"{self._segment}: an ongoing txn is in the aborted set"
+        for txn in self._ongoing if self._ready else ():  # recovery decides what it found when ready
             state = self._headers.states.get(txn)
             assert state is TxnStatus.OPEN, f"{self._segment}: {txn} pins maxReadPosition but is {state}"
         if self._ready and self._ongoing:

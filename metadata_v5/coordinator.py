@@ -179,4 +179,24 @@ class CoordinatorV5(TransactionCoordinator):
             raise TxnbenchError("the v5 coordinator is closed")
 
     def check(self) -> None:
-        pass
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """The coordinator's state is in the store; what it holds itself is its two sweep timers.
+
+        * once recovered and while open, each sweep has one live timer due within its interval:
+          every sweep re-arms itself last (a sweep that stopped re-arming would stop timeouts or
+          GC for good, silently).
+        * once closed, every timer is cancelled (a closed coordinator must not sweep).
+        """
+        intervals = {"timeout": self._opts.timeout_sweep_ms, "gc": self._opts.gc_sweep_ms}
+        now = self._sched.now_us()
+        for name, timer in self._timers.items():
+            if self._closed:
+                assert timer.dead, f"v5 coordinator: closed but its {name} sweep is armed"
+            else:
+                assert not timer.dead and now <= timer.when_us <= now + intervals[name] * 1000, (
+                    f"v5 coordinator: {name} sweep due at {timer.when_us}, now {now}")
+        if self._recovery is not None and not self._closed:
+            assert set(self._timers) == set(intervals), f"v5 coordinator: sweeps armed {sorted(self._timers)}"

@@ -91,6 +91,10 @@ class V5Engine(Engine):
             self._tc.recover()
         return self._tc
 
+    def _check(self) -> None:
+        if self._tc is not None:
+            self._tc._check()
+
     def restart_coordinator(self) -> None:
         if self._tc is not None:
             self._retired.update(self._tc.stats.prefixed("tc."))

@@ -311,6 +311,31 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self._closed = True
 
     def check(self) -> None:
+        """The port's name for :meth:`_check`."""
+        self._check()
+
+    def _check(self) -> None:
+        """Invariants of 5.0.1's buffer (``SegmentTransactionBufferV5``):
+
+        * every txn with a tracked first position is OPEN, first positions in append order, and
+          (unless recovery found open txns of unknown position) maxReadPosition is before the
+          first of them: ``recomputeMaxReadPositionLocked`` (L620-623) after every change.
+        * maxReadPosition never passes the last entry (it is the LAC at most, L158).
+        * recovered-open txns are OPEN; so are txns with a last position (both dropped when the
+          tail applies their outcome).
+        * the serial state tail (L486-498): a txn is in ``_queued`` exactly while its outcome
+          waits on the tail; the watermark flag is set exactly while a persist waits on it; and
+          the tail is never left waiting while idle (``_pump`` runs on every enqueue and every
+          completion).
+        """
+        open_txns = {t for t, s in self._txns.items() if s is TxnStatus.OPEN}
+        assert self._max_read <= self._ledger.last_confirmed(), (
+            f"{self._segment}: max read {self._max_read} beyond the last entry {self._ledger.last_confirmed()}")
+        assert set(self._last) <= open_txns, f"{self._segment}: a finished txn keeps its last position"
+        waiting = {item[0] for item in self._tail if not isinstance(item, str)}
+        assert self._closed or self._queued == waiting, f"{self._segment}: queued {self._queued} vs on the tail {waiting}"
+        assert self._watermark_queued == (_WATERMARK in self._tail), f"{self._segment}: watermark flag is stale"
+        assert self._closed or self._busy or not self._tail, f"{self._segment}: the tail waits while idle"
         for txn in self._first:
             assert self._txns.get(txn) is TxnStatus.OPEN, f"{self._segment}: {txn} pins but is {self._txns.get(txn)}"
         positions = list(self._first.values())

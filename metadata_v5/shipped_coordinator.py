@@ -103,6 +103,13 @@ class ShippedCoordinator(CoordinatorV5):
         # The fan-out is a later step of its own: a crash before it runs loses the events (D8).
         self._sched.call_later(delay, self._fan_out_and_answer, txn, state, on_done)
 
+    def _check(self) -> None:
+        """The base's sweep timers, and the client's sets: no txn both still registering and
+        answered (END_TXN drops its registrations before the answer is scheduled)."""
+        super()._check()
+        both = set(self._registered) & self._answered
+        assert not both, f"shipped v5 coordinator: txns registered after their answer: {both}"
+
     def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, on_done: EndTxnCallback | None) -> None:
         if self._closed:
             return

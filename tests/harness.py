@@ -11,12 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.broker import Broker, BrokerConfig
-from engine.clock import VirtualScheduler
-from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
-from engine.ids import TxnID
+from engine.dispatcher import DispatchMode, PollingPolicy
 from engine.memledger import MemoryLedgerFactory
-from engine.ports import AckKind, EngineFactory, TxnAction, TxnStatus
-from engine.records import MessageId
+from engine.ports import EngineFactory
+from engine.scripted import ScriptedClient
 
 
 @dataclass
@@ -51,79 +49,17 @@ def memory_durable() -> Durable:
 NO_TXN = Combo("txn-disabled/memory", False, memory_durable, lambda d: None)
 
 
-class System:
-    """A broker over durable stores, with consumers that record what they receive."""
+class System(ScriptedClient):
+    """A broker over a combo's durable stores (:class:`engine.scripted.ScriptedClient`): the
+    engine factory is rebuilt from the durable stores for every new broker."""
 
     def __init__(self, combo: Combo, mode: DispatchMode, polling: PollingPolicy | None = None) -> None:
         self.combo = combo
         self.mode = mode
-        self.sched = VirtualScheduler()
         self.durable = combo.make_durable()
-        self.config = BrokerConfig(dispatch=mode, polling=polling or PollingPolicy())
-        self.received: dict[tuple[str, str], list[Delivery]] = {}
-        self.ids: dict[str, MessageId] = {}
-        self.outcomes: dict[TxnID, TxnStatus] = {}
-        self._subs: list[tuple[str, str]] = []
-        self.crashes = 0
-        self.broker = self._new_broker()
+        super().__init__(self.durable.ledgers, BrokerConfig(dispatch=mode, polling=polling or PollingPolicy()), None)
 
-    def _new_broker(self) -> Broker:
+    def new_broker(self) -> Broker:
         return Broker(self.sched, self.durable.ledgers, self.config, self.combo.make_engine(self.durable))
 
-    # client side -------------------------------------------------------------------------------
-
-    def subscribe(self, topic: str, sub: str) -> None:
-        self.received.setdefault((topic, sub), [])
-        if (topic, sub) not in self._subs:
-            self._subs.append((topic, sub))
-        self.broker.subscribe(topic, sub, self.received[(topic, sub)].extend)
-
-    def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None, size: int = 100) -> MessageId:
-        mid = self.broker.publish(topic, msg, size, txn=txn, key=key)
-        self.ids[msg] = mid
-        return mid
-
-    def ack(self, sub: str, *msgs: str, kind: AckKind = AckKind.INDIVIDUAL, txn: TxnID | None = None) -> None:
-        self.broker.ack(sub, [self.ids[m] for m in msgs], kind, txn=txn)
-
-    def new_txn(self, timeout_ms: int = 60_000) -> TxnID:
-        return self.broker.new_txn(timeout_ms)
-
-    def end(self, txn: TxnID, action: TxnAction) -> None:
-        self.broker.end_txn(txn, action, lambda t, s: self.outcomes.__setitem__(t, s))
-
-    def commit(self, txn: TxnID) -> None:
-        self.end(txn, TxnAction.COMMIT)
-
-    def abort(self, txn: TxnID) -> None:
-        self.end(txn, TxnAction.ABORT)
-
-    # time and faults ---------------------------------------------------------------------------
-
-    def run(self, us: int = 1_000_000) -> None:
-        """Advance virtual time by ``us`` (default one second), running what falls due."""
-        self.sched.run_until(self.sched.now_us() + us)
-
-    def crash(self) -> None:
-        """Crash the broker (and its engine) and start a new one on the durable stores only;
-        consumers reconnect."""
-        self.broker.crash()
-        self.crashes += 1
-        self.broker = self._new_broker()
-        for topic, sub in self._subs:
-            self.broker.subscribe(topic, sub, self.received[(topic, sub)].extend)
-
-    # observations ------------------------------------------------------------------------------
-
-    def msgs(self, topic: str, sub: str) -> list[str | None]:
-        return [d.msg for d in self.received.get((topic, sub), [])]
-
-    def unique_msgs(self, topic: str, sub: str) -> list[str | None]:
-        seen: list[str | None] = []
-        for m in self.msgs(topic, sub):
-            if m not in seen:
-                seen.append(m)
-        return seen
-
-    def stats(self) -> dict[str, int]:
-        return dict(self.broker.stats())
+    _new_broker = new_broker  # the name the tests have used

@@ -3,7 +3,7 @@ its clients did, every fault and every delivery, for :func:`bench.checker.check`
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from bench.checker import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
@@ -30,10 +30,7 @@ class CheckedSystem(System):
         return deliver
 
     def subscribe(self, topic: str, sub: str) -> None:
-        self.received.setdefault((topic, sub), [])
-        if (topic, sub) not in self._subs:
-            self._subs.append((topic, sub))
-        self.broker.subscribe(topic, sub, self._consumer(topic, sub))
+        super().subscribe(topic, sub)
         self.history.subscribe(topic, sub)
 
     def publish(self, topic: str, msg: str, *, txn: TxnID | None = None, key: str | None = None, size: int = 100) -> MessageId:
@@ -50,13 +47,14 @@ class CheckedSystem(System):
         self.txn_ids.append(txn)
         return txn
 
-    def end(self, txn: TxnID, action: TxnAction) -> None:
+    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
         def done(t: TxnID, status: TxnStatus) -> None:
-            self.outcomes[t] = status
+            self._answered(t, status)
             self.history.heard(t, status)
 
         self.broker.end_txn(txn, action, done)
         self.history.end(txn, action.value)
+        return self.sched.now_us()
 
     def redeliver_unacked(self, topic: str, sub: str) -> None:
         self.broker.redeliver_unacked(topic, sub)
@@ -79,22 +77,20 @@ class CheckedSystem(System):
                 self.history.outcome(txn, status.value)
 
     def run(self, us: int = 1_000_000) -> None:
+        """Advance time; then every in-memory structure's invariants hold (``Broker._check``,
+        which starts nothing): each scripted step and each fault ends in a run."""
         self.poll_outcomes()
         super().run(us)
         self.poll_outcomes()
+        self.broker._check()
 
-    def crash(self) -> None:
+    def fault(self, kind: str, detail: Any = None) -> None:
+        self.history.fault(kind, detail)
+
+    def crash(self, reconnect: bool = True) -> None:
         self.poll_outcomes()
-        self.history.fault("crash_broker")
-        self.broker.crash()
-        self.crashes += 1
-        self.broker = self._new_broker()
-        for topic, sub in self._subs:
-            self.broker.subscribe(topic, sub, self._consumer(topic, sub))
-
-    def restart_coordinator(self) -> None:
-        self.history.fault("crash_tc")
-        self.broker.restart_coordinator()
+        super().crash(reconnect)
+        self.broker._check()
 
     def finish(self) -> list[Violation]:
         """Record every txn's outcome as the coordinator knows it, then check."""

@@ -14,7 +14,8 @@ import pytest
 from bench.checker import CheckSummary
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
-from engine.ports import AckKind, EngineContext, TxnAction
+from engine.ports import EngineContext
+from engine.scripted import CrashAt, Step, play, reader_after_gc, slow_participant
 from legacy_v4 import v4_engine
 from legacy_v4.buffer import ParticipantNotReady
 from metadata_v5.engine import V5Engine
@@ -63,52 +64,24 @@ def _checked(s: CheckedSystem, expected: Counter | None = None) -> None:
 
 # -- crashes at every point of a scripted workload ------------------------------------------------
 
-STEPS: list[tuple[str, ...]] = [
+STEPS: list[Step] = [
     ("pub", T, "p0"), ("pub", T, "p1"), ("pub", T, "p2"),
-    ("new", "t1"), ("tpub", "t1", U, "t1-a"), ("tack", "t1", "p0"), ("tpub", "t1", S, "t1-s"), ("tpub", "t1", U, "t1-b"),
-    ("pub", U, "u0"), ("commit", "t1"),
-    ("new", "t2"), ("tpub", "t2", U, "t2-a"), ("tack", "t2", "p1"), ("cack", "t2", "p1"), ("abort", "t2"),
-    ("snapshot",), ("pub", S, "s0"), ("ack", "p2"), ("pub", T, "p3"),
+    ("new", "t1"), ("tpub", "t1", U, "t1-a"), ("tack", "t1", "in", "p0"), ("tpub", "t1", S, "t1-s"),
+    ("tpub", "t1", U, "t1-b"), ("pub", U, "u0"), ("commit", "t1"),
+    # the cumulative ack conflicts with t2's own individual pending ack: refused, recorded nowhere
+    ("new", "t2"), ("tpub", "t2", U, "t2-a"), ("tack", "t2", "in", "p1"), ("cack", "t2", "in", "p1"), ("abort", "t2"),
+    ("wait", 6_000_000),  # past v4's snapshot timer (transactionBufferSnapshotMinTimeInMillis)
+    ("pub", S, "s0"), ("ack", "in", "p2"), ("pub", T, "p3"),
 ]
+SUBSCRIPTIONS = [(T, "in"), (U, "out"), (S, "seg")]
 OFFSETS_US = (0, 400, 1_500, 3_000, 30_000)
 
 
-def _play(s: CheckedSystem, crash: tuple[int, int, str] | None) -> None:
-    for topic, sub in ((T, "in"), (U, "out"), (S, "seg")):
-        s.subscribe(topic, sub)
-    txns: dict[str, Any] = {}
-    for i, step in enumerate(STEPS):
-        op = step[0]
-        if op == "pub":
-            s.publish(step[1], step[2], key="k")
-        elif op == "new":
-            txns[step[1]] = s.new_txn()
-        elif op == "tpub":
-            s.publish(step[2], step[3], txn=txns[step[1]], key="k")
-        elif op == "tack":
-            s.ack("in", step[2], txn=txns[step[1]])
-        elif op == "cack":
-            try:  # conflicts with t2's own individual pending ack: refused, recorded nowhere
-                s.ack("in", step[2], kind=AckKind.CUMULATIVE, txn=txns[step[1]])
-            except TxnbenchError:
-                pass
-        elif op in ("commit", "abort"):
-            s.end(txns[step[1]], TxnAction(op))
-        elif op == "ack":
-            s.ack("in", step[1])
-        elif op == "snapshot":
-            s.run(6_000_000)  # past v4's snapshot timer (transactionBufferSnapshotMinTimeInMillis)
-        if crash is not None and crash[0] == i:
-            s.run(crash[1])
-            if crash[2] == "broker":
-                s.crash()
-            else:
-                s.restart_coordinator()
-        s.run(100_000)
-    s.run(10_000_000)
+def _play(s: CheckedSystem, crash: CrashAt | None) -> None:
+    play(s, STEPS, SUBSCRIPTIONS, crash)
 
 
-CRASHES = [(i, off, what) for i in range(len(STEPS)) for off in OFFSETS_US for what in ("broker", "coordinator")]
+CRASHES = [CrashAt(i, off, what) for i in range(len(STEPS)) for off in OFFSETS_US for what in ("broker", "coordinator")]
 
 
 @pytest.mark.parametrize("design", ["v4", "v5"])
@@ -213,22 +186,8 @@ def test_crash_between_the_v5_commit_cas_and_its_watch() -> None:
 
 def _slow_participant(gc: str) -> CheckedSystem:
     s = CheckedSystem(_v5_combo(gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.NOTIFY)
-    s.subscribe(T, "in")
-    s.publish(T, "m0")
-    s.publish(T, "m1")
-    s.run(10_000)
-    txn = s.new_txn()
-    s.ack("in", "m0", txn=txn)
-    s.commit(txn)
-    s.poll_outcomes()  # the CAS is the commit point: committed, whatever the participant does
-    s.history.fault("crash_broker")
-    s.broker.crash()  # before the header watch reaches the pending-ack store
-    s.broker = s._new_broker()
-    s.broker.coordinator()  # the coordinator is back at once; the subscriber is not
-    s.history.fault("participant_delayed_past_retention")
-    s.run(5_000_000)
-    s.broker.subscribe(T, "in", s._consumer(T, "in"))
-    s.run(1_000_000)
+    # the crash polls outcomes first: the CAS is the commit point, committed whatever the participant does
+    slow_participant(s, T, "in", away_us=5_000_000, back_us=1_000_000)
     return s
 
 
@@ -243,16 +202,7 @@ def test_pip_gc_loses_a_slow_participants_committed_ack_and_the_checker_says_so(
 
 def _new_reader_after_gc(gc: str) -> CheckedSystem:
     s = CheckedSystem(_v5_combo(gc=gc, retention_ms=1_000, gc_sweep_ms=500), DispatchMode.POLLING)
-    committed, aborted = s.new_txn(), s.new_txn()
-    s.publish(T, "c1", txn=committed)
-    s.publish(T, "a1", txn=aborted)
-    s.publish(T, "plain")
-    s.commit(committed)
-    s.abort(aborted)
-    s.run(10_000_000)  # GC collects both headers
-    s.crash()
-    s.subscribe(T, "new-reader")
-    s.run(1_000_000)
+    reader_after_gc(s, T, "new-reader")
     return s
 
 

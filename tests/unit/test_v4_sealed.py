@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from engine.dispatcher import DispatchMode
 from engine.ports import TxnStatus
+from engine.scripted import sealed_segment
 from legacy_v4 import v4_engine
 from tests.harness import Combo, System, memory_durable
 
@@ -19,17 +20,10 @@ def v4(mode: DispatchMode, **options: object) -> System:
 
 def _stalled(mode: DispatchMode, **options: object) -> System:
     s = v4(mode, **options)
-    s.subscribe(S, "sub")
-    s.publish(S, "before", key="a")
-    t = s.new_txn()
-    s.publish(S, "x", txn=t, key="a")
-    s.publish(S, "after", key="a")
-    s.run()
-    children = s.broker.split(S)
-    s.publish(S, "child", key="a")
-    s.commit(t)
+    sealed = sealed_segment(s, S, "sub", pause_us=1_000_000)
+    s.commit(sealed.txn)
     s.run(10_500_000)
-    assert s.ids["child"].ledger in children
+    assert s.ids["child"].ledger in sealed.children
     return s
 
 

@@ -10,6 +10,7 @@ from engine.errors import ConfigError, ForeignTxnId, InvalidTxnState, TxnConflic
 from engine.ids import Design, TxnID
 from engine.memledger import MemoryLedgerFactory
 from engine.ports import TxnStatus
+from engine.scripted import reader_after_gc, slow_participant
 from metadata_v5.engine import V5Engine
 from metadata_v5.memory import MemoryMetadataStore
 from metadata_v5.options import V5Options
@@ -116,20 +117,7 @@ def _slow_participant(gc: str) -> System:
     """A txn acks m0 and commits; the subscription's broker dies before the watch fires and
     stays away past the retention window while the coordinator's GC runs."""
     s = v5(gc=gc, retention_ms=1_000, gc_sweep_ms=500)
-    s.subscribe(T, "sub")
-    s.publish(T, "m0")
-    s.publish(T, "m1")
-    s.run(10_000)
-    txn = s.new_txn()
-    s.ack("sub", "m0", txn=txn)
-    s.commit(txn)
-    s.broker.crash()  # before the header watch reaches the pending-ack store
-    s.broker = s._new_broker()
-    s.broker.coordinator()  # the coordinator comes back at once; the subscriber does not
-    s.run(5_000_000)
-    for topic, sub in s._subs:  # the slow participant finally reconnects
-        s.broker.subscribe(topic, sub, s.received[(topic, sub)].extend)
-    s.run(100_000)
+    slow_participant(s, T, "sub", away_us=5_000_000, back_us=100_000)
     return s
 
 
@@ -144,16 +132,7 @@ def test_pip_gc_loses_a_slow_participants_committed_ack_and_safe_gc_does_not() -
 
 def _reader_after_gc(gc: str) -> list[str | None]:
     s = v5(gc=gc, retention_ms=1_000, gc_sweep_ms=500)
-    committed, aborted = s.new_txn(), s.new_txn()
-    s.publish(T, "c1", txn=committed)
-    s.publish(T, "a1", txn=aborted)
-    s.publish(T, "plain")
-    s.commit(committed)
-    s.abort(aborted)
-    s.run(10_000_000)  # GC collects both headers
-    s.crash()  # buffers rebuilt from the store only
-    s.subscribe(T, "new-reader")  # a new subscription reads the retained data from the start
-    s.run(1_000_000)
+    reader_after_gc(s, T, "new-reader")
     return s.msgs(T, "new-reader")
 
 

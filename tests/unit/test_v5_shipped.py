@@ -14,6 +14,7 @@ from engine.dispatcher import DispatchMode
 from engine.errors import InvalidTxnState, TxnConflict
 from engine.memledger import MemoryLedgerFactory
 from engine.ports import TxnAction, TxnStatus
+from engine.scripted import abort_open, crash_after_commit
 from metadata_v5.engine import V5Engine
 from metadata_v5.options import V5Options
 from metadata_v5.registry import open_metadata
@@ -216,21 +217,7 @@ def test_per_txn_figures_next_to_the_broker() -> None:
 
 def _restart(variant: str) -> Counter[str]:
     s = CheckedSystem(_combo(variant=variant), DispatchMode.POLLING)
-    s.subscribe(T, "sub")
-    s.publish(T, "m0")
-    s.publish(T, "m1")
-    s.run(100_000)
-    open_txn, pending, committed = s.new_txn(), s.new_txn(), s.new_txn()
-    s.ack("sub", "m0", txn=pending)
-    s.ack("sub", "m1", txn=committed)
-    s.publish(T, "x", txn=open_txn)
-    s.run(100_000)
-    s.commit(committed)
-    s.crash()  # before the decision reaches the pending-ack store
-    s.run(1_000_000)
-    s.end(open_txn, TxnAction.ABORT)
-    s.end(pending, TxnAction.ABORT)
-    s.run(1_000_000)
+    abort_open(s, crash_after_commit(s, T, "sub"))
     return Counter(v.kind for v in s.finish())
 
 
