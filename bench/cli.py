@@ -430,6 +430,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _quiescent(args, manifest)
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from bench.validate_run import run_validate
+
+    doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print)
+    missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
+    print(f"model vs broker: {len(doc['checks']) - len(missed)} of {len(doc['checks'])} rows meet the goals"
+          + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
+    print(f"report: {Path(args.out) / 'report' / 'report.html'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from bench.demo import run_demo
 
@@ -649,6 +660,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("validate", help="the same trace through the model and a real Pulsar 5 broker (both designs, "
+                       "and as fast as possible for saturation): the 'model vs broker' section against the goals")
+    p.add_argument("--trace", required=True)
+    p.add_argument("--target", required=True, metavar="pulsar://HOST:PORT")
+    p.add_argument("--admin-url", default=None, metavar="URL",
+                   help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
+    p.add_argument("--pulsar-dir", default=None, metavar="DIR",
+                   help="the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), for crash_broker rows")
+    p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
+                   help="at most this long waiting for deliveries after the last row (default 30000)")
+    p.add_argument("--latency-profile", default=None, metavar="FILE",
+                   help="the model's latency profile (datasets/latency/*.json; default: today's constants)")
+    p.add_argument("--out", default="txnbench-out/validate")
+    _add_force(p)
+    p.set_defaults(fn=cmd_validate, pacing="trace")
 
     p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
     p.add_argument("--messages", type=_int_in(1, MAX_DEMO_MESSAGES), default=12)
