@@ -412,6 +412,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             broker = pulsar_replay(trace, ["v4", "v5"], target, tmp / "broker")
             _print_broker_runs(broker)
             results.append(tmp / "broker")
+            if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
+                import dataclasses
+
+                asap = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="asap"), tmp / "broker-asap")
+                _print_broker_runs(asap)
+                results.append(tmp / "broker-asap")
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
@@ -433,7 +439,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from bench.validate_run import run_validate
 
-    doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print)
+    doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
+                       saturation=not args.no_saturation)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker: {len(doc['checks']) - len(missed)} of {len(doc['checks'])} rows meet the goals"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -673,6 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most this long waiting for deliveries after the last row (default 30000)")
     p.add_argument("--latency-profile", default=None, metavar="FILE",
                    help="the model's latency profile (datasets/latency/*.json; default: today's constants)")
+    p.add_argument("--no-saturation", action="store_true",
+                   help="leave out the broker's as-fast-as-possible run (no throughput-at-saturation figure)")
     p.add_argument("--out", default="txnbench-out/validate")
     _add_force(p)
     p.set_defaults(fn=cmd_validate, pacing="trace")

@@ -559,10 +559,11 @@ def validation_section(sets: list[dict[str, Any]]) -> tuple[Any, Section] | None
     from bench.validate import section, validate_sets
 
     model = next((rs for rs in sets if not is_broker(rs)), None)
-    broker = next((rs for rs in sets if is_broker(rs) and not _asap(rs)), None)
+    asap = next((rs for rs in sets if is_broker(rs) and _asap(rs)), None)
+    broker = next((rs for rs in sets if is_broker(rs) and not _asap(rs)), asap)  # only asap: it is both
     if model is None or broker is None:
         return None
-    v = validate_sets(model, broker, next((rs for rs in sets if is_broker(rs) and _asap(rs)), None))
+    v = validate_sets(model, broker, asap)
     return v, section(v, Row)
 
 

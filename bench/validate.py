@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from bench.model_vs_broker import COUNTS, engine_of
 
 SECTION = "model vs broker"
+LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,8 @@ class Validation:
     saturation_path: str | None
     profile_note: str
     unmapped: int  # broker counters that moved and map onto no model count
+    broker_lag_us: tuple[tuple[str, int], ...] = ()  # per design: how far the broker run fell behind the trace
+    duplicates: tuple[tuple[str, int], ...] = ()  # per design: (subscription, msg) the broker delivered more than once
 
     def missed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict in ("missed", "differs")]
@@ -244,6 +247,7 @@ class Validation:
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model_path, "broker": self.broker_path, "saturation": self.saturation_path,
                 "profile": self.profile_note, "unmapped_broker_counters": self.unmapped,
+                "broker_lag_us": dict(self.broker_lag_us), "broker_duplicate_deliveries": dict(self.duplicates),
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "checks": [c.__dict__ for c in self.checks]}
 
@@ -281,8 +285,22 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any], saturation: dic
     capacity = any(run.get("config", {}).get("latency", {}).get("resources")
                    for run in model["manifest"].get("runs", {}).values() if isinstance(run.get("config", {}).get("latency"), dict))
     checks += throughput_checks(mrate, brate, goals, capacity)
+    lag = tuple((d, int(broker["manifest"]["runs"][lab].get("max_lag_us") or 0)) for d, lab in blab.items())
     return Validation(tuple(checks), str(model["path"]), str(broker["path"]),
-                      None if saturation is None else str(saturation["path"]), profile_note(model), len(unmapped))
+                      None if saturation is None else str(saturation["path"]), profile_note(model), len(unmapped),
+                      lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()))
+
+
+def duplicate_deliveries(rs: dict[str, Any], label: str) -> int:
+    """(subscription, msg) pairs delivered more than once: on the broker, a message stored twice
+    (two message ids) or redelivered; the models deliver each stored entry once per cursor."""
+    path = Path(rs.get("dir", rs["path"])) / "deliveries.parquet"
+    seen: dict[tuple[str, str], int] = {}
+    for r in pq.read_table(path, columns=["engine", "subscription", "msg"]).to_pylist():
+        if r["engine"] == label:
+            k = (r["subscription"], r["msg"])
+            seen[k] = seen.get(k, 0) + 1
+    return sum(1 for n in seen.values() if n > 1)
 
 
 def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str]:
@@ -300,6 +318,19 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
              + f"). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
              f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
              f"counts exact or explained. {len(met)} of {len(v.checks)} rows meet them."]
+    behind = [(d, us) for d, us in v.broker_lag_us if us >= LAG_NOTE_US]
+    if behind:
+        notes.append("The broker fell behind the trace (largest lag " + ", ".join(f"{d} {us / 1e6:.1f} s" for d, us in behind)
+                     + "): its latencies include the queueing of an overloaded broker and client, which a model "
+                     "without capacity does not have; latency errors there measure load as much as the model.")
+    dups = [(d, n) for d, n in v.duplicates if n]
+    if dups:
+        notes.append("The broker delivered " + ", ".join(f"{n} (subscription, msg) pairs more than once on {d}" for d, n in dups)
+                     + " (pulsar-events-*.jsonl: one under two message ids was stored twice, another id was a "
+                     "redelivery). A likely cause, not confirmed from the logs: the producer re-sends its pending "
+                     "messages after a reconnection (ProducerImpl.resendMessages) and without deduplication "
+                     "(brokerDeduplicationEnabled=false) the broker stores both. The models store each publish once, "
+                     "so deliveries and data entries differ by about that many.")
     if v.unmapped:
         notes.append(f"{v.unmapped} further broker counters moved that map onto no model count (pulsar.* in the "
                      "broker's counts.json).")

@@ -2,7 +2,8 @@
 the emulated store a standalone broker runs) and through the real broker twice (at the trace's
 timestamps, then as fast as possible), then the "model vs broker" section (:mod:`bench.validate`).
 
-Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets), ``validation.json``
+Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets; the last not with
+``--no-saturation``), ``validation.json``
 (the section's rows) and ``report/`` (the report with the section). Written in a staging
 directory that becomes ``--out`` only when complete (:mod:`bench.output`).
 """
@@ -47,8 +48,10 @@ def model_configs(latency: LatencyModel) -> list[RunConfig]:
 
 
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
-                 force: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the three result sets, compute the section, write the report; returns validation.json."""
+                 force: bool = False, progress: Callable[[str], None] | None = None,
+                 saturation: bool = True) -> dict[str, Any]:
+    """Run the three result sets (``saturation=False``: no asap run, the section says so), compute
+    the section, write the report; returns validation.json."""
     from bench.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
@@ -67,13 +70,14 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         replay_trace(trace, model_configs(latency), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
                      shown=shown)
         say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
-        for name, pacing in (("broker", "trace"), ("broker-asap", "asap")):
+        runs = [("broker", "trace")] + ([("broker-asap", "asap")] if saturation else [])
+        for name, pacing in runs:
             manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing=pacing), tmp / name)
             for label, run in manifest["runs"].items():
                 say(f"broker {label} ({pacing} pacing): {run['events']} rows in {run['wall_seconds']} s, "
                     f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
-        rep = build([tmp / "model", tmp / "broker", tmp / "broker-asap"], tmp / "report", title="txnbench validate",
-                    shown=shown)
+        sets: list[str | Path] = [tmp / "model"] + [tmp / name for name, _ in runs]
+        rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc

@@ -82,19 +82,22 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 
 
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
-         end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40) -> None:
+         end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7) -> None:
     """A result set of v4 and v5 as bench.runner (model) or bench.pulsar.run (broker) writes it:
     one committed txn per design, ending at ``ends``."""
     labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
     with result_dir(out) as w:
-        w.deliveries({"engine": list(labels), "topic": [T] * 2, "subscription": ["s"] * 2, "msg": ["m1"] * 2,
-                      "delivered_ts_us": [9000] * 2, "redelivery": [False] * 2})
+        # the broker's v4 delivers m1 twice (stored twice or redelivered)
+        engines = list(labels) + ([labels[0]] if broker else [])
+        w.deliveries({"engine": engines, "topic": [T] * len(engines), "subscription": ["s"] * len(engines),
+                      "msg": ["m1"] * len(engines), "delivered_ts_us": [9000] * len(engines),
+                      "redelivery": [False] * len(engines)})
         counts = {labels[0]: {"deliveries": 1, "txns.committed": 1, "tc.log_appends": appends, "meta.reads": 0},
                   labels[1]: {"deliveries": 1, "txns.committed": 1, "meta.reads": meta_reads}}
         if broker:
             counts[labels[0]]["pulsar.some_counter_total"] = 3
         runs = {lab: {"config": {"engine": lab[:2], **({"target": "pulsar"} if broker else {})}, "events": 4,
-                      "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": 7,
+                      "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": lag_us,
                                                "rates": {"committed_txns_per_s": None}} if broker else {})}
                 for lab in labels}
         manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1"}, "runs": runs}
@@ -111,7 +114,7 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
 def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     _set(tmp_path / "model", trace, broker=False, end_txn_p50=(3600, 5800), meta_reads=30)
-    _set(tmp_path / "broker", trace, broker=True, appends=5, meta_reads=900)
+    _set(tmp_path / "broker", trace, broker=True, appends=5, meta_reads=900, lag_us=2_500_000)
     # as fast as possible: v4 ends its one txn after 20 ms (50/s), v5 after 50 ms (20/s)
     _set(tmp_path / "asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), load(tmp_path / "asap"))
@@ -129,6 +132,7 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     ratio = rows[("v5/v4", "Throughput", "v5/v4 committed-rate ratio at saturation")]
     assert (ratio.model, ratio.broker, ratio.verdict) == (1.0, 0.4, "missed")
     assert v.unmapped == 1 and "constants" in v.profile_note
+    assert dict(v.duplicates) == {"v4": 1, "v5": 0} and dict(v.broker_lag_us) == {"v4": 2_500_000, "v5": 2_500_000}
 
     rep = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap"], tmp_path / "rep")
     md = rep.markdown.read_text()
@@ -136,6 +140,8 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     assert "Goals: p50 within ±20%, p99 within ±35%, v5/v4 saturation ratio within ±25%" in md
     assert "v4 end-txn p50 (missed): the model's end-txn is 28% below the broker's" in md
     assert "**Model vs broker, against the goals**" in md
+    assert "The broker fell behind the trace (largest lag v4 2.5 s, v5 2.5 s)" in md
+    assert "1 (subscription, msg) pairs more than once on v4" in md
     assert "vs asap" not in md  # the asap set measures saturation, not a row-by-row pair
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["validation"]["saturation"] == str(tmp_path / "asap")
