@@ -517,8 +517,7 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
         sections.append(vsection)
         summary["validation"] = v.to_json()
         missed = v.missed()
-        extra.append(f"**Model vs broker, against the goals**: {len(v.checks) - len(missed)} of {len(v.checks)} rows "
-                     "meet them" + (f"; missed: {', '.join(f'{c.design} {c.metric}' for c in missed[:4])}"
+        extra.append(f"**Model vs broker, against the goals**: {v.tally()}" + (f"; missed: {', '.join(f'{c.design} {c.metric}' for c in missed[:4])}"
                                     f"{', …' if len(missed) > 4 else ''}." if missed else "."))
     scenario_plots: list[str] = []
     for scenario_sections, data in scenario_parts:
