@@ -76,7 +76,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             for label, run in manifest["runs"].items():
                 say(f"broker {label} ({pacing} pacing): {run['events']} rows in {run['wall_seconds']} s, "
                     f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
-        sets: list[str | Path] = [tmp / "model"] + [tmp / name for name, _ in runs]
+        sets: list[str | Path] = [tmp / name for name in ["model"] + [n for n, _ in runs]]
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")
