@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 
 from bench.model_vs_broker import COUNTS, engine_of
 
-SECTION = "model vs broker"
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
 
@@ -51,29 +50,33 @@ LATENCY_OPS = (
 )
 
 # What the model bills for each measured operation (engine/clock.py kinds), per design: named when
-# a goal is missed so that the note says whose model is wrong. From the engines' code paths.
+# a goal is missed so that the note says whose model is wrong. From the engines' code:
+# engine/broker.py (publish), legacy_v4/coordinator.py (end-txn: the log append, the END_TXN
+# fan-out, the final append and answer), metadata_v5/shipped_coordinator.py (end_txn, _fan_out),
+# metadata_v5/shipped_buffer.py (the reconcile), engine/dispatcher.py (reads and deliveries).
 BILLED: dict[str, dict[str, str]] = {
     "v4": {
-        "publish_txn_us": "ledger.append (the entry), rpc (client->broker) and, for a partition's first send in a "
-                          "txn, the ADD_PARTITION round trip to the coordinator (rpc + a ledger.append on its log)",
-        "publish_nontxn_us": "ledger.append + rpc",
-        "end_txn_us": "two coordinator-log appends (ledger.append each: COMMITTING, COMMITTED) and the END_TXN "
-                      "fan-out (rpc + a marker ledger.append per partition)",
-        "commit_to_visible_us": "the marker append and the dispatcher's re-read after maxReadPosition moves "
-                                "(polling delay, cursor.empty_read, ledger.read, consumer.deliver)",
-        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay",
-        "dispatch_nontxn_us": "ledger.read + consumer.deliver",
+        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
+                          "with the coordinator (a coordinator-log ledger.append)",
+        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
+        "end_txn_us": "a coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
+                      "partition and subscription, concurrently), then the final log append + rpc back",
+        "commit_to_visible_us": "the marker append, then the dispatcher's next read once maxReadPosition moves (its "
+                                "polling delay, cursor.empty_read, ledger.read, consumer.deliver)",
+        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
+        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
     },
     "v5": {
-        "publish_txn_us": "ledger.append + rpc and, for a segment's first send in a txn, the coordinator's "
-                          "registration: meta.read + a sequence-key write (emulated: meta.read + meta.cas + meta.write)",
-        "publish_nontxn_us": "ledger.append + rpc",
-        "end_txn_us": "the header CAS (meta.cas) and the event fan-out (a sequence-key write per segment and "
-                      "subscription; emulated: meta.read + meta.cas + meta.write each)",
-        "commit_to_visible_us": "meta.watch (the event reaching the buffer), the reconcile's header reads (meta.read) "
-                                "and the emulated index scan (a meta.read per op record under the prefix)",
-        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay",
-        "dispatch_nontxn_us": "ledger.read + consumer.deliver",
+        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the coordinator's registration of a new "
+                          "segment (metadata reads and an op-record write)",
+        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
+        "end_txn_us": "2 meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per "
+                      "op record the emulated scan fetches, and the events (emulated sequence key: meta.read + "
+                      "meta.cas + meta.write), then rpc back",
+        "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
+                                "op record scanned, meta.write of the deletes) and the dispatcher's next read",
+        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
+        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
     },
 }
 

@@ -140,7 +140,7 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     md = rep.markdown.read_text()
     assert "## Model vs broker — model vs broker" in md
     assert "Goals: p50 within ±20%, p99 within ±35%, v5/v4 saturation ratio within ±25%" in md
-    assert "v4 end-txn missed (p50 28% below the broker's): the model bills two coordinator-log appends" in md
+    assert "v4 end-txn missed (p50 28% below the broker's): the model bills a coordinator-log ledger.append" in md
     assert "**Model vs broker, against the goals**" in md
     assert "The broker fell behind the trace (largest lag v4 2.5 s, v5 2.5 s)" in md
     assert "1 (subscription, msg) pairs more than once on v4" in md
