@@ -255,6 +255,7 @@ class Validation:
     unmapped: int  # broker counters that moved and map onto no model count
     broker_lag_us: tuple[tuple[str, int], ...] = ()  # per design: how far the broker run fell behind the trace
     duplicates: tuple[tuple[str, int], ...] = ()  # per design: (subscription, msg) the broker delivered more than once
+    model_store: str = ""  # the model's v5 metadata store URL
 
     def missed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict in ("missed", "differs")]
@@ -311,7 +312,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any], saturation: dic
     lag = tuple((d, int(broker["manifest"]["runs"][lab].get("max_lag_us") or 0)) for d, lab in blab.items())
     return Validation(tuple(checks), str(model["path"]), str(broker["path"]),
                       None if saturation is None else str(saturation["path"]), profile_note(model), len(unmapped),
-                      lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()))
+                      lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()),
+                      str(model["manifest"]["runs"].get(mlab.get("v5", ""), {}).get("config", {}).get("metadata_url", "")))
 
 
 def duplicate_deliveries(rs: dict[str, Any], label: str) -> int:
@@ -334,8 +336,11 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         err = None if c.error is None else round(100 * c.error, 1)
         rows.append(row_cls(f"{c.section} {c.design}", c.metric, c.unit, {"model": c.model, "broker": c.broker,
                             "error %": err}, None, c.verdict))
-    notes = [f"The same trace through the model (`{v.model_path}`, virtual time, v5 as shipped on the emulated "
-             f"store a standalone broker runs) and the real broker (`{v.broker_path}` at the trace's timestamps"
+    store = ("on the emulated store a standalone broker runs" if "emulated=1" in v.model_store else
+             f"on {v.model_store or 'its default store'}, not the emulated store a standalone broker runs (AbstractMetadataStore "
+             "emulates index scans and sequence keys on RocksDB): v5's metadata counts and latencies differ for that "
+             "reason too; `txnbench validate` runs the emulated one")
+    notes = [f"The same trace through the model (`{v.model_path}`, virtual time, v5 as shipped {store}) and the real broker (`{v.broker_path}` at the trace's timestamps"
              + (f"; `{v.saturation_path}` as fast as possible" if v.saturation_path else "; no asap run: no saturation figure")
              + f"). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
              f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
