@@ -412,6 +412,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             broker = pulsar_replay(trace, ["v4", "v5"], target, tmp / "broker")
             _print_broker_runs(broker)
             results.append(tmp / "broker")
+            if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
+                import dataclasses
+
+                asap = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="asap"), tmp / "broker-asap")
+                _print_broker_runs(asap)
+                results.append(tmp / "broker-asap")
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
@@ -428,6 +434,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"report: {report}")
     print(f"        {report.with_suffix('.md')}")
     return _quiescent(args, manifest)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from bench.validate_run import run_validate
+
+    doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
+                       saturation=not args.no_saturation)
+    missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
+    print(f"model vs broker, against the goals: {doc['tally']}"
+          + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
+    print(f"report: {Path(args.out) / 'report' / 'report.html'}")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -649,6 +667,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("validate", help="the same trace through the model and a real Pulsar 5 broker (both designs, "
+                       "and as fast as possible for saturation): the 'model vs broker' section against the goals")
+    p.add_argument("--trace", required=True)
+    p.add_argument("--target", required=True, metavar="pulsar://HOST:PORT")
+    p.add_argument("--admin-url", default=None, metavar="URL",
+                   help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
+    p.add_argument("--pulsar-dir", default=None, metavar="DIR",
+                   help="the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), for crash_broker rows")
+    p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
+                   help="at most this long waiting for deliveries after the last row (default 30000)")
+    p.add_argument("--latency-profile", default=None, metavar="FILE",
+                   help="the model's latency profile (datasets/latency/*.json; default: today's constants)")
+    p.add_argument("--no-saturation", action="store_true",
+                   help="leave out the broker's as-fast-as-possible run (no throughput-at-saturation figure)")
+    p.add_argument("--out", default="txnbench-out/validate")
+    _add_force(p)
+    p.set_defaults(fn=cmd_validate, pacing="trace")
 
     p = sub.add_parser("demo", help="non-transactional demo: a partition and a scalable topic that splits")
     p.add_argument("--messages", type=_int_in(1, MAX_DEMO_MESSAGES), default=12)

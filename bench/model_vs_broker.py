@@ -141,7 +141,8 @@ def comparison_rows(model: dict[str, Any], broker: dict[str, Any], row_cls: Any)
     out = []
     for design, mlab, blab in pairs(model, broker):
         rows = []
-        a = agreement(model["path"], mlab, broker["path"], blab)
+        # "dir": where the tables are now (bench.report.build names them where they will be)
+        a = agreement(model.get("dir", model["path"]), mlab, broker.get("dir", broker["path"]), blab)
         rows.append(row_cls("Agreement", "delivered (subscription, msg) pairs", "pairs",
                             {"model": a.delivered_pairs[0], "broker": a.delivered_pairs[1]}, None,
                             "equal" if a.delivered_equal else "differs"))

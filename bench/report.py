@@ -407,8 +407,8 @@ def build(results: list[str | Path], out: str | Path, title: str = "txnbench com
     (:mod:`bench.output`). ``shown`` maps staging paths to the paths they will have, for the text."""
     check_out(out, force=force)
     sets = [load(p) for p in results]
-    for rs in sets:
-        rs["path"] = shown_path(rs["path"], shown)
+    for rs in sets:  # "dir": where its tables are now; "path": where they will be, for the text
+        rs["dir"], rs["path"] = rs["path"], shown_path(rs["path"], shown)
     scenario_files = sorted({q for p in results for q in (Path(p) / "scenarios.json", Path(p).parent / "scenarios.json")
                              if q.is_file()})  # `txnbench scenarios` output next to the results
     check_files = sorted({q for p in results for q in (Path(p) / "check.json", Path(p).parent / "check.json")
@@ -498,7 +498,8 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
             "factor": list(comp.factor), "pairs": [{"design": p.design, "baseline": p.baseline, "new": p.new} for p in comp.pairs],
             "unmatched": list(comp.unmatched), "rows_compared": len(comp.rows), "verdict": comp.summary_line(),
             "changes": [{**_row_json(c.row), "pair": c.pair} for c in comp.changes]})
-    for broker in (b for b in sets if is_broker(b)):
+    paced = [b for b in sets if is_broker(b) and not _asap(b)]
+    for broker in (b for b in sets if is_broker(b) and (b in paced or not paced)):  # asap sets: saturation only
         for model in (m for m in sets if not is_broker(m)):
             for design, rows, note in comparison_rows(model, broker, Row):
                 sections.append((f"Model vs broker ({design}) — {Path(model['path']).name} vs {Path(broker['path']).name}",
@@ -510,6 +511,14 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
                 extra.append(f"**Model vs broker ({design})** — factor: model → Pulsar "
                              f"{broker['manifest'].get('target', {}).get('version', '?')} broker: {agree} rows equal, "
                              f"{len(differs)} differ" + (f" ({', '.join(differs[:4])}{', …' if len(differs) > 4 else ''})." if differs else "."))
+    validation = validation_section(sets)
+    if validation is not None:
+        v, vsection = validation
+        sections.append(vsection)
+        summary["validation"] = v.to_json()
+        missed = v.missed()
+        extra.append(f"**Model vs broker, against the goals**: {v.tally()}" + (f"; missed: {', '.join(f'{c.design} {c.metric}' for c in missed[:4])}"
+                                    f"{', …' if len(missed) > 4 else ''}." if missed else "."))
     scenario_plots: list[str] = []
     for scenario_sections, data in scenario_parts:
         findings += scenario_findings(data)
@@ -537,6 +546,24 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     return Report(outdir / "report.html", outdir / "report.md", outdir / "report.github.md", summary, tuple(comparisons),
                   tuple(render_text(context, findings, extra)))
+
+
+def _asap(rs: dict[str, Any]) -> bool:
+    return bool(rs["manifest"].get("target", {}).get("pacing") == "asap")
+
+
+def validation_section(sets: list[dict[str, Any]]) -> tuple[Any, Section] | None:
+    """The "model vs broker" section (:mod:`bench.validate`): the first model set against the
+    first broker set run at the trace's timestamps and, for saturation, the first run asap."""
+    from bench.validate import section, validate_sets
+
+    model = next((rs for rs in sets if not is_broker(rs)), None)
+    asap = next((rs for rs in sets if is_broker(rs) and _asap(rs)), None)
+    broker = next((rs for rs in sets if is_broker(rs) and not _asap(rs)), asap)  # only asap: it is both
+    if model is None or broker is None:
+        return None
+    v = validate_sets(model, broker, asap)
+    return v, section(v, Row)
 
 
 GITHUB_COMMENT_LIMIT = 65_536  # characters GitHub accepts in one comment
