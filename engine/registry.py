@@ -90,6 +90,8 @@ class EngineSpec:
     report_rows: tuple[ReportRow, ...] = ()
     recovery_kinds: Mapping[str, str] = field(default_factory=dict)  # component prefix -> tb / pending-ack / tc
     uses_metadata_store: bool = False  # its state is on the metadata URL as well as the ledgers
+    # Pulsar's metric family (without _total) -> the count that means the same (bench.openmetrics)
+    metric_keys: Mapping[str, str] = field(default_factory=dict)
     test_combos: Callable[[], list[TestCombo]] = lambda: []
 
     def normalize(self, options: Mapping[str, Any]) -> dict[str, Any]:

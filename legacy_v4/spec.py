@@ -49,5 +49,10 @@ SPEC = EngineSpec(
     report_rows=REPORT_ROWS,
     # RecoveryStats components of legacy_v4.buffer, .pending_ack and .coordinator
     recovery_kinds={"tb": "tb", "pending-ack": "pending-ack", "tc": "tc"},
+    # TransactionAggregator's coordinator families, TransactionBufferStats' marker counts
+    metric_keys={"pulsar_txn_created": "tc.txns.created", "pulsar_txn_committed": "tc.txns.committed",
+                 "pulsar_txn_aborted": "tc.txns.aborted", "pulsar_txn_timeout": "tc.txns.timed_out",
+                 "pulsar_txn_append_log": "tc.log_appends", "pulsar_txn_tb_committed": "tb.markers.commit",
+                 "pulsar_txn_tb_aborted": "tb.markers.abort"},
     test_combos=_test_combos,
 )

@@ -94,5 +94,8 @@ SPEC = EngineSpec(
     # RecoveryStats components of metadata_v5's buffers, pending-ack stores and coordinator
     recovery_kinds={"tb-v5": "tb", "pending-ack-v5": "pending-ack", "tc-v5": "tc"},
     uses_metadata_store=True,
+    # PIP-473 keeps the coordinator families and drops pulsar_txn_tb_*; op_writes is its own
+    metric_keys={"pulsar_txn_created": "tc.header_creates", "pulsar_txn_committed": "tc.ended.committed",
+                 "pulsar_txn_aborted": "tc.ended.aborted", "pulsar_txn_metadata_store_op_writes": "meta.op_writes"},
     test_combos=_test_combos,
 )
