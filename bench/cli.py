@@ -596,7 +596,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
+    parser = _Parser(prog="txnbench", description=f"Compare Pulsar's {' and '.join(registry.designs())} (PIP-473) "
+                                                  "transaction designs.")
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
@@ -618,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the trace's format (default: by extension, else by content)")
     p.set_defaults(fn=cmd_validate_trace)
 
-    p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
+    p = sub.add_parser("replay", help=f"replay a trace through {', '.join(registry.designs())} or both and write results")
     p.add_argument("--trace", required=True, help="trace file: a path, or any URI pyarrow's filesystems reach "
                    "(file://, s3://, hdfs://...; with --spark, executors on other hosts read it there)")
     p.add_argument("--engine", default="both", choices=_engine_choices(disabled=True))
@@ -691,7 +692,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
     p.add_argument("--topic", default="txnbench-trace")
     p.set_defaults(fn=cmd_stream_load)
-    p = stream.add_parser("run", help="replay a loaded trace topic through v4 and v5 in wall time; write results")
+    p = stream.add_parser("run", help=f"replay a loaded trace topic through {' and '.join(registry.designs())} in wall "
+                                      "time; write results")
     p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
     p.add_argument("--topic", default="txnbench-trace")
     p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")
