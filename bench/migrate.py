@@ -50,11 +50,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.clock import VirtualScheduler
 from engine.errors import BadVersion, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ledger import LedgerFactory, scan_entries
 from engine.ports import TxnStatus
 from engine.records import MarkerKind, Position
+from legacy_v4.snapshot import SnapshotService
 from metadata_v5.options import GcMode, V5Options
 from metadata_v5.store import ABSENT, MetadataStore
 from metadata_v5.storerecords import StoreTxnRecords
@@ -123,9 +125,6 @@ def _coordinator_log(ledgers: LedgerFactory) -> dict[TxnID, dict[str, object]]:
 def plan_migration(ledgers: LedgerFactory, topic_ledgers: list[str]) -> MigrationPlan:
     """Derive the transactional state of the topic from v4's durable data; raises
     :class:`MigrationRefused` when it cannot be migrated now. Reads only."""
-    from engine.clock import VirtualScheduler
-    from legacy_v4.snapshot import SnapshotService
-
     log = _coordinator_log(ledgers)
     txns: dict[TxnID, V4Txn] = {}
     scanned = markers = snap_aborts = 0

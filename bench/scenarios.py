@@ -29,6 +29,7 @@ from typing import Any, Callable
 from bench import registry
 from bench.config import RunConfig
 from bench.engines import Setup, build
+from bench.migrate import MigrationRefused, migrate
 from bench.plots import Figure, render_figures
 from bench.report import render_html, render_markdown
 from bench.rows import Row
@@ -40,6 +41,9 @@ from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
+from legacy_v4 import v4_engine
+from metadata_v5.engine import V5Engine, open_store
+from metadata_v5.options import V5Options, Variant
 
 T = "persistent://public/default/t"
 S = "topic://public/default/s"
@@ -667,11 +671,6 @@ def restart() -> Scenario:
 def migration(txns: int = 30) -> Scenario:
     """A topic written under v4 (commits, aborts, a snapshot, a consumer part-way, one txn still
     open) is migrated with :func:`bench.migrate.migrate`; readers before and after must match."""
-    from bench.migrate import MigrationRefused, migrate
-    from legacy_v4 import v4_engine
-    from metadata_v5.engine import open_store
-    from metadata_v5.options import V5Options, Variant
-    from metadata_v5.engine import V5Engine
 
     labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
     r = Run(_cfg("v4", options={"snapshot_max_txn_count": 10}))
