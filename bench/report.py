@@ -71,7 +71,8 @@ _ROWS: list[tuple[str, str, str, str, bool] | str] = [
 COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
     row for entry in _ROWS for row in (
         [entry] if isinstance(entry, tuple) else
-        [tuple(r[:5]) for spec in registry.ENGINES.values() for r in spec.report_rows if r.section == entry])
+        [(r.section, r.metric, r.key, r.unit, r.lower_better)
+         for spec in registry.ENGINES.values() for r in spec.report_rows if r.section == entry])
 ]
 # rows one design has and another has no notion of: no verdict when a column is zero
 DESIGN_SPECIFIC = {r.key for spec in registry.ENGINES.values() for r in spec.report_rows if r.design_specific}

@@ -20,9 +20,7 @@ one core busy.
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
