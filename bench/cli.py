@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench import registry
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
-from metadata_v5.options import GcMode, Variant
+from metadata_v5.options import GcMode
 
 EXIT_USAGE = 2
 
@@ -117,12 +118,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--polling", default="pulsar", choices=["pulsar", "shared-backoff", "spin"],
                    help="re-read delay when blocked at maxReadPosition (polling mode); pulsar follows each "
                         "subscription's type (trace column sub_type): 10 ms Exclusive/Failover, 11-20 ms Shared/Key_Shared")
-    p.add_argument("--v5-variant", default="shipped", choices=[v.value for v in Variant],
-                   help="shipped: Pulsar 5.0.1's released design (default); pip: PIP-473's text "
-                        "(header watches); state-events: events carrying the state, no reconcile (ablation)")
-    p.add_argument("--v5-gc", default="repair", choices=[g.value for g in GcMode],
-                   help="repair: 5.0.1's GC, re-publishes events of finished txns with ops left (default); "
-                        "wait: keeps them and waits; force: the PIP's sweep, force-deletes them")
+    for spec in registry.ENGINES.values():  # each design's own flags (a v5 variant, its GC mode)
+        for flag in spec.cli_flags:
+            p.add_argument(flag.flag, default=flag.default, choices=list(flag.choices), help=flag.help)
     p.add_argument("--time", default=None, choices=["virtual", "wall"],
                    help="time mode (default: virtual on embedded backends, wall with Redis or Kafka)")
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
@@ -132,10 +130,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="then keep draining while messages are undelivered or committed txns not visible, up to this "
                         "long after the last event; a run still not quiescent says so and exits 1 (default: 60000 in "
                         "wall time; in virtual time no extension)")
-    p.add_argument("--v4-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a v4 setting (legacy_v4/options.py), e.g. snapshot_max_txn_count=500; repeatable")
-    p.add_argument("--v5-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a v5 setting (metadata_v5/options.py), e.g. retention_ms=60000; repeatable")
+    for spec in registry.ENGINES.values():
+        if spec.option_help:
+            p.add_argument(f"--{spec.name}-option", action="append", default=[], metavar="KEY=VALUE",
+                           help=spec.option_help)
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -175,13 +173,22 @@ def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-u
         drain_max_ms = max(drain_ms, 60_000)
     if drain_max_ms is not None and drain_max_ms < drain_ms:
         raise ConfigError(f"--drain-max-ms {drain_max_ms} is below --drain-ms {drain_ms}")
-    options = {"v4": _engine_options("v4", args.v4_option), "v5": _engine_options("v5", args.v5_option)}
+    options = {name: _run_options(args, name) for name in registry.ENGINES}  # every engine's flags are checked
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
-                  polling=args.polling, v5_variant=args.v5_variant, v5_gc=args.v5_gc, time_mode=time_mode,
-                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options.get(e, {}))
+                  polling=args.polling, time_mode=time_mode, drain_ms=drain_ms, drain_max_ms=drain_max_ms,
+                  options=options[e])
         for e in engines
     ]
+
+
+def _run_options(args: argparse.Namespace, engine: str) -> dict[str, object]:
+    """An engine's options from its own flags (``--v5-variant``) and its ``--<engine>-option``s."""
+    spec = registry.spec(engine)
+    options = _engine_options(engine, getattr(args, f"{engine}_option")) if spec.option_help else {}
+    for flag in spec.cli_flags:
+        options[flag.option] = getattr(args, flag.flag.lstrip("-").replace("-", "_"))
+    return options
 
 
 def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
@@ -190,18 +197,18 @@ def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
     import dataclasses
 
     from engine.errors import ConfigError
-    from legacy_v4.options import V4Options
-    from metadata_v5.options import V5Options
 
-    cls = V4Options if engine == "v4" else V5Options
+    spec = registry.spec(engine)
+    cls = spec.options_class
+    own_flags = {flag.option: flag.flag for flag in spec.cli_flags}
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     out: dict[str, object] = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")
         if not eq or not key:
             raise ConfigError(f"--{engine}-option {pair!r}: expected KEY=VALUE")
-        if engine == "v5" and key in ("variant", "gc"):
-            raise ConfigError(f"--v5-option {key}: use --v5-{key}")
+        if key in own_flags:
+            raise ConfigError(f"--{engine}-option {key}: use {own_flags[key]}")
         default = defaults.get(key)
         value: object = text
         if isinstance(default, bool):
@@ -240,9 +247,20 @@ def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _designs(engine: str) -> list[str]:
     from engine.errors import ConfigError
 
-    if engine == "none":
-        raise ConfigError("--engine none: the Pulsar target runs the v4 and v5 designs")
-    return ["v4", "v5"] if engine == "both" else [engine]
+    if engine not in registry.designs() and engine != "both":
+        raise ConfigError(f"--engine {engine}: the Pulsar target runs the {' and '.join(registry.designs())} designs")
+    return _engines(engine)
+
+
+def _engines(engine: str) -> list[str]:
+    """``--engine``'s runs: ``both`` is every registered design."""
+    return registry.designs() if engine == "both" else [engine]
+
+
+def _engine_choices(*, disabled: bool) -> list[str]:
+    """``--engine`` choices: the designs, ``both``, then (where it makes sense) transactions disabled."""
+    others = [name for name in registry.ENGINES if name not in registry.designs()]
+    return [*registry.designs(), "both", *(others if disabled else [])]
 
 
 def _print_broker_runs(manifest: dict[str, object]) -> None:
@@ -310,8 +328,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         _print_broker_runs(manifest)
         print(f"results in {args.out}")
         return 0
-    engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
-    configs = _configs(args, engines)
+    configs = _configs(args, _engines(args.engine))
     from bench.storage import is_uri
     from engine.errors import ConfigError
 
@@ -391,7 +408,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         probe(target)
     profile = load_profile(args.profile)
-    configs = _configs(args, ["v4", "v5"])
+    configs = _configs(args, registry.designs())
     # Everything goes to a private staging directory that becomes --out only when complete, so
     # an earlier compare's files (e.g. its scenarios and plots) never mix with this one's.
     with staged_dir(out, force=args.force) as tmp:
@@ -409,7 +426,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
 
-            broker = pulsar_replay(trace, ["v4", "v5"], target, tmp / "broker")
+            broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker")
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
@@ -468,8 +485,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         probe(_target(args))
     profile = load_profile(args.profile) if args.trace is None else None
-    engines = ["v4", "v5"] if args.engine == "both" else [args.engine]
-    configs = [] if args.target else _configs(args, engines)
+    configs = [] if args.target else _configs(args, _engines(args.engine))
     with staged_dir(out, force=args.force, protect=[Path(args.trace)] if args.trace else []) as tmp:
         if profile is not None:
             trace = tmp / "trace.parquet"
@@ -543,8 +559,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     ledgers, store = open_ledgers(args.ledger), open_store(args.metadata)
     try:
         # migrate() prepares the PIP design's records: abort ranges unless the GC force-deletes
-        gc = "pip" if args.v5_gc == GcMode.FORCE.value else "safe"
-        print(summary(migrate(ledgers, args.topic, store, gc=gc, dry_run=args.dry_run)))
+        print(summary(migrate(ledgers, args.topic, store, gc=GcMode(args.v5_gc), dry_run=args.dry_run)))
     finally:
         store.close()
         ledgers.close()
@@ -560,13 +575,13 @@ def cmd_stream_load(args: argparse.Namespace) -> int:
 
 
 def cmd_stream_run(args: argparse.Namespace) -> int:
-    from bench.stream import run_stream
+    from bench.stream_app import run_stream
     from engine.errors import ConfigError
 
     if args.time == "virtual":
         raise ConfigError("stream runs in wall time only")
     args.time = "wall"
-    configs = _configs(args, ["v4", "v5"])
+    configs = _configs(args, registry.designs())
     from bench.walltime import refuse_mixed
 
     refuse_mixed(configs, args.allow_mixed)
@@ -599,7 +614,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="txnbench", description="Compare Pulsar's v4 and v5 (PIP-473) transaction designs.")
+    parser = _Parser(prog="txnbench", description=f"Compare Pulsar's {' and '.join(registry.designs())} (PIP-473) "
+                                                  "transaction designs.")
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
@@ -621,10 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the trace's format (default: by extension, else by content)")
     p.set_defaults(fn=cmd_validate_trace)
 
-    p = sub.add_parser("replay", help="replay a trace through v4, v5 or both and write results")
+    p = sub.add_parser("replay", help=f"replay a trace through {', '.join(registry.designs())} or both and write results")
     p.add_argument("--trace", required=True, help="trace file: a path, or any URI pyarrow's filesystems reach "
                    "(file://, s3://, hdfs://...; with --spark, executors on other hosts read it there)")
-    p.add_argument("--engine", default="both", choices=["v4", "v5", "both", "none"])
+    p.add_argument("--engine", default="both", choices=_engine_choices(disabled=True))
     p.add_argument("--out", required=True, help="result directory: a path, or with --spark a new URI on storage "
                    "every executor reaches (the spool sits beside it)")
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
@@ -696,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="small")
     p.add_argument("--events", type=_int_in(1, MAX_EVENTS), default=5_000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--engine", default="both", choices=["v4", "v5", "both"])
+    p.add_argument("--engine", default="both", choices=_engine_choices(disabled=False))
     p.add_argument("--out", required=True)
     _add_run_options(p)
     _add_target_options(p)
@@ -712,7 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
     p.add_argument("--topic", default="txnbench-trace")
     p.set_defaults(fn=cmd_stream_load)
-    p = stream.add_parser("run", help="replay a loaded trace topic through v4 and v5 in wall time; write results")
+    p = stream.add_parser("run", help=f"replay a loaded trace topic through {' and '.join(registry.designs())} in wall "
+                                      "time; write results")
     p.add_argument("--kafka", required=True, metavar="URL", help="kafka://HOST:PORT")
     p.add_argument("--topic", default="txnbench-trace")
     p.add_argument("--output-topic", default=None, help="per-event measurements (default: TOPIC-measurements)")

@@ -1,5 +1,5 @@
-"""Builds the durable stores and the engine of a run from its :class:`RunConfig`. The bench
-layer is the only one that knows both engine packages."""
+"""Builds the durable stores and the engine of a run from its :class:`RunConfig`; the engine
+is opened by its registered spec (:mod:`bench.registry`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Callable
 from engine.backends import namespaced_ledger_url, open_ledgers, purge_ledgers
 from engine.ledger import LedgerFactory
 from engine.ports import EngineFactory
-from metadata_v5.registry import namespaced_metadata_url, purge_metadata
+from bench import registry
 from bench.config import RunConfig
 
 
@@ -43,21 +43,11 @@ def build(cfg: RunConfig) -> Setup:
     setup = Setup(ledgers, None)
     if cfg.namespace and not cfg.ledger_url.startswith("memory:"):
         setup.closers.append(lambda: purge_ledgers(ledgers))
-    if cfg.engine == "v4":
-        from legacy_v4.engine import v4_engine
-
-        setup.engine = v4_engine(**cfg.options)
-    elif cfg.engine == "v5":
-        from metadata_v5.engine import open_v5
-
-        url = namespaced_metadata_url(cfg.metadata_url, cfg.namespace)
-        try:
-            engine, close = open_v5(url, variant=cfg.v5_variant, gc=cfg.v5_gc, **cfg.options)
-        except BaseException:
-            setup.close()
-            raise
-        setup.engine = engine
-        if cfg.namespace and not cfg.metadata_url.startswith("memory:"):
-            setup.closers.append(lambda: purge_metadata(url))
-        setup.closers.append(close)  # closers run in reverse: the store's handle, then the purge
+    try:
+        opened = registry.spec(cfg.engine).open(cfg.metadata_url, cfg.namespace, cfg.options)
+    except BaseException:
+        setup.close()
+        raise
+    setup.engine = opened.factory
+    setup.closers.extend(opened.closers)  # closers run in reverse: e.g. the store's handle, then its purge
     return setup

@@ -20,16 +20,25 @@ from typing import Iterator
 
 YOUNG_THRESHOLD = 100_000  # allocations (net of frees) between young collections; CPython's is 700
 
+_depth = 0  # replay_gc bodies running in this process (gc.freeze/unfreeze are process-wide)
+
 
 @contextmanager
 def replay_gc(young: int = YOUNG_THRESHOLD) -> Iterator[None]:
     """Run the body with the pre-existing heap frozen and a young threshold of ``young``; put
-    the thresholds back and unfreeze on exit (so nested or successive replays compose)."""
+    the thresholds back on exit. ``gc.unfreeze`` thaws the whole permanent generation, so only the
+    outermost of nested bodies freezes and unfreezes: an inner one's exit leaves the outer's heap
+    frozen (successive and nested replays compose)."""
+    global _depth
     before = gc.get_threshold()
-    gc.freeze()
+    if _depth == 0:
+        gc.freeze()
+    _depth += 1
     gc.set_threshold(young, before[1], before[2])
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        _depth -= 1
+        if _depth == 0:
+            gc.unfreeze()

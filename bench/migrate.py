@@ -21,9 +21,9 @@ the old data skips exactly the aborted entries and waits on exactly the open one
 
 * aborted txn: a header finalized ABORTED with ``finalized_us`` = :data:`PINNED_US` (the v5 GC
   only collects headers finalized before ``now - retention``, so these are never collected while
-  the v4 data exists), plus an abort range per ledger (safe GC);
-* committed txn: nothing with the safe GC (a txn the store does not know is committed there);
-  with the PIP's GC (unknown = aborted) a pinned COMMITTED header;
+  the v4 data exists), plus an abort range per ledger (unless the v5 GC mode is ``force``);
+* committed txn: nothing when abort ranges are kept (a txn the store does not know is committed
+  there); with the ``force`` GC mode, the PIP's sweep (unknown = aborted), a pinned COMMITTED header;
 * open txn: an OPEN header with the v4 deadline and one write op record per entry: the v5
   buffer pins maxReadPosition before its first entry; the v5 timeout sweep aborts it at the
   deadline, as the v4 coordinator would have. The v4 client cannot end it through v5 (its id is
@@ -40,23 +40,24 @@ pending-ack log). Non-transactional publishes and plain acks under v5 do not end
 A migrated open txn aborted by the v5 timeout sweep does not end it either: v4's coordinator
 still holds it OPEN and aborts it itself after the switch back.
 
-Known limit (not fixed here; ``metadata_v5/buffer.py`` is not this module's file): the v5 buffer
-records the abort of a *migrated open* txn (timed out after migration) under a v5-design id, and
-the dispatcher asks about the entry's v4-design id; it is answered from the header until the v5
-GC collects that header (``retention_ms`` after the timeout), after which a reader still behind
-those entries would see them as committed. Matching abort ranges by (most, least) bits in
-``MetadataTransactionBuffer.is_txn_aborted`` closes it.
+A migrated open txn that the v5 timeout sweep aborts stays aborted for a reader of the old data
+after the v5 GC collects its header: its op records keep the v4 design of its id
+(``StoreTxnRecords.add_op``), so the abort range the buffer writes names the id the entries carry
+(``tests/unit/test_migrate.py::test_an_open_txn_that_times_out_after_migration_stays_aborted_after_gc``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.clock import VirtualScheduler
 from engine.errors import BadVersion, TxnbenchError
 from engine.ids import Design, TxnID
 from engine.ledger import LedgerFactory, scan_entries
 from engine.ports import TxnStatus
 from engine.records import MarkerKind, Position
+from legacy_v4.snapshot import SnapshotService
+from metadata_v5.options import GcMode, V5Options
 from metadata_v5.store import ABSENT, MetadataStore
 from metadata_v5.storerecords import StoreTxnRecords
 from metadata_v5.txnrecords import AbortedRange, Op
@@ -124,9 +125,6 @@ def _coordinator_log(ledgers: LedgerFactory) -> dict[TxnID, dict[str, object]]:
 def plan_migration(ledgers: LedgerFactory, topic_ledgers: list[str]) -> MigrationPlan:
     """Derive the transactional state of the topic from v4's durable data; raises
     :class:`MigrationRefused` when it cannot be migrated now. Reads only."""
-    from engine.clock import VirtualScheduler
-    from legacy_v4.snapshot import SnapshotService
-
     log = _coordinator_log(ledgers)
     txns: dict[TxnID, V4Txn] = {}
     scanned = markers = snap_aborts = 0
@@ -181,9 +179,12 @@ def plan_migration(ledgers: LedgerFactory, topic_ledgers: list[str]) -> Migratio
     return MigrationPlan(list(topic_ledgers), committed, aborted, opened, scanned, markers, snap_aborts, max_seq)
 
 
-def migrate(ledgers: LedgerFactory, topic_ledgers: list[str], store: MetadataStore, *, gc: str = "safe",
+def migrate(ledgers: LedgerFactory, topic_ledgers: list[str], store: MetadataStore, *, gc: GcMode = GcMode.WAIT,
             dry_run: bool = False) -> MigrationResult:
-    """Plan, then write the v5 records of the topic's v4 transactions (see the module doc)."""
+    """Plan, then write the v5 records of the topic's v4 transactions (see the module doc) for
+    the readers of a v5 run with GC mode ``gc``: abort ranges unless the GC force-deletes
+    (``V5Options.keeps_abort_ranges``), pinned committed headers when it does."""
+    keeps_abort_ranges = V5Options(gc=gc).keeps_abort_ranges
     plan = plan_migration(ledgers, topic_ledgers)
     result = MigrationResult(plan)
     if dry_run:
@@ -203,14 +204,14 @@ def migrate(ledgers: LedgerFactory, topic_ledgers: list[str], store: MetadataSto
             except BadVersion:
                 continue
     final = [(t, TxnStatus.ABORTED) for t in plan.aborted]
-    if gc == "pip":
+    if not keeps_abort_ranges:  # unknown = aborted under the forced sweep: say committed
         final += [(t, TxnStatus.COMMITTED) for t in plan.committed]
     for t, state in final:
         header = records.get_header(t.txn) or records.create_header(t.txn, PINNED_US, 0)
         if header.state is TxnStatus.OPEN:
             records.finalize(header, state, PINNED_US)
             result.headers += 1
-        if state is TxnStatus.ABORTED and gc == "safe":
+        if state is TxnStatus.ABORTED and keeps_abort_ranges:
             for name, positions in t.positions.items():
                 records.put_aborted(name, [AbortedRange(t.txn, positions[0], positions[-1])])
                 result.abort_ranges += 1

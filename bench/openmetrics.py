@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from bench import registry
 from engine.errors import ConfigError
 
 FILE = "metrics.txt"
@@ -37,19 +38,17 @@ LABELS = ("engine", "design")
 BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
              30.0, 60.0)
 
-# (family name without _total, help, {design: count key}); Pulsar's names, see the module docstring
-COUNTERS: tuple[tuple[str, str, dict[str, str]], ...] = (
-    ("pulsar_txn_created", "transactions created at the coordinator",
-     {"v4": "tc.txns.created", "v5": "tc.header_creates"}),
-    ("pulsar_txn_committed", "transactions committed by the coordinator",
-     {"v4": "tc.txns.committed", "v5": "tc.ended.committed"}),
-    ("pulsar_txn_aborted", "transactions aborted by the coordinator",
-     {"v4": "tc.txns.aborted", "v5": "tc.ended.aborted"}),
-    ("pulsar_txn_timeout", "transactions the coordinator timed out", {"v4": "tc.txns.timed_out"}),
-    ("pulsar_txn_append_log", "transaction log appends (MLTransactionMetadataStore)", {"v4": "tc.log_appends"}),
-    ("pulsar_txn_tb_committed", "commit markers applied by transaction buffers", {"v4": "tb.markers.commit"}),
-    ("pulsar_txn_tb_aborted", "abort markers applied by transaction buffers", {"v4": "tb.markers.abort"}),
-    ("pulsar_txn_metadata_store_op_writes", "op records written (PIP-473)", {"v5": "meta.op_writes"}),
+# (family name without _total, help); Pulsar's names, see the module docstring. Which count each
+# design reports under a family is in its spec (EngineSpec.metric_keys).
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("pulsar_txn_created", "transactions created at the coordinator"),
+    ("pulsar_txn_committed", "transactions committed by the coordinator"),
+    ("pulsar_txn_aborted", "transactions aborted by the coordinator"),
+    ("pulsar_txn_timeout", "transactions the coordinator timed out"),
+    ("pulsar_txn_append_log", "transaction log appends (MLTransactionMetadataStore)"),
+    ("pulsar_txn_tb_committed", "commit markers applied by transaction buffers"),
+    ("pulsar_txn_tb_aborted", "abort markers applied by transaction buffers"),
+    ("pulsar_txn_metadata_store_op_writes", "op records written (PIP-473)"),
 )
 PIP_CAS = "pulsar_txn_metadata_store_header_cas"
 PIP_OUTSTANDING = "pulsar_txn_metadata_store_outstanding_op_records"
@@ -64,13 +63,15 @@ def run_families(label: str, design: str, counts: Mapping[str, int], latency: Ma
     """One run's metric families (labels ``engine=label``, ``design``)."""
     values = [label, design]
     out: list[Metric] = []
-    for name, help_text, keys in COUNTERS:
-        key = keys.get(design)
+    spec = registry.ENGINES.get(design)
+    keys = spec.metric_keys if spec is not None else {}
+    for name, help_text in FAMILIES:
+        key = keys.get(name)
         if key is not None and key in counts:
             c = CounterMetricFamily(name, help_text, labels=LABELS)
             c.add_metric(values, counts[key])
             out.append(c)
-    if design == "v5" and any(k.startswith("tc.header_cas.") for k in counts):
+    if any(k.startswith("tc.header_cas.") for k in counts):  # PIP-473's CAS: a metadata-store design
         cas = CounterMetricFamily(PIP_CAS, "header CAS attempts by outcome (PIP-473)", labels=[*LABELS, "result"])
         for result in ("ok", "conflict", "reject"):
             cas.add_metric([*values, result], counts.get(f"tc.header_cas.{result}", 0))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import histogram_from_summary
-from engine.ports import RecoveryStats
+from bench import registry
 
 # A figure: {"file": "x.png", "title": str, "x": axis label, "x_scale": "linear"|"log"|"log2",
 #            "panels": [{"title": str, "y": axis label, "y_scale": "linear"|"log"|"symlog",
@@ -192,7 +192,7 @@ def _polling(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
 def _recovery(rs: dict[str, Any], labels: list[str], out: Path) -> str | None:
     """Entries replayed plus records read at recovery, by component kind (``tb``,
     ``pending-ack``, ``tc``), summed over the run's crashes; none when nothing was read."""
-    kind = RecoveryStats.kind_of
+    kind = registry.kind_of
     kinds = sorted({kind(r["component"]) for r in rs["recovery"]})
     values = {lab: [sum(r["entries_replayed"] + r["records_read"] for r in rs["recovery"]
                         if r["engine"] == lab and kind(r["component"]) == k) for k in kinds] for lab in labels}

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from bench import registry
 from bench.abtest import Comparison, compare
 from bench.headline import context_line, headline, render_text, scenario_findings
 from bench.headline import render_markdown as render_headline_md
@@ -31,6 +32,8 @@ from bench.plots import render_figures, result_set_plots
 from bench.output import check_out, shown_path, staged_dir
 from bench.repeat import load_repeats, median, spread_verdict
 from bench.results import load
+from bench.rows import Row
+from bench.scenario_results import load_figures, load_sections
 from engine.errors import ConfigError
 
 SCHEMA_VERSION = 1  # summary.json; bench/schemas/summary.schema.json describes it
@@ -38,35 +41,20 @@ SCHEMA_VERSION = 1  # summary.json; bench/schemas/summary.schema.json describes 
 DETERMINISTIC_NOISE = 0.01
 WALL_NOISE = 0.25
 
-# (section, label, key in counts or a derived name, unit, lower is better)
-COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
+# (section, label, key in counts or a derived name, unit, lower is better); a section name alone
+# is where the registered designs' own rows of that section go (EngineSpec.report_rows)
+_ROWS: list[tuple[str, str, str, str, bool] | str] = [
     ("Writes", "ledger appends, data", "ledger.appends.data", "entries", True),
-    ("Writes", "commit/abort markers (v4)", "ledger.appends.marker", "entries", True),
-    ("Writes", "coordinator log appends (v4)", "tc.log_appends", "entries", True),
-    ("Writes", "TB snapshot writes (v4)", "snapshot.writes", "entries", True),
-    ("Writes", "pending-ack log appends (v4)", "pending_ack.appends", "entries", True),
-    ("Writes", "op records written (v5)", "meta.op_writes", "records", True),
-    ("Writes", "header CAS, end-txn (v5)", "derived.header_cas", "CAS", True),
-    ("Writes", "metadata records put or deleted (v5)", "meta.writes", "records", True),
-    ("Writes", "metadata reads (v5)", "meta.reads", "records", True),
-    ("Writes", "metadata index queries (v5)", "meta.index_queries", "queries", True),
+    "Writes",
     ("Writes", "cursor state writes", "ledger.cursor_writes", "writes", True),
     ("Writes", "transactional writes per transactional entry", "derived.write_amplification", "ratio", True),
-    ("End txn", "END_TXN RPCs sent (v4)", "tc.end_txn.rpcs_sent", "RPCs", True),
-    ("End txn", "END_TXN RPCs failed (v4)", "tc.end_txn.rpcs_failed", "RPCs", True),
-    ("End txn", "END_TXN RPCs timed out (v4)", "tc.end_txn.rpcs_timed_out", "RPCs", True),
-    ("End txn", "end-txn retry rounds (v4)", "tc.end_txn.retries", "rounds", True),
-    ("End txn", "event records written (v5 events)", "tc.event_writes", "records", True),
+    "End txn",
     ("Polling", "dispatcher reads", "dispatch.reads", "reads", True),
     ("Polling", "empty dispatcher reads", "dispatch.empty_reads", "reads", True),
     ("Polling", "time blocked at maxReadPosition", "dispatch.blocked_us", "µs", True),
     ("Polling", "empty reads per blocked second", "derived.empty_reads_per_blocked_s", "reads/s", True),
-    ("Notifications", "watch events delivered (v5)", "meta.watch_events", "events", True),
-    ("GC", "headers collected (v5)", "tc.gc.headers_deleted", "txns", False),
-    ("GC", "finished txns still stored at the end, the GC backlog (v5)", "gc.finished_headers_kept", "txns", True),
-    ("GC", "op records not collected at the end (v5)", "gc.op_records_outstanding", "records", True),
-    ("GC", "op records force-deleted by GC (v5, PIP sweep)", "tc.gc.forced_op_deletes", "records", True),
-    ("GC", "txns kept for slow participants (v5, safe sweep)", "tc.gc.waiting_for_participants", "txns", True),
+    "Notifications",
+    "GC",
     ("Recovery", "entries replayed at recovery", "derived.recovery_entries", "entries", True),
     ("Recovery", "metadata records read at recovery", "derived.recovery_records", "records", True),
     ("Recovery", "modelled recovery time (max component)", "derived.recovery_us", "µs", True),
@@ -80,23 +68,16 @@ COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
     ("Outcomes", "client errors", "derived.client_errors", "errors", True),
     ("Speed", "replay speed (wall clock)", "derived.events_per_second", "events/s", False),
 ]
+COUNT_ROWS: list[tuple[str, str, str, str, bool]] = [
+    row for entry in _ROWS for row in (
+        [entry] if isinstance(entry, tuple) else
+        [(r.section, r.metric, r.key, r.unit, r.lower_better)
+         for spec in registry.ENGINES.values() for r in spec.report_rows if r.section == entry])
+]
+# rows one design has and another has no notion of: no verdict when a column is zero
+DESIGN_SPECIFIC = {r.key for spec in registry.ENGINES.values() for r in spec.report_rows if r.design_specific}
 FOOTER_SECTIONS = ("Speed",)  # the simulator's own figures: shown in the report's footer
 LATENCY_PCTS = ("p50_us", "p99_us", "p99.9_us", "max_us")
-
-
-@dataclass
-class Row:
-    section: str
-    metric: str
-    unit: str
-    values: dict[str, float | None]
-    ratio: float | None  # last engine / first engine (within a set) or new / baseline
-    verdict: str  # "better", "worse", "same", "n/a", "not comparable"
-    deterministic: bool = True
-    # stable id: the counts.json key (or derived.*), or "<latency.json key>.<pct>" e.g. end_txn_us.p50
-    id: str = ""
-    # over ``replay --repeat N``: label -> [min, max] of the repeats (values are then the medians)
-    spread: dict[str, list[float]] | None = None
 
 
 def _derived(counts: dict[str, int], recovery: list[dict[str, Any]], label: str, run: dict[str, Any]) -> dict[str, float]:
@@ -170,7 +151,7 @@ def engine_rows(rs: dict[str, Any], diagnostics: bool = True) -> list[Row]:
             continue
         wall = key == "derived.events_per_second"
         ratio, verdict = _verdict(vals[labels[0]], vals[labels[-1]], lower, WALL_NOISE if wall else DETERMINISTIC_NOISE) if len(labels) > 1 else (None, "n/a")
-        if metric.endswith(("(v4)", "(v5)", "(v5 events)")) and 0 in vals.values():
+        if key in DESIGN_SPECIFIC and 0 in vals.values():
             ratio, verdict = None, "design-specific"  # work one design does and the other has no notion of
         rows.append(Row(section, metric, unit, vals, ratio, verdict, deterministic=not wall, id=key))
     return _with_repeats(rs, rows, labels)
@@ -433,8 +414,6 @@ def _read_part(path: Path, read: Callable[[Path], Any]) -> Any:
 
 def _scenario_part(path: Path) -> tuple[list[Any], list[dict[str, Any]]]:
     """(table sections, the scenarios' data with their findings and figures) of a scenarios.json."""
-    from bench.scenarios import load_figures, load_sections
-
     load_figures(path)  # a malformed figure is refused here, before anything is written
     return load_sections(path), json.loads(path.read_text())["scenarios"]
 

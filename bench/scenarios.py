@@ -20,31 +20,34 @@ one core busy.
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bench import registry
 from bench.config import RunConfig
 from bench.engines import Setup, build
+from bench.migrate import MigrationRefused, migrate
 from bench.plots import Figure, render_figures
-from bench.report import Row, render_html, render_markdown
+from bench.report import render_html, render_markdown
+from bench.rows import Row
+from bench.scenario_results import SECTION, Scenario, load_figures, load_sections, save, sections_of
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel
 from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
-from engine.ports import AckKind, RecoveryStats, TxnAction, TxnStatus
+from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.scripted import (ScriptedClient, abort_open, crash_after_commit, reader_after_gc, sealed_segment,
                              slow_participant)
+from legacy_v4 import v4_engine
+from metadata_v5.engine import V5Engine, open_store
+from metadata_v5.options import V5Options, Variant
 
-SECTION = "Review questions"
 T = "persistent://public/default/t"
 S = "topic://public/default/s"
-# v5-shipped is Pulsar 5.0.1's released design; v5-pip the PIP text's; v5-state-events an ablation
-ENGINES = {"v4": dict(engine="v4"), "v5-shipped": dict(engine="v5", v5_variant="shipped"),
-           "v5-pip": dict(engine="v5", v5_variant="pip"), "v5-state-events": dict(engine="v5", v5_variant="state-events")}
+# label -> RunConfig fields, one per registered variant (RunConfig.design says which design each is)
+ENGINES = registry.variant_configs()
 
 
 # -- a scripted run (engine.scripted's client over a RunConfig) ----------------------------------
@@ -65,27 +68,15 @@ class Run(ScriptedClient):
 
 
 def _cfg(label: str, **kw: Any) -> RunConfig:
-    base: dict[str, Any] = dict(ENGINES[label.split(" ")[0]] if label.split(" ")[0] in ENGINES else {})
-    base.update(kw)
+    base: dict[str, Any] = dict(ENGINES.get(label.split(" ")[0], {}))
+    options = {**base.get("options", {}), **kw.pop("options", {})}
+    base.update(kw, options=options)
     base.setdefault("dispatch", DispatchMode.NOTIFY)
     return RunConfig(**base)
 
 
 def _ms(us: int | None) -> float | None:
     return None if us is None else round(us / 1000, 3)
-
-
-@dataclass
-class Scenario:
-    name: str
-    question: str
-    labels: list[str]
-    rows: list[Row]
-    command: str
-    note: str = ""
-    findings: list[str] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    figures: list[Figure] = field(default_factory=list)  # drawn by bench.plots.render_figures
 
 
 def _row(metric: str, unit: str, values: dict[str, float | None], verdict: str = "n/a") -> Row:
@@ -107,7 +98,7 @@ def _verdicts(rows: list[Row], base: str, other: str, lower_better: bool = True)
 
 def sealed(window_s: int = 30) -> Scenario:
     """A txn writes to a segment, the segment splits, the txn commits."""
-    labels = ["v4", "v5-shipped", "v5-pip", "v5-state-events"]
+    labels = list(ENGINES)
     vals: dict[str, dict[str, float | None]] = {}
     for label in labels:
         r = Run(_cfg(label))
@@ -222,7 +213,7 @@ def polling(hold_s: float = 5.0) -> Scenario:
 def endtxn(sizes: tuple[int, ...] = (1, 4, 16, 64, 256)) -> Scenario:
     """A txn writes one entry on each of N partitions and acks one message on each partition's
     subscription (N partitions + N subscriptions), then commits."""
-    engines = ["v4", "v5-shipped", "v5-pip", "v5-state-events"]
+    engines = list(ENGINES)
     vals: dict[str, dict[str, float | None]] = {}
     for n in sizes:
         for eng in engines:
@@ -318,7 +309,7 @@ def _recovery_run(eng: str, n: int, open_txns: int) -> dict[str, float | None]:
     r.run(600_000_000 if eng == "v4" else 5_000_000)
     rec: dict[str, dict[str, int]] = {}
     for st in r.broker.recovery_stats():
-        agg = rec.setdefault(RecoveryStats.kind_of(st.component), {"entries": 0, "records": 0, "us": 0})
+        agg = rec.setdefault(registry.kind_of(st.component), {"entries": 0, "records": 0, "us": 0})
         agg["entries"] += st.entries_replayed
         agg["records"] += st.records_read
         agg["us"] = max(agg["us"], st.modelled_us)
@@ -414,12 +405,20 @@ def recovery_open(open_txns: tuple[int, ...] = (1, 10, 100, 1_000), n: int = 10_
 # -- 5. GC vs a slow participant, GC vs retention ----------------------------------------------------
 
 
+def _gc_cfg(label: str) -> RunConfig:
+    """``<variant label>[ gc=<mode>]``: a design with a header GC gets retention_ms=1000,
+    gc_sweep_ms=500 and that GC mode (else its default); one without (v4) its defaults."""
+    eng, _, gc = label.partition(" gc=")
+    cfg = _cfg(eng)
+    if not hasattr(registry.spec(cfg.engine).options_class, "gc"):
+        return cfg
+    return _cfg(eng, options={"retention_ms": 1_000, "gc_sweep_ms": 500, **({"gc": gc} if gc else {})})
+
+
 def _slow_participant(label: str) -> dict[str, float | None]:
     """A txn acks m0 and commits; the subscriber's broker dies before the outcome reaches it and
     the subscriber stays away past the retention window while the coordinator's GC runs."""
-    eng, _, gc = label.partition(" gc=")
-    opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
-    r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
+    r = Run(_gc_cfg(label))
     slow_participant(r, T, "sub", timeout_ms=600_000, away_us=5_000_000, back_us=1_000_000)
     st = r.stats()
     msgs = r.msgs(T, "sub")[2:]
@@ -429,9 +428,7 @@ def _slow_participant(label: str) -> dict[str, float | None]:
 
 
 def _reader_after_gc(label: str) -> dict[str, float | None]:
-    eng, _, gc = label.partition(" gc=")
-    opts = {"retention_ms": 1_000, "gc_sweep_ms": 500} if eng != "v4" else {}
-    r = Run(_cfg(eng, v5_gc=gc or "repair", options=opts))
+    r = Run(_gc_cfg(label))
     deleted = reader_after_gc(r, T, "new-reader", timeout_ms=600_000).get("tc.gc.headers_deleted", 0)
     got = r.msgs(T, "new-reader")
     st = r.stats()
@@ -582,11 +579,6 @@ def restart() -> Scenario:
 def migration(txns: int = 30) -> Scenario:
     """A topic written under v4 (commits, aborts, a snapshot, a consumer part-way, one txn still
     open) is migrated with :func:`bench.migrate.migrate`; readers before and after must match."""
-    from bench.migrate import MigrationRefused, migrate
-    from legacy_v4 import v4_engine
-    from metadata_v5.engine import open_store
-    from metadata_v5.options import V5Options, Variant
-    from metadata_v5.engine import V5Engine
 
     labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
     r = Run(_cfg("v4", options={"snapshot_max_txn_count": 10}))
@@ -715,15 +707,6 @@ def run_scenarios(names: list[str] | None = None, out: str | Path | None = None,
     return done
 
 
-def save(scenarios: list[Scenario], path: str | Path) -> Path:
-    """Write ``scenarios.json``: every scenario's rows, findings and figures."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"scenarios": [{**asdict(s), "rows": [asdict(r) for r in s.rows]} for s in scenarios]}
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    return path
-
-
 def write(scenarios: list[Scenario], out: str | Path) -> Path:
     """``scenarios.json`` and a report (Markdown, HTML, plots) of its own in ``out``."""
     outdir = Path(out)
@@ -734,30 +717,6 @@ def write(scenarios: list[Scenario], out: str | Path) -> Path:
     (outdir / "report.md").write_text(render_markdown(title, sections, plots))
     (outdir / "report.html").write_text(render_html(title, sections, plots))
     return outdir / "report.html"
-
-
-def sections_of(scenarios: list[Scenario]) -> list[tuple[str, list[str], list[Row], str]]:
-    """Report sections, one table per question: the note carries the reproducing command and findings."""
-    out = []
-    for s in scenarios:
-        note = (f"Reproduce: `{s.command}`. {s.note} Findings: " + " ".join(s.findings)).strip()
-        out.append((f"{SECTION}: {s.question}", s.labels, s.rows, note))
-    return out
-
-
-def load_figures(path: str | Path) -> list[Figure]:
-    """The figures of a ``scenarios.json`` (for ``build_report``)."""
-    return [f for s in json.loads(Path(path).read_text())["scenarios"] for f in s.get("figures", [])]
-
-
-def load_sections(path: str | Path) -> list[tuple[str, list[str], list[Row], str]]:
-    """Sections from a ``scenarios.json`` (for ``build_report``)."""
-    data = json.loads(Path(path).read_text())
-    scenarios = []
-    for s in data["scenarios"]:
-        rows = [Row(**r) for r in s["rows"]]
-        scenarios.append(Scenario(**{**s, "rows": rows}))
-    return sections_of(scenarios)
 
 
 __all__ = ["Run", "Scenario", "SCENARIOS", "run_scenarios", "save", "write", "load_figures", "load_sections", "TxnbenchError"]

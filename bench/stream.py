@@ -38,9 +38,11 @@ import json
 import re
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from bench import registry
 from bench.config import RunConfig
 from bench.replay import DeliverySink, Replayer, RunResult
 from bench.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
@@ -385,8 +387,6 @@ class StreamReplay:
 
 
 def _wall(cfg: RunConfig) -> RunConfig:
-    from dataclasses import replace
-
     return replace(cfg, time_mode="wall")
 
 
@@ -399,50 +399,4 @@ def _client_errors(r: Replayer) -> int:
 
 def default_configs(ledger: str = "memory://", metadata: str = "memory://", drain_ms: int = 5_000) -> list[RunConfig]:
     return [RunConfig(engine=e, ledger_url=ledger, metadata_url=metadata, time_mode="wall", drain_ms=drain_ms)
-            for e in ("v4", "v5")]
-
-
-def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Finish a :class:`bench.results.ResultWriter` from a finished replay (deliveries were
-    streamed into it during the run)."""
-    from bench.runner import finish_results
-
-    def stream_fields(result: Any) -> dict[str, Any]:
-        return {"events_per_second": round(replay.events_per_second()),
-                "stream": {k: replay.stats[result.label][k] for k in ("apply_us_total", "apply_us_max", "lag_us_max")}}
-
-    return finish_results(writer, list(zip(replay.configs, replay.results)), manifest, stream_fields)
-
-
-def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None, *, topic: str = DEFAULT_TOPIC,
-               output_topic: str | None = None, progress: StreamProgress | None = None,
-               timeout_s: float | None = None, force: bool = False) -> dict[str, Any]:
-    """Consume trace ``topic`` with the Faust app to its end marker; write result dir ``out``.
-    Returns the manifest."""
-    from bench.results import result_dir
-    from bench.stream_app import StreamApp
-
-    bootstrap(url)
-    if not topic_exists(url, topic):
-        raise ConfigError(f"no trace topic {topic} on {url}; run `txnbench stream load` first")
-    if end_offset(url, topic) == 0:
-        raise ConfigError(f"trace topic {topic} on {url} is empty")
-    app = StreamApp(url, topic, output_topic or f"{topic}-measurements")
-    app.create_topics()
-    with result_dir(out, force=force) as writer:
-        replay = StreamReplay(configs or default_configs(), delivery_sink=writer.deliveries, progress=progress)
-        try:
-            app.run(replay, timeout_s=timeout_s)
-        finally:
-            replay.close()
-        header = replay.header or {}
-        trace = header.get("trace", {})
-        manifest: dict[str, Any] = {
-            "trace": trace,
-            "seed": trace.get("seed"),
-            "runs": {},
-            "stream": {"kafka": url, "topic": topic, "output_topic": app.output_topic, "app_id": app.app_id,
-                       "table_changelog": app.changelog_topic, "events": replay.events,
-                       "events_per_second": round(replay.events_per_second(), 1)},
-        }
-        return write_results(writer, replay, manifest)
+            for e in registry.designs()]

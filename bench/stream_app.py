@@ -1,5 +1,5 @@
 """The faust-streaming app of ``txnbench stream run`` (the per-event logic is
-:class:`bench.stream.StreamReplay`; this module only wires it to Kafka).
+:class:`bench.stream.StreamReplay`; this module wires it to Kafka and runs it: :func:`run_stream`).
 
 One agent consumes the one-partition trace topic in order, hands each record to the replay,
 sends its measurements to the output topic (one record per event, key: the row number, value:
@@ -22,10 +22,15 @@ import shutil
 import tempfile
 import uuid
 import warnings
+from pathlib import Path
 from typing import Any
 
-from bench.stream import StreamReplay, create_topics, delete_topics
-from engine.errors import TxnbenchError
+from bench.config import RunConfig
+from bench.results import result_dir
+from bench.runner import finish_results
+from bench.stream import (DEFAULT_TOPIC, StreamProgress, StreamReplay, bootstrap, create_topics, default_configs,
+                          delete_topics, end_offset, topic_exists)
+from engine.errors import ConfigError, TxnbenchError
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -120,3 +125,47 @@ class StreamApp:
             await app.stop()
         if failure:
             raise failure[0]
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Finish a :class:`bench.results.ResultWriter` from a finished replay (deliveries were
+    streamed into it during the run)."""
+    def stream_fields(result: Any) -> dict[str, Any]:
+        return {"events_per_second": round(replay.events_per_second()),
+                "stream": {k: replay.stats[result.label][k] for k in ("apply_us_total", "apply_us_max", "lag_us_max")}}
+
+    return finish_results(writer, list(zip(replay.configs, replay.results)), manifest, stream_fields)
+
+
+def run_stream(url: str, out: str | Path, configs: list[RunConfig] | None = None, *, topic: str = DEFAULT_TOPIC,
+               output_topic: str | None = None, progress: StreamProgress | None = None,
+               timeout_s: float | None = None, force: bool = False) -> dict[str, Any]:
+    """Consume trace ``topic`` with the Faust app to its end marker; write result dir ``out``.
+    Returns the manifest."""
+    bootstrap(url)
+    if not topic_exists(url, topic):
+        raise ConfigError(f"no trace topic {topic} on {url}; run `txnbench stream load` first")
+    if end_offset(url, topic) == 0:
+        raise ConfigError(f"trace topic {topic} on {url} is empty")
+    app = StreamApp(url, topic, output_topic or f"{topic}-measurements")
+    app.create_topics()
+    with result_dir(out, force=force) as writer:
+        replay = StreamReplay(configs or default_configs(), delivery_sink=writer.deliveries, progress=progress)
+        try:
+            app.run(replay, timeout_s=timeout_s)
+        finally:
+            replay.close()
+        header = replay.header or {}
+        trace = header.get("trace", {})
+        manifest: dict[str, Any] = {
+            "trace": trace,
+            "seed": trace.get("seed"),
+            "runs": {},
+            "stream": {"kafka": url, "topic": topic, "output_topic": app.output_topic, "app_id": app.app_id,
+                       "table_changelog": app.changelog_topic, "events": replay.events,
+                       "events_per_second": round(replay.events_per_second(), 1)},
+        }
+        return write_results(writer, replay, manifest)

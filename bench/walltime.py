@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from bench import registry
 from bench.config import RunConfig
 from engine.errors import ConfigError
 
@@ -27,7 +28,7 @@ BEHIND_US = 100_000
 
 def _state_urls(cfg: RunConfig) -> list[str]:
     """The backends holding a config's transaction state (and its data)."""
-    return [cfg.ledger_url] if cfg.engine == "v4" else [cfg.ledger_url, cfg.metadata_url]
+    return [cfg.ledger_url, cfg.metadata_url] if registry.spec(cfg.engine).uses_metadata_store else [cfg.ledger_url]
 
 
 def _kind(url: str) -> str:
@@ -36,7 +37,7 @@ def _kind(url: str) -> str:
 
 def mixed_backends(configs: Sequence[RunConfig]) -> str | None:
     """Why the wall-time runs of ``configs`` do not compare like with like, or None."""
-    wall = [c for c in configs if c.time_mode == "wall" and c.engine != "none"]
+    wall = [c for c in configs if c.time_mode == "wall" and registry.spec(c.engine).transactional]
     if len(wall) < 2:
         return None
     kinds = {c.label: sorted({_kind(u) for u in _state_urls(c)}) for c in wall}

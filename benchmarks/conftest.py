@@ -18,22 +18,19 @@ import os
 
 import pytest
 
+from bench import registry
 from bench.config import RunConfig
 from bench.engines import build
 from engine.broker import BrokerConfig
 from engine.dispatcher import DispatchMode
 from engine.scripted import ScriptedClient
 
-ENGINES = {
-    "v4": RunConfig(engine="v4"),
-    "v5-shipped": RunConfig(engine="v5", v5_variant="shipped"),
-    "v5-pip": RunConfig(engine="v5", v5_variant="pip"),
-    "v5-state-events": RunConfig(engine="v5", v5_variant="state-events"),
-}
-# The real backend each engine can run on besides the embedded one: v4's ledgers on Kafka, v5's
-# metadata on Redis (the URL field of RunConfig it replaces, and the variable that names it).
-REAL_BACKEND = {label: ("kafka", "ledger_url") if cfg.engine == "v4" else ("redis", "metadata_url")
-                for label, cfg in ENGINES.items()}
+ENGINES = {label: RunConfig(**fields) for label, fields in registry.variant_configs().items()}
+# The real backend each engine can run on besides the embedded one: the metadata store on Redis
+# for a design that keeps its state there, else the ledgers on Kafka (the URL field of RunConfig
+# it replaces, and the variable that names it).
+REAL_BACKEND = {label: ("redis", "metadata_url") if registry.spec(cfg.engine).uses_metadata_store
+                else ("kafka", "ledger_url") for label, cfg in ENGINES.items()}
 
 
 def config(engine: str, backend: str) -> RunConfig:
@@ -46,7 +43,7 @@ def config(engine: str, backend: str) -> RunConfig:
     url = os.environ.get(f"TXNBENCH_{name.upper()}_URL")
     if not url:
         pytest.skip(f"no {name}: set TXNBENCH_{name.upper()}_URL to benchmark {engine} on it")
-    return RunConfig(**{**{f: getattr(cfg, f) for f in ("engine", "v5_variant")}, field: url})
+    return RunConfig(**{"engine": cfg.engine, "options": cfg.options, field: url})
 
 
 class Rig(ScriptedClient):

@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import registry
+
 PROFILE = "omb-1-topic-16-partitions-1kb"
-ENGINES = {"v4": ["--engine", "v4"], "v5-shipped": ["--engine", "v5"], "v5-pip": ["--engine", "v5", "--v5-variant", "pip"],
-           "v5-state-events": ["--engine", "v5", "--v5-variant", "state-events"]}
+ENGINES = {v.label: registry.cli_args(name, v) for name, v in registry.variants()}
 SHORT_RETENTION = ["--v5-option", "retention_ms=10000", "--v5-option", "gc_sweep_ms=5000"]
 # label -> (options, whether it should be flat: then it also runs on a trace twice the big one)
 MEMORY = {"v4": (ENGINES["v4"], True), "v5-shipped": (ENGINES["v5-shipped"], False),

@@ -59,12 +59,8 @@ class RecoveryStats:
     records_read: int = 0  # metadata-store records read
     queries: int = 0  # metadata-store index queries
     modelled_us: int = 0  # virtual time the recovery took under the latency model
-
-    @staticmethod
-    def kind_of(component: str) -> str:
-        """The component's kind, the same for both designs: ``tb``, ``pending-ack`` or ``tc``
-        (``tb-v5:persistent://...`` -> ``tb``)."""
-        return component.split(":", 1)[0].removesuffix("-v5")
+    # each design's component names map to a common kind (tb, pending-ack, tc) in its spec:
+    # EngineSpec.recovery_kinds, bench.registry.kind_of
 
 
 MaxReadListener = Callable[[], None]

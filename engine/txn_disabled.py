@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
 from engine.counters import Counters
-from engine.errors import UnsupportedOperation
+from engine.errors import ConfigError, UnsupportedOperation
 from engine.ids import TxnID
 from engine.ledger import ManagedLedger
 from engine.ports import AckKind, MaxReadListener, PendingAckStore, RecoveryStats, TransactionBuffer
 from engine.records import EntryData, Position
+from engine.registry import EngineSpec, Opened, RunVariant, TestCombo
 
 
 class TransactionBufferDisabled(TransactionBuffer):
@@ -70,3 +72,36 @@ class PendingAckStoreDisabled(PendingAckStore):
 
     def close(self) -> None:
         pass
+
+
+# -- registry ---------------------------------------------------------------------------------
+
+NAME = "none"
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Transactions disabled has no settings."""
+
+    @classmethod
+    def from_kwargs(cls, **options: Any) -> NoOptions:
+        if options:
+            raise ConfigError(f"engine {NAME} takes no options, got {', '.join(sorted(options))}")
+        return cls()
+
+
+def _open(metadata_url: str, namespace: str, options: Mapping[str, Any]) -> Opened:
+    NoOptions.from_kwargs(**options)
+    return Opened(None)  # the broker builds these components itself when it has no engine
+
+
+SPEC = EngineSpec(
+    name=NAME,
+    transactional=False,
+    options_class=NoOptions,
+    open=_open,
+    label=lambda options: NAME,
+    describe=lambda options: "transactions disabled",
+    variants=(RunVariant(NAME, {}),),
+    test_combos=lambda: [TestCombo("txn-disabled/memory", lambda services: Opened(None))],
+)

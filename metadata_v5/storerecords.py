@@ -6,8 +6,8 @@ Key layout (``{...}`` is the partition key: a txn's records live together):
 =====================================  =======================================================
 ``/txn/{<tc>-<seq>}``                  header: state, timeout_us, created_us[, finalized_us]
 ``/txn-op/{<tc>-<seq>}/<seq20>``       op record: kind, segment, position[, subscription, ack_kind]
-``/txn-event/{<tc>-<seq>}/<n>``        events variant: segment, subscription ('' for the buffer), state
-``/txn-aborted/{<segment>}/<design>-<tc>-<seq>``  safe GC: segment, txn, design, first, last
+``/txn-event/{<tc>-<seq>}/<n>``        state-events variant: segment, subscription ('' for the buffer), state
+``/txn-aborted/{<segment>}/<design>-<tc>-<seq>``  GC mode not ``force``: segment, txn, design, first, last
 ``/txn-ids/<tc>``                      the coordinator's id block reservation (CAS)
 ``/txn-tc-seq/<tc>``                   shipped: the per-id sequence counter (5.0.1 ``/txn/tc-seq/<tcId>``)
 ``/txn-pevents/{<seg>|<sub>}/<seq20>``  shipped: a participant's event sequence (5.0.1
@@ -251,7 +251,7 @@ class StoreTxnRecords(TxnRecords):
         if watch is not None:
             watch.cancel()
 
-    # -- events variant -----------------------------------------------------------------------------
+    # -- state-events variant -----------------------------------------------------------------------
 
     def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
         ops = []

@@ -1,24 +1,25 @@
-"""PIP-473's record layout on a metadata store, as the v5 engine uses it.
+"""The port the v5 engine codes against for its records on a metadata store (PIP-473's records
+and those of the variants); :mod:`metadata_v5.storerecords` binds it to a
+:class:`~metadata_v5.store.MetadataStore` and holds the one key layout (its module docstring).
 
-Records (all of one txn share the partition key ``txnId``):
+The records, by role (a txn's own records share its partition key):
 
-* ``/txn/<txnId>`` — the header ``{state, timeout_us, created_us, finalized_us}``; its CAS is
-  the commit point. Indexes: ``txn-by-deadline`` (OPEN headers by ``timeout_us``) and
-  ``txn-by-final-state`` (final headers by ``(state, finalized_us)``).
-* ``/txn-op/<txnId>/<seq>`` — one per transactional write or ack ``{kind, segment,
-  subscription, position, ack_kind}``; ``seq`` is server-assigned. Indexes:
-  ``writes-by-segment`` (key ``segment``) and ``acks-by-segment-subscription`` (key
-  ``(segment, subscription)``).
-* ``/txn-event/<segment>[/<subscription>]/<txnId>`` — only in the ``events`` variant (Pulsar
-  master): the coordinator writes one per participant after the CAS; participants watch their
-  own prefix instead of the headers.
-* ``/txn-aborted/<segment>/<txnId>`` — only with the safe GC: the positions of an aborted txn's
-  entries on a segment, kept until that segment's data is trimmed past them, so a reader of old
-  data still skips them after the header is collected.
+* the **header** — ``{state, timeout_us, created_us[, finalized_us]}``; its CAS is the commit
+  point. Indexes: ``txn-by-deadline`` (OPEN headers by ``timeout_us``) and
+  ``txn-by-final-state`` (final headers by ``finalized_us``).
+* **op records** — one per transactional write or ack ``{kind, segment, position[,
+  subscription, ack_kind]}``, under a server-assigned sequence. Indexes: ``writes-by-segment``
+  and ``acks-by-segment-subscription`` (and 5.0.1's ``ops-by-txn``).
+* **event records** — only in the ``state-events`` variant (an ablation, in no release): the
+  coordinator writes one per participant after the CAS, carrying the decided state; participants
+  watch their own (``events-by-participant``) instead of the headers. The shipped variant's
+  participant event sequences are its own records (``/txn-pevents/``).
+* **aborted ranges** — unless the GC mode is ``force`` (``V5Options.keeps_abort_ranges``): the
+  positions of an aborted txn's entries on a segment, kept until that segment's data is trimmed
+  past them, so a reader of old data still skips them after the header is collected.
 
-:class:`TxnRecords` is the port the engine codes against; :mod:`metadata_v5.storerecords` binds
-it to a :class:`~metadata_v5.store.MetadataStore`. Every method is one store operation (one
-round trip on a remote store) unless its docstring says otherwise.
+Every method is one store operation (one round trip on a remote store) unless its docstring says
+otherwise.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class TxnRecords(ABC):
     @abstractmethod
     def unwatch_header(self, txn: TxnID, owner: object) -> None: ...
 
-    # -- events variant -----------------------------------------------------------------------
+    # -- state-events variant -----------------------------------------------------------------
 
     @abstractmethod
     def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
@@ -171,7 +172,7 @@ class TxnRecords(ABC):
     @abstractmethod
     def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None: ...
 
-    # -- aborted ranges (safe GC) ---------------------------------------------------------------
+    # -- aborted ranges (GC mode not force) --------------------------------------------------
 
     @abstractmethod
     def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None: ...

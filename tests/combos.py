@@ -1,53 +1,43 @@
-"""Every (engine x backend) combination the conformance suite runs. Engines add theirs here."""
+"""Every (engine x backend) combination the conformance suite runs: each registered engine's
+(``EngineSpec.test_combos``, in its own package), over the ledger backend it names."""
 
 from __future__ import annotations
 
 import os
 import uuid
+from typing import Callable
 
+from bench import registry
 from engine.dispatcher import DispatchMode
+from engine.kafkaledger import KafkaLedgerFactory
 from engine.memledger import MemoryLedgerFactory
-from legacy_v4 import v4_engine
-from metadata_v5.engine import open_v5
-from metadata_v5.options import Variant
-from tests.harness import NO_TXN, Combo, Durable, memory_durable
-
-COMBOS: list[Combo] = [NO_TXN]
-COMBOS.append(Combo("v4/memory", True, memory_durable, lambda d: v4_engine()))
+from engine.registry import TestCombo
+from tests.harness import Combo, Durable
 
 
-def _kafka_durable() -> Durable:
-    """Kafka-backed ledgers on the broker the test command started, in a fresh namespace."""
-    from engine.kafkaledger import KafkaLedgerFactory
-
-    url = f"{os.environ['TXNBENCH_KAFKA_URL']}?namespace=t{uuid.uuid4().hex[:12]}/"
-    return Durable(KafkaLedgerFactory.from_url(url))
-
-
-COMBOS.append(Combo("v4/kafka", True, _kafka_durable, lambda d: v4_engine(), needs=("kafka",),
-                    close_durable=lambda d: d.ledgers.close(), modes=(DispatchMode.POLLING,)))
+def _ledgers(backend: str) -> object:
+    if backend == "kafka":  # on the broker the test command started, in a fresh namespace
+        url = f"{os.environ['TXNBENCH_KAFKA_URL']}?namespace=t{uuid.uuid4().hex[:12]}/"
+        return KafkaLedgerFactory.from_url(url)
+    return MemoryLedgerFactory(max_entries_per_ledger=64)
 
 
-def _v5(variant: str, backend: str) -> Combo:
-    """v5 on a metadata store: ``memory``, ``memory-degraded``, ``memory-emulated`` or ``redis``
-    (a fresh key prefix per test on the server the test command started)."""
-
+def _combo(transactional: bool, spec: TestCombo) -> Combo:
     def durable() -> Durable:
-        if backend == "redis":
-            url = f"{os.environ['TXNBENCH_REDIS_URL']}?prefix=t{uuid.uuid4().hex[:12]}:"
-        else:
-            url = {"memory-degraded": "memory://?degraded=1", "memory-emulated": "memory://?emulated=1"}.get(
-                backend, "memory://")
-        factory, close = open_v5(url, variant=variant)
-        return Durable(MemoryLedgerFactory(max_entries_per_ledger=64), {"v5": factory, "close": close})
+        services = {need: os.environ[f"TXNBENCH_{need.upper()}_URL"] for need in spec.needs if need != spec.ledgers}
+        opened = spec.open(services)
+        return Durable(_ledgers(spec.ledgers), {"engine": opened.factory, "closers": opened.closers})
 
-    return Combo(f"v5-{variant}/{backend}", True, durable, lambda d: d.extra["v5"],
-                 needs=("redis",) if backend == "redis" else (), close_durable=lambda d: d.extra["close"](),
-                 crash_safe=Variant(variant) is not Variant.SHIPPED)
+    def close(d: Durable) -> None:
+        for closer in reversed(d.extra["closers"]):
+            closer()
+        if spec.ledgers != "memory":
+            d.ledgers.close()
+
+    make_engine: Callable[[Durable], object] = lambda d: d.extra["engine"]
+    return Combo(spec.name, transactional, durable, make_engine, needs=spec.needs,  # type: ignore[arg-type]
+                 close_durable=close, modes=(DispatchMode.POLLING,) if spec.polling_only else None,
+                 crash_safe=spec.crash_safe)
 
 
-for _variant in ("shipped", "pip", "state-events"):
-    COMBOS.append(_v5(_variant, "memory"))
-    COMBOS.append(_v5(_variant, "redis"))
-COMBOS.append(_v5("shipped", "memory-emulated"))  # Pulsar's standalone: the AbstractMetadataStore fallback
-COMBOS.append(_v5("pip", "memory-degraded"))
+COMBOS: list[Combo] = [_combo(s.transactional, c) for s in registry.ENGINES.values() for c in s.test_combos()]

@@ -1,8 +1,9 @@
 """The conformance harness: one set of behavioural tests, run against every registered
 (engine x backend) combination in both dispatch modes, in virtual time.
 
-An engine registers a :class:`Combo` in :data:`COMBOS` (see ``tests/combos.py``). A combo knows
-how to build the durable stores once and a broker over them as often as a crash test needs.
+An engine's spec lists its test combinations (``EngineSpec.test_combos``); ``tests/combos.py``
+makes each a :class:`Combo`, which knows how to build the durable stores once and a broker over
+them as often as a crash test needs.
 """
 
 from __future__ import annotations
@@ -44,9 +45,6 @@ class Combo:
 
 def memory_durable() -> Durable:
     return Durable(MemoryLedgerFactory(max_entries_per_ledger=64))
-
-
-NO_TXN = Combo("txn-disabled/memory", False, memory_durable, lambda d: None)
 
 
 class System(ScriptedClient):

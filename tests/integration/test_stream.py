@@ -12,7 +12,8 @@ import pytest
 from bench.config import RunConfig
 from bench.replay import Replayer
 from bench.report import build_report
-from bench.stream import default_configs, load_trace, run_stream
+from bench.stream import default_configs, load_trace
+from bench.stream_app import run_stream
 from bench.trace import read_events
 from bench.workloads import generate, load_profile
 from engine.errors import ConfigError, TraceError

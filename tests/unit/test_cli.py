@@ -119,7 +119,9 @@ def test_engine_options_reach_the_engine_and_the_manifest(tmp_path: Path, capsys
         assert code == 0, err
         manifest = json.loads((res / "manifest.json").read_text())
         assert manifest["runs"]["v4"]["config"]["options"] == {"snapshot_max_txn_count": int(every)}
-        assert manifest["runs"]["v5-shipped"]["config"]["options"] == {"retention_ms": 1000}
+        # the variant and GC mode are v5 options too (RunConfig.options), the defaults unless given
+        assert manifest["runs"]["v5-shipped"]["config"]["options"] == {"variant": "shipped", "gc": "repair",
+                                                                      "retention_ms": 1000}
         snapshots[every] = json.loads((res / "counts.json").read_text())["v4"].get("tb.snapshot_writes.by_count", 0)
     assert snapshots["5"] > snapshots["1000"]
 

@@ -41,8 +41,10 @@ def test_replay_gc_raises_young_threshold_and_restores_everything() -> None:
     with replay_gc():
         assert gc.get_threshold() == (YOUNG_THRESHOLD, before[1], before[2])
         assert gc.get_freeze_count() > 0  # the heap that existed at entry is frozen
+        frozen = gc.get_freeze_count()
         with replay_gc(young=5_000):  # nested: the inner one puts the outer's settings back
             assert gc.get_threshold()[0] == 5_000
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        assert gc.get_freeze_count() == frozen  # ... and leaves the outer's heap frozen
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0

@@ -13,7 +13,7 @@ from engine.ports import TxnStatus
 from legacy_v4 import v4_engine
 from metadata_v5.engine import V5Engine
 from metadata_v5.memory import MemoryMetadataStore
-from metadata_v5.options import V5Options
+from metadata_v5.options import GcMode, V5Options
 from tests.harness import Combo, System, memory_durable
 
 T = "persistent://public/default/old"
@@ -51,15 +51,9 @@ def _fingerprint(s: System) -> dict[str, object]:
     return out
 
 
-# migrate()'s names for the GC it prepares the data for -> the v5 GC mode of that name
-_GC_MODE = {"safe": "wait", "pip": "force"}
-
-
 def _v5_broker(s: System, store: MemoryMetadataStore, **opts: object) -> Broker:
     # migrated data is the PIP design's (op records with positions, abort ranges): 5.0.1 has no
     # migration of txn state (PULSAR5_CODE.md §5.1), so its readers run the PIP variant
-    if "gc" in opts:
-        opts["gc"] = _GC_MODE[str(opts["gc"])]
     options = V5Options(variant="pip", **opts)  # type: ignore[arg-type]
     return Broker(s.sched, s.durable.ledgers, s.config, lambda ctx: V5Engine(ctx, store.reopen(), options))
 
@@ -71,8 +65,8 @@ def _read_all(s: System, broker: Broker, sub: str, us: int = 1_000_000) -> list[
     return [d.msg for d in got]
 
 
-@pytest.mark.parametrize("gc", ["safe", "pip"])
-def test_v5_reader_of_migrated_data_sees_what_a_v4_reader_sees(gc: str) -> None:
+@pytest.mark.parametrize("gc", [GcMode.WAIT, GcMode.FORCE])
+def test_v5_reader_of_migrated_data_sees_what_a_v4_reader_sees(gc: GcMode) -> None:
     s, opened = _v4_history()
     v4_fresh = _read_all(s, s.broker, "fresh-v4")
     v4_sub = s.unique_msgs(T, "sub")
@@ -165,13 +159,13 @@ def test_an_open_txn_that_times_out_after_migration_stays_aborted_after_gc() -> 
     s, opened = _v4_history()
     s.broker.crash()
     store = MemoryMetadataStore.open()
-    migrate(s.durable.ledgers, [T], store.reopen(), gc="safe")
-    b5 = _v5_broker(s, store, gc="safe", timeout_sweep_ms=1_000, gc_sweep_ms=1_000, retention_ms=1_000)
+    migrate(s.durable.ledgers, [T], store.reopen(), gc=GcMode.WAIT)
+    b5 = _v5_broker(s, store, gc=GcMode.WAIT, timeout_sweep_ms=1_000, gc_sweep_ms=1_000, retention_ms=1_000)
     b5.transaction_buffer(T)
     s.run(40_000_000)  # the 30 s timeout passes, the sweep aborts it, GC collects the header
     assert b5.engine is not None and b5.engine.stats()["tc.gc.headers_deleted"] >= 1
     b5.crash()
-    late = _v5_broker(s, store, gc="safe")
+    late = _v5_broker(s, store, gc=GcMode.WAIT)
     got = _read_all(s, late, "late-reader")
     assert "open-a" not in got and "open-b" not in got
     assert "p-after" in got

@@ -106,7 +106,7 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     trace = write(tmp_path / "t.parquet", rows)
     sums = {}
     for engine, variant in (("v4", "shipped"), ("v5", "shipped"), ("v5-pip", "pip")):
-        latency = Replayer(RunConfig(engine=engine[:2], v5_variant=variant)).run(read_events(trace)).latency
+        latency = Replayer(RunConfig(engine=engine[:2], options={"variant": variant} if engine != "v4" else {})).run(read_events(trace)).latency
         assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, 1_400)
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
     # two partitions: two registrations (1 400 each); every txn publish that finds its TB not

@@ -33,8 +33,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _set(trace: Path, out: Path, **cfg: object) -> Path:
-    replay_trace(trace, [RunConfig(engine="v4", **cfg), RunConfig(engine="v5", **cfg)], out)  # type: ignore[arg-type]
+def _set(trace: Path, out: Path, v5_options: dict[str, object] | None = None, **cfg: object) -> Path:
+    replay_trace(trace, [RunConfig(engine="v4", **cfg),  # type: ignore[arg-type]
+                         RunConfig(engine="v5", options=v5_options or {}, **cfg)], out)  # type: ignore[arg-type]
     return out
 
 
@@ -89,16 +90,16 @@ def test_fail_on_errors_are_one_clear_line(tmp_path: Path, trace: Path, capsys: 
 def test_v5_variants_are_matched_by_design_and_the_variant_is_the_factor(tmp_path: Path, trace: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     watch = _set(trace, tmp_path / "watch")
-    events = _set(trace, tmp_path / "events", v5_variant="state-events")
+    events = _set(trace, tmp_path / "events", v5_options={"variant": "state-events"})
     labels = list(json.loads((events / "manifest.json").read_text())["runs"])
     assert _report(capsys, "--results", str(watch), str(events), "--out", str(tmp_path / "r"))[0] == 0
     (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
     assert comp["comparable"] and comp["rows_compared"] > 0
     assert [p["design"] for p in comp["pairs"]] == ["v4", "v5"] and comp["pairs"][1]["new"] == labels[1]
-    assert comp["factor"] == ["v5_variant: shipped → state-events"]
-    assert "Factor: v5_variant: shipped → state-events" in comp["verdict"]
+    assert comp["factor"] == ["options.variant: shipped → state-events"]
+    assert "Factor: options.variant: shipped → state-events" in comp["verdict"]
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "**A/B events vs baseline watch**: Factor: v5_variant: shipped → state-events" in md
+    assert "**A/B events vs baseline watch**: Factor: options.variant: shipped → state-events" in md
 
 
 def test_dispatch_modes_compare_with_dispatch_as_the_factor_and_name_the_changes(tmp_path: Path, trace: Path,
