@@ -9,9 +9,12 @@ from typing import Any
 from engine.clock import LatencyModel
 from engine.dispatcher import DispatchMode, PollingPolicy
 from engine.errors import ConfigError
+from engine.profile import LatencyProfile
 from metadata_v5.options import GcMode, Variant
 
 ENGINES = ("v4", "v5", "none")
+# The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
+DEFAULT_LATENCY_PROFILE = "constants"
 TIME_MODES = ("virtual", "wall")
 
 
@@ -26,6 +29,9 @@ class RunConfig:
     v5_gc: GcMode = GcMode.REPAIR
     time_mode: str = "virtual"
     latency: LatencyModel = field(default_factory=LatencyModel)
+    # where ``latency`` came from, for the manifest (None: the built-in constants); ``latency`` is
+    # this profile's model with the run's seed and --latency overrides (bench.cli)
+    latency_profile: LatencyProfile | None = None
     drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
     # then, while messages are undelivered or committed txns not visible, keep draining up to this
     # long after the last event (None: drain_ms, no extension; bench.replay.Replayer.steps)
@@ -88,5 +94,6 @@ class RunConfig:
         d["v5_gc"] = self.v5_gc.value
         d["design"] = self.design
         d["latency"] = dict(self.latency.latencies_us)
+        d["latency_profile"] = (self.latency_profile or LatencyProfile.constants()).record(self.latency)
         d["label"] = self.label
         return d

@@ -32,6 +32,7 @@ from bench.plots import Figure, render_figures
 from bench.report import Row, render_html, render_markdown
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel, VirtualScheduler
+from engine.profile import LatencyProfile
 from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
@@ -56,7 +57,7 @@ class Run:
         self.cfg = cfg
         self.sched = VirtualScheduler()
         self.setup: Setup = build(cfg)
-        self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency)
+        self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency.fresh())
         self.received: dict[tuple[str, str], list[Delivery]] = {}
         self.ids: dict[str, MessageId] = {}
         self.outcomes: dict[TxnID, tuple[TxnStatus, int]] = {}
@@ -111,10 +112,18 @@ class Run:
         self.setup.close()
 
 
+# The latency model every scenario run uses and the profile it came from (run_scenarios'
+# ``latency``; None: the built-in constants).
+_LATENCY: tuple[LatencyModel, LatencyProfile] | None = None
+
+
 def _cfg(label: str, **kw: Any) -> RunConfig:
     base: dict[str, Any] = dict(ENGINES[label.split(" ")[0]] if label.split(" ")[0] in ENGINES else {})
     base.update(kw)
     base.setdefault("dispatch", DispatchMode.NOTIFY)
+    if _LATENCY is not None:
+        base.setdefault("latency", _LATENCY[0])
+        base.setdefault("latency_profile", _LATENCY[1])
     return RunConfig(**base)
 
 
@@ -215,8 +224,8 @@ def polling(hold_s: float = 5.0) -> Scenario:
     modes = [("pulsar", DispatchMode.POLLING), ("shared-backoff", DispatchMode.POLLING),
              ("spin", DispatchMode.POLLING), ("notify", DispatchMode.NOTIFY)]
     labels = [f"{eng} {m}" for eng in ("v4", "v5-shipped", "v5-pip") for m, _ in modes]
-    lat = LatencyModel()
-    empty_us, read_us = lat.of("cursor.empty_read"), lat.of("ledger.read")
+    lat = _cfg("v4").latency.latencies_us  # the constants, or the medians of a profile's distributions
+    empty_us, read_us = lat["cursor.empty_read"], lat["ledger.read"]
     vals: dict[str, dict[str, float | None]] = {}
     curve: dict[str, list[list[float]]] = {}
     for label in labels:
@@ -782,8 +791,21 @@ LARGE_SIZES = (1_000_000, 10_000_000)
 
 def run_scenarios(names: list[str] | None = None, out: str | Path | None = None, *, large: bool = False,
                   params: dict[str, dict[str, Any]] | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[Scenario]:
-    """Run the named scenarios (all by default); write ``scenarios.json`` and a report to ``out``."""
+                  progress: Callable[[str], None] | None = None,
+                  latency: tuple[LatencyModel, LatencyProfile] | None = None) -> list[Scenario]:
+    """Run the named scenarios (all by default); write ``scenarios.json`` and a report to ``out``.
+    ``latency``: the model and profile every run uses (default: the built-in constants)."""
+    global _LATENCY
+    previous, _LATENCY = _LATENCY, latency
+    try:
+        return _run_scenarios(names, out, large=large, params=params, progress=progress)
+    finally:
+        _LATENCY = previous
+
+
+def _run_scenarios(names: list[str] | None, out: str | Path | None, *, large: bool,
+                   params: dict[str, dict[str, Any]] | None,
+                   progress: Callable[[str], None] | None) -> list[Scenario]:
     names = names or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
