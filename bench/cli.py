@@ -536,6 +536,18 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure latencies on real backends and write a latency profile (bench.calibrate)."""
+    from bench.calibrate import calibrate, summary_lines
+
+    command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
+    profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
+                        samples=args.samples, out=args.out, name=args.name, command=command,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n".join(summary_lines(profile)))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from engine.errors import ConfigError
 
@@ -752,6 +764,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redis", default=None, metavar="URL", help="also run the Redis-backed combinations on this server")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=cmd_campaign)
+    p = sub.add_parser("calibrate", help="measure operation latencies on real backends and write a latency profile")
+    p.add_argument("--redis", default=None, metavar="URL", help="the v5 metadata store's operations on redis://HOST:PORT")
+    p.add_argument("--kafka", default=None, metavar="URL", help="ledger append/read on kafka://HOST:PORT")
+    p.add_argument("--pulsar", default=None, metavar="URL", help="a Pulsar 5 broker, pulsar://HOST:PORT (needs --admin-url)")
+    p.add_argument("--admin-url", default=None, metavar="URL", help="the broker's admin URL, http://HOST:PORT")
+    p.add_argument("--samples", type=_int_in(10, 1_000_000), default=2_000, help="timed calls per operation (default 2000)")
+    p.add_argument("--name", default=None, help="the profile's name (default: the backends', e.g. redis-local)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the profile file to write (JSON)")
+    p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
     p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")

@@ -99,7 +99,9 @@ def test_draws_are_per_seed_and_kind_and_one_kind_does_not_shift_another() -> No
 
 
 def _result(trace: Path, out: Path, latency: LatencyModel, profile: LatencyProfile | None) -> Path:
-    replay_trace(trace, [RunConfig(engine=e, latency=latency, latency_profile=profile) for e in ("v4", "v5")], out)
+    # a short drain: the trace's txns end within its 400 µs, and the default 70 s of polling costs CPU
+    replay_trace(trace, [RunConfig(engine=e, latency=latency, latency_profile=profile, drain_ms=2_000)
+                         for e in ("v4", "v5")], out)
     return out
 
 
@@ -139,14 +141,14 @@ def test_cli_latency_flags_reach_the_manifest_and_bad_ones_are_one_line(trace: P
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     bad = _write(tmp_path / "bad.json", {"name": "b", "operations": _ops(rpc={"p50": 5, "p90": 4})})
     assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "x"),
-                 "--latency-profile", str(bad)]) == 2
+                 "--latency-profile", str(bad), "--drain-ms", "2000"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and "operations.rpc.p90" in err and not (tmp_path / "x").exists()
     assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "x"),
                  "--latency", "meta.nope=3"]) == 2
     assert "--latency 'meta.nope=3'" in capsys.readouterr().err
     assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "y"),
-                 "--latency-profile", "constants", "--latency", "rpc=250", "--latency-seed", "3"]) == 0
+                 "--latency-profile", "constants", "--latency", "rpc=250", "--latency-seed", "3", "--drain-ms", "2000"]) == 0
     cfg = json.loads((tmp_path / "y" / "manifest.json").read_text())["runs"]["v4"]["config"]
     assert cfg["latency"]["rpc"] == 250
     assert cfg["latency_profile"]["overrides"] == {"rpc": 250} and cfg["latency_profile"]["seed"] == 3
