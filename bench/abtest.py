@@ -141,11 +141,12 @@ def trace_difference(base: dict[str, Any], other: dict[str, Any]) -> str | None:
 
 
 def _profile(rs: dict[str, Any], label: str) -> tuple[str, str] | None:
-    """(name, sha256) of the latency profile a model run used; None for a broker's run, where
-    none applies. Results from before profiles were recorded ran the built-in constants."""
-    if rs["manifest"].get("target", {}).get("kind") == "pulsar":
-        return None
-    rec = rs["manifest"]["runs"][label].get("config", {}).get("latency_profile")
+    """(name, sha256) of the latency profile a virtual-time model run used; None for a broker's
+    or a wall-time run, where none applies. Results from before profiles were recorded ran the built-in constants."""
+    run = rs["manifest"]["runs"][label]
+    if rs["manifest"].get("target", {}).get("kind") == "pulsar" or run.get("time_mode") == "wall":
+        return None  # real backends' times: no profile went into them
+    rec = run.get("config", {}).get("latency_profile")
     if not isinstance(rec, dict):
         from engine.profile import LatencyProfile
 
