@@ -11,7 +11,6 @@ import pytest
 
 from bench.cli import main
 from bench.config import RunConfig
-from bench.runner import replay_trace
 from bench.trace import TraceWriter
 from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
 from engine.errors import ConfigError
@@ -44,6 +43,19 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
             w.add(20 + 100 * i, "publish", txn=f"t{i}", topic=T, msg=f"x{i}", size=1)
             w.add(30 + 100 * i, "publish", topic=T, msg=f"p{i}", size=1)
             w.add(40 + 100 * i, "commit", txn=f"t{i}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def plain_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Plain publishes, all delivered before the last row: quiescent without a drain (a drain's
+    long latencies make the metrics export of each result cost seconds of CPU)."""
+    path = tmp_path_factory.mktemp("lp") / "plain.parquet"
+    with TraceWriter(path, metadata={"profile": "hand", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=T, subscription="s")
+        for i in range(3):
+            w.add(10 + i, "publish", topic=T, msg=f"p{i}", size=1)
+        w.add(50_000, "subscribe", topic=T, subscription="late")
     return path
 
 
@@ -98,57 +110,62 @@ def test_draws_are_per_seed_and_kind_and_one_kind_does_not_shift_another() -> No
     assert m.with_overrides(ledger_append=5).of("ledger.append") == 5
 
 
-def _result(trace: Path, out: Path, latency: LatencyModel, profile: LatencyProfile | None) -> Path:
-    # a short drain: the trace's txns end within its 400 µs, and the default 70 s of polling costs CPU
-    replay_trace(trace, [RunConfig(engine=e, latency=latency, latency_profile=profile, drain_ms=2_000)
-                         for e in ("v4", "v5")], out)
+def _replay(trace: Path, latency: LatencyModel, profile: LatencyProfile | None) -> list[str]:
+    """Both engines' results (counts, latency summary, deliveries, txn rows), serialised: the
+    result files' content without writing them (their metrics export costs seconds of CPU)."""
+    from bench.replay import Replayer
+    from bench.trace import read_events
+
+    out = []
+    for engine in ("v4", "v5"):
+        cfg = RunConfig(engine=engine, latency=latency, latency_profile=profile, drain_ms=2_000)
+        r = Replayer(cfg).run(read_events(trace, validated=True))
+        out.append(json.dumps([r.counts, r.latency, r.deliveries, r.txns], sort_keys=True, default=str))
     return out
 
 
-def test_constants_file_gives_byte_identical_results_and_a_distribution_is_seeded(trace: Path, tmp_path: Path) -> None:
-    builtin = _result(trace, tmp_path / "builtin", LatencyModel(), None)
+def test_constants_file_gives_identical_results_and_a_distribution_is_seeded(trace: Path) -> None:
     shipped = LatencyProfile.load(LATENCY_DIR / "constants.json")
-    from_file = _result(trace, tmp_path / "file", shipped.to_latency_model(), shipped)
-    for name in ("counts.json", "latency.json", "deliveries.parquet", "txns.parquet"):
-        assert (builtin / name).read_bytes() == (from_file / name).read_bytes(), name
-    rec = json.loads((from_file / "manifest.json").read_text())["runs"]["v4"]["config"]["latency_profile"]
-    assert rec["name"] == "constants" and rec["sha256"] == shipped.sha256 and rec["path"].endswith("constants.json")
+    builtin = _replay(trace, LatencyModel(), None)
+    assert _replay(trace, shipped.to_latency_model(), shipped) == builtin
 
     wide = LatencyProfile.from_json({"name": "wide", "operations": _ops(**{k: SPREAD for k in ("ledger.append", "rpc", "meta.cas")})})
-    runs = [_result(trace, tmp_path / f"s{seed}-{i}", wide.to_latency_model(seed), wide)
-            for i, seed in enumerate((1, 1, 2))]
-    lat = [(r / "latency.json").read_bytes() for r in runs]
-    assert lat[0] == lat[1] and lat[0] != lat[2] and lat[0] != (builtin / "latency.json").read_bytes()
-    import pyarrow.parquet as pq
+    model = wide.to_latency_model(1)
+    runs = [_replay(trace, m, wide) for m in (model, model, wide.to_latency_model(2))]
+    assert runs[0] == runs[1] and runs[0] != runs[2] and runs[0] != builtin  # the model is fresh per run
 
-    got = [set(zip(*pq.read_table(r / "deliveries.parquet", columns=["subscription", "msg"]).to_pydict().values()))
-           for r in runs]
-    assert got[0] == got[2] and len(got[0]) == 8
+    def delivered(run: list[str]) -> set[tuple[str, str]]:
+        return {(d[1], d[2]) for r in run for d in _rows(json.loads(r)[2])}
 
-
-def test_report_refuses_an_a_b_of_runs_with_different_profiles(trace: Path, tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    base = _result(trace, tmp_path / "a", LatencyModel(), None)
-    other = LatencyProfile.from_json({"name": "other", "operations": _ops(rpc={"constant": 250})}).save(tmp_path / "o.json")
-    new = _result(trace, tmp_path / "b", other.to_latency_model(), other)
-    assert main(["report", "--results", str(base), str(new), "--out", str(tmp_path / "r")]) == 0
-    (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
-    assert comp["comparable"] is False and "different latency profiles" in comp["why_not"]
-    assert "constants" in comp["why_not"] and "other" in comp["why_not"]
+    assert delivered(runs[0]) == delivered(runs[2]) == delivered(builtin) and len(delivered(builtin)) == 8
 
 
-def test_cli_latency_flags_reach_the_manifest_and_bad_ones_are_one_line(trace: Path, tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def _rows(deliveries: dict[str, list[object]]) -> list[tuple[object, ...]]:
+    return list(zip(*(deliveries[k] for k in ("topic", "subscription", "msg"))))
+
+
+def test_cli_latency_flags_reach_the_manifest_and_report_refuses_an_a_b_across_profiles(
+        plain_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _write(tmp_path / "bad.json", {"name": "b", "operations": _ops(rpc={"p50": 5, "p90": 4})})
-    assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "x"),
-                 "--latency-profile", str(bad), "--drain-ms", "2000"]) == 2
+    run = ["replay", "--trace", str(plain_trace), "--engine", "v4", "--drain-ms", "0", "--out"]
+    assert main([*run, str(tmp_path / "x"), "--latency-profile", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and "operations.rpc.p90" in err and not (tmp_path / "x").exists()
-    assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "x"),
-                 "--latency", "meta.nope=3"]) == 2
+    assert main([*run, str(tmp_path / "x"), "--latency", "meta.nope=3"]) == 2
     assert "--latency 'meta.nope=3'" in capsys.readouterr().err
-    assert main(["replay", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "y"),
-                 "--latency-profile", "constants", "--latency", "rpc=250", "--latency-seed", "3", "--drain-ms", "2000"]) == 0
-    cfg = json.loads((tmp_path / "y" / "manifest.json").read_text())["runs"]["v4"]["config"]
-    assert cfg["latency"]["rpc"] == 250
+
+    assert main([*run, str(tmp_path / "a"), "--latency-profile", "constants", "--latency", "rpc=250",
+                 "--latency-seed", "3"]) == 0
+    cfg = json.loads((tmp_path / "a" / "manifest.json").read_text())["runs"]["v4"]["config"]
+    shipped = LatencyProfile.load(LATENCY_DIR / "constants.json")
+    assert cfg["latency"]["rpc"] == 250 and cfg["latency_profile"]["sha256"] == shipped.sha256
     assert cfg["latency_profile"]["overrides"] == {"rpc": 250} and cfg["latency_profile"]["seed"] == 3
+    assert cfg["latency_profile"]["name"] == "constants" and cfg["latency_profile"]["path"].endswith("constants.json")
+
+    other = _write(tmp_path / "other.json", {"name": "other", "operations": _ops(rpc={"constant": 250})})
+    assert main([*run, str(tmp_path / "b"), "--latency-profile", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--results", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r")]) == 0
+    (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
+    assert comp["comparable"] is False and "different latency profiles" in comp["why_not"]
+    assert "baseline constants" in comp["why_not"] and "new other" in comp["why_not"]
