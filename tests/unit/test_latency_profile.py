@@ -169,3 +169,14 @@ def test_cli_latency_flags_reach_the_manifest_and_report_refuses_an_a_b_across_p
     (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
     assert comp["comparable"] is False and "different latency profiles" in comp["why_not"]
     assert "baseline constants" in comp["why_not"] and "new other" in comp["why_not"]
+
+
+def test_every_shipped_profile_loads_and_says_where_when_and_how_it_was_measured() -> None:
+    shipped = {f.stem: LatencyProfile.load(f) for f in LATENCY_DIR.glob("*.json")}
+    assert "constants" in shipped
+    for name, prof in shipped.items():
+        assert prof.name == name
+        if name != "constants":
+            prov = prof.provenance
+            assert prov["measured_at"] and prov["host"] and prov["versions"] and prov["samples"] >= 100
+            assert prov["command"].startswith("txnbench calibrate") and "kept from constants" in prov["notes"]
