@@ -180,3 +180,15 @@ def test_every_shipped_profile_loads_and_says_where_when_and_how_it_was_measured
             prov = prof.provenance
             assert prov["measured_at"] and prov["host"] and prov["versions"] and prov["samples"] >= 100
             assert prov["command"].startswith("txnbench calibrate") and "kept from constants" in prov["notes"]
+
+
+def test_scenarios_run_on_the_profile_given() -> None:
+    from bench import scenarios as sc
+
+    def end_ms(latency: tuple[LatencyModel, LatencyProfile] | None) -> dict[str, object]:
+        (s,) = sc.run_scenarios(["endtxn"], params={"endtxn": {"sizes": (1,)}}, latency=latency)
+        return {r.metric: r.values["end-txn ms"] for r in s.rows}
+
+    slow = LatencyProfile.from_json({"name": "slow-rpc", "operations": _ops(rpc={"constant": 20_000})})
+    default, slowed = end_ms(None), end_ms((slow.to_latency_model(), slow))
+    assert default.keys() == slowed.keys() and all(slowed[k] > default[k] for k in default if k.startswith("v4"))  # type: ignore[operator]
