@@ -292,7 +292,8 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
             measured.add(kind)
         resources.update(m.resources)
         notes += [f"{k} [{m.backend}]: {v}" for k, v in m.notes.items()]
-        notes += [f"{k} [{m.backend}, not billed]: {v}" for k, v in m.extra.items() if k not in m.notes]
+        notes += [f"{k} [{m.backend}]: measured, billed by no kind: provenance.extra[\"{m.backend}.{k}\"]"
+                  for k in m.extra if k not in m.notes]
     kept = [k for k in DEFAULT_LATENCIES_US if k not in measured]
     if kept:
         notes.append(f"kept from {base.name} (not measured by this calibration): {', '.join(kept)}")
