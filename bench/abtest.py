@@ -95,7 +95,10 @@ def _flat(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def settings(rs: dict[str, Any], label: str) -> dict[str, Any]:
     """A run's settings, flattened (``latency.meta.cas``), plus where it ran."""
     run = rs["manifest"]["runs"][label]
-    out = {k: v for k, v in _flat(dict(run.get("config", {}))).items() if k not in IGNORED}
+    # the latency profile's identity is checked apart (profile_difference); its seed and
+    # overrides stay settings
+    out = {k: v for k, v in _flat(dict(run.get("config", {}))).items() if k not in IGNORED
+           and not (k.startswith("latency_profile.") and k.split(".")[1] not in ("seed", "overrides"))}
     out["time_mode"] = run.get("time_mode", out.get("time_mode"))
     target = rs["manifest"].get("target", {})
     out["target"] = f"pulsar broker {target.get('version', '?')}" if target.get("kind") == "pulsar" else "model"
@@ -137,6 +140,32 @@ def trace_difference(base: dict[str, Any], other: dict[str, Any]) -> str | None:
     return None
 
 
+def _profile(rs: dict[str, Any], label: str) -> tuple[str, str] | None:
+    """(name, sha256) of the latency profile a virtual-time model run used; None for a broker's
+    or a wall-time run, where none applies. Results from before profiles were recorded ran the built-in constants."""
+    run = rs["manifest"]["runs"][label]
+    if rs["manifest"].get("target", {}).get("kind") == "pulsar" or run.get("time_mode") == "wall":
+        return None  # real backends' times: no profile went into them
+    rec = run.get("config", {}).get("latency_profile")
+    if not isinstance(rec, dict):
+        from engine.profile import LatencyProfile
+
+        c = LatencyProfile.constants()
+        return c.name, c.sha256
+    return str(rec.get("name")), str(rec.get("sha256"))
+
+
+def profile_difference(base: dict[str, Any], other: dict[str, Any], pairs: Sequence[Pair]) -> str | None:
+    """Why runs modelled with different latency profiles are not an A/B (their times differ by
+    the inputs, not by a setting), or None."""
+    for p in pairs:
+        a, b = _profile(base, p.baseline), _profile(other, p.new)
+        if a is not None and b is not None and a != b:
+            return (f"different latency profiles ({p.name}: baseline {a[0]} sha256 {a[1][:12]}, new {b[0]} "
+                    f"sha256 {b[1][:12]}): times modelled from different inputs are not an A/B")
+    return None
+
+
 def compare(base: dict[str, Any], other: dict[str, Any], row_cls: Any, engine_rows: Any, verdict: Any,
             lower_better: dict[str, bool], noise: tuple[float, float]) -> Comparison:
     """Each matched run of ``other`` against its run in ``base``, row by row (by row id).
@@ -148,6 +177,8 @@ def compare(base: dict[str, Any], other: dict[str, Any], row_cls: Any, engine_ro
     if why is None and not pairs:
         designs = lambda rs: ", ".join(sorted({str(r.get("config", {}).get("engine", k)) for k, r in rs["manifest"].get("runs", {}).items()}))
         why = f"no engine design in common (baseline: {designs(base) or 'none'}; new: {designs(other) or 'none'})"
+    if why is None:
+        why = profile_difference(base, other, pairs)
     if why:
         return Comparison(base["path"], other["path"], why, (), tuple(pairs), (), tuple(unmatched))
     b_rows = {r.id: r for r in engine_rows(base, diagnostics=False)}

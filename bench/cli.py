@@ -137,6 +137,38 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _add_latency_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--latency-profile", default=None, metavar="FILE",
+                   help="virtual-time latencies: a profile file, or the name of one in datasets/latency/ "
+                        "(constants, pulsar-standalone-5.0.0-M1, redis-local, kafka-local); default: constants")
+    p.add_argument("--latency", action="append", default=[], metavar="KIND=VALUE",
+                   help="override one operation kind of the profile with a constant in µs, e.g. meta.cas=1500; repeatable")
+    p.add_argument("--latency-seed", type=int, default=1, metavar="N",
+                   help="seed of the latency draws (profiles with distributions; default 1)")
+
+
+def _latency(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The run's latency model and the profile it came from (--latency-profile, --latency, --latency-seed)."""
+    from bench.config import DEFAULT_LATENCY_PROFILE
+    from engine.errors import ConfigError
+    from engine.profile import LatencyProfile, resolve
+
+    # verbs without the options (stream run: wall time, where latencies are real) get the default
+    profile = LatencyProfile.load(resolve(getattr(args, "latency_profile", None) or DEFAULT_LATENCY_PROFILE))
+    overrides: dict[str, int] = {}
+    for pair in getattr(args, "latency", []):
+        kind, eq, text = pair.partition("=")
+        if not eq or kind not in profile.operations:
+            raise ConfigError(f"--latency {pair!r}: expected KIND=VALUE with KIND one of {', '.join(profile.operations)}")
+        try:
+            overrides[kind.replace(".", "_", 1)] = value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ConfigError(f"--latency {pair!r}: VALUE must be an integer >= 0 (µs)")
+    return profile.to_latency_model(getattr(args, "latency_seed", 1)).with_overrides(**overrides), profile
+
+
 def _add_force(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace what an earlier txnbench run wrote in --out (other files are never touched)")
@@ -174,10 +206,11 @@ def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-u
     if drain_max_ms is not None and drain_max_ms < drain_ms:
         raise ConfigError(f"--drain-max-ms {drain_max_ms} is below --drain-ms {drain_ms}")
     options = {name: _run_options(args, name) for name in registry.ENGINES}  # every engine's flags are checked
+    latency, profile = _latency(args)
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
-                  polling=args.polling, time_mode=time_mode, drain_ms=drain_ms, drain_max_ms=drain_max_ms,
-                  options=options[e])
+                  polling=args.polling, time_mode=time_mode, latency=latency, latency_profile=profile,
+                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options[e])
         for e in engines
     ]
 
@@ -441,7 +474,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.no_scenarios:  # the review questions, with their plots, in the same report
             from bench.scenarios import run_scenarios, save
 
-            done = run_scenarios()
+            done = run_scenarios(latency=(configs[0].latency, configs[0].latency_profile))
             save(done, tmp / "scenarios.json")
             print(f"ran {len(done)} review-question scenarios in {sum(sc.wall_seconds for sc in done):.1f} s")
         rep = build(results, tmp / "report", title=f"txnbench compare: {args.profile}", shown=shown)
@@ -527,11 +560,24 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     if args.open_log:
         params.setdefault("recovery-open", {})["n"] = args.open_log
     started = time.perf_counter()
+    latency = _latency(args)
     with staged_dir(args.out, force=args.force) as tmp:
-        run_scenarios(args.names or None, tmp, large=args.large, params=params, progress=print)
+        run_scenarios(args.names or None, tmp, large=args.large, params=params, progress=print, latency=latency)
     print(f"done in {time.perf_counter() - started:.1f} s")
     print(f"report: {Path(args.out) / 'report.html'}")
     print(f"        {Path(args.out) / 'report.md'} (data: scenarios.json)")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure latencies on real backends and write a latency profile (bench.calibrate)."""
+    from bench.calibrate import calibrate, summary_lines
+
+    command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
+    profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
+                        samples=args.samples, out=args.out, name=args.name, command=command,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n".join(summary_lines(profile)))
     return 0
 
 
@@ -653,6 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay N times into one result set (repeats.json records each); the report then compares "
                         "medians by their spread (for wall-time runs). Default 1")
     _add_run_options(p)
+    _add_latency_options(p)
     _add_wall_options(p)
     _add_target_options(p)
     _add_force(p)
@@ -679,6 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-scenarios", action="store_true",
                    help="leave out the review-question scenarios (txnbench scenarios) and their plots")
     _add_run_options(p)
+    _add_latency_options(p)
     _add_wall_options(p)
     _add_target_options(p)
     _add_force(p)
@@ -715,6 +763,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="both", choices=_engine_choices(disabled=False))
     p.add_argument("--out", required=True)
     _add_run_options(p)
+    _add_latency_options(p)
     _add_target_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_check)
@@ -752,6 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=_int_in(1, MAX_LOG_ENTRIES), nargs="+", default=None, help="recovery: log lengths")
     p.add_argument("--open-txns", type=_int_in(1, MAX_LOG_ENTRIES // 10), nargs="+", default=None, help="recovery-open: txns open at the crash")
     p.add_argument("--open-log", type=_int_in(10, MAX_LOG_ENTRIES), default=None, help="recovery-open: entries in the log (default 10000)")
+    _add_latency_options(p)
     _add_force(p)
     p.set_defaults(fn=cmd_scenarios)
     p = sub.add_parser("campaign", help="run the lockstep/fault state machine with random seeds for a budget, "
@@ -766,6 +816,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redis", default=None, metavar="URL", help="also run the Redis-backed combinations on this server")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=cmd_campaign)
+    p = sub.add_parser("calibrate", help="measure operation latencies on real backends and write a latency profile")
+    p.add_argument("--redis", default=None, metavar="URL", help="the v5 metadata store's operations on redis://HOST:PORT")
+    p.add_argument("--kafka", default=None, metavar="URL", help="ledger append/read on kafka://HOST:PORT")
+    p.add_argument("--pulsar", default=None, metavar="URL", help="a Pulsar 5 broker, pulsar://HOST:PORT (needs --admin-url)")
+    p.add_argument("--admin-url", default=None, metavar="URL", help="the broker's admin URL, http://HOST:PORT")
+    p.add_argument("--samples", type=_int_in(10, 1_000_000), default=2_000, help="timed calls per operation (default 2000)")
+    p.add_argument("--name", default=None, help="the profile's name (default: the backends', e.g. redis-local)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the profile file to write (JSON)")
+    p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")
     p.add_argument("--topic", nargs="+", default=None, metavar="LEDGER", help="the topic's ledger(s): partition or segments")
     p.add_argument("--ledger", default="memory://", help="ledger URL holding the v4 data (kafka://HOST:PORT)")

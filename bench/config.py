@@ -11,7 +11,10 @@ from bench import registry
 from engine.clock import LatencyModel
 from engine.dispatcher import DispatchMode, PollingPolicy
 from engine.errors import ConfigError
+from engine.profile import LatencyProfile
 
+# The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
+DEFAULT_LATENCY_PROFILE = "constants"
 TIME_MODES = ("virtual", "wall")
 
 
@@ -24,6 +27,9 @@ class RunConfig:
     polling: str = "pulsar"  # PollingPolicy preset
     time_mode: str = "virtual"
     latency: LatencyModel = field(default_factory=LatencyModel)
+    # where ``latency`` came from, for the manifest (None: the built-in constants); ``latency`` is
+    # this profile's model with the run's seed and --latency overrides (bench.cli)
+    latency_profile: LatencyProfile | None = None
     drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
     # then, while messages are undelivered or committed txns not visible, keep draining up to this
     # long after the last event (None: drain_ms, no extension; bench.replay.Replayer.steps)
@@ -72,5 +78,6 @@ class RunConfig:
         d["options"] = {k: v.value if isinstance(v, enum.Enum) else v for k, v in self.options.items()}
         d["design"] = self.design
         d["latency"] = dict(self.latency.latencies_us)
+        d["latency_profile"] = (self.latency_profile or LatencyProfile.constants()).record(self.latency)
         d["label"] = self.label
         return d

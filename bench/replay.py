@@ -128,7 +128,7 @@ class Replayer:
         wall = cfg.time_mode == "wall"
         self._wall = wall
         self.sched: Scheduler = WallScheduler() if wall else VirtualScheduler()
-        latency = LatencyModel.zero() if wall else cfg.latency
+        latency = LatencyModel.zero() if wall else cfg.latency.fresh()  # each run draws from the seed anew
         self.broker_config = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=latency)
         self.setup: Setup = build(cfg)
         self.broker = self._new_broker()

@@ -34,6 +34,7 @@ from bench.rows import Row
 from bench.scenario_results import SECTION, Scenario, load_figures, load_sections, save, sections_of
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel
+from engine.profile import LatencyProfile
 from engine.dispatcher import Delivery, DispatchMode
 from engine.errors import ConfigError, ForeignTxnId, TxnbenchError
 from engine.ids import Design, TxnID
@@ -59,7 +60,7 @@ class Run(ScriptedClient):
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.setup: Setup = build(cfg)
-        self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency)
+        self.bcfg = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=cfg.latency.fresh())
         super().__init__(self.setup.ledgers, self.bcfg, self.setup.engine)
 
     def close(self) -> None:
@@ -67,11 +68,19 @@ class Run(ScriptedClient):
         self.setup.close()
 
 
+# The latency model every scenario run uses and the profile it came from (run_scenarios'
+# ``latency``; None: the built-in constants).
+_LATENCY: tuple[LatencyModel, LatencyProfile] | None = None
+
+
 def _cfg(label: str, **kw: Any) -> RunConfig:
     base: dict[str, Any] = dict(ENGINES.get(label.split(" ")[0], {}))
     options = {**base.get("options", {}), **kw.pop("options", {})}
     base.update(kw, options=options)
     base.setdefault("dispatch", DispatchMode.NOTIFY)
+    if _LATENCY is not None:
+        base.setdefault("latency", _LATENCY[0])
+        base.setdefault("latency_profile", _LATENCY[1])
     return RunConfig(**base)
 
 
@@ -151,8 +160,8 @@ def polling(hold_s: float = 5.0) -> Scenario:
     modes = [("pulsar", DispatchMode.POLLING), ("shared-backoff", DispatchMode.POLLING),
              ("spin", DispatchMode.POLLING), ("notify", DispatchMode.NOTIFY)]
     labels = [f"{eng} {m}" for eng in ("v4", "v5-shipped", "v5-pip") for m, _ in modes]
-    lat = LatencyModel()
-    empty_us, read_us = lat.of("cursor.empty_read"), lat.of("ledger.read")
+    lat = _cfg("v4").latency.latencies_us  # the constants, or the medians of a profile's distributions
+    empty_us, read_us = lat["cursor.empty_read"], lat["ledger.read"]
     vals: dict[str, dict[str, float | None]] = {}
     curve: dict[str, list[list[float]]] = {}
     for label in labels:
@@ -684,8 +693,21 @@ LARGE_SIZES = (1_000_000, 10_000_000)
 
 def run_scenarios(names: list[str] | None = None, out: str | Path | None = None, *, large: bool = False,
                   params: dict[str, dict[str, Any]] | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[Scenario]:
-    """Run the named scenarios (all by default); write ``scenarios.json`` and a report to ``out``."""
+                  progress: Callable[[str], None] | None = None,
+                  latency: tuple[LatencyModel, LatencyProfile] | None = None) -> list[Scenario]:
+    """Run the named scenarios (all by default); write ``scenarios.json`` and a report to ``out``.
+    ``latency``: the model and profile every run uses (default: the built-in constants)."""
+    global _LATENCY
+    previous, _LATENCY = _LATENCY, latency
+    try:
+        return _run_scenarios(names, out, large=large, params=params, progress=progress)
+    finally:
+        _LATENCY = previous
+
+
+def _run_scenarios(names: list[str] | None, out: str | Path | None, *, large: bool,
+                   params: dict[str, dict[str, Any]] | None,
+                   progress: Callable[[str], None] | None) -> list[Scenario]:
     names = names or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:

@@ -332,6 +332,19 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
     d.pop("label", None)
     d.pop("design", None)  # both derived from the fields (RunConfig.as_dict)
     d["dispatch"] = DispatchMode(d["dispatch"])
+    rec = d.pop("latency_profile", None)
+    if rec and rec.get("path"):  # the profile file, as the driver loaded it; the model is rebuilt from it
+        from engine.profile import LatencyProfile
+
+        profile = LatencyProfile.load(rec["path"])
+        if profile.sha256 != rec.get("sha256"):
+            from engine.errors import ConfigError
+
+            raise ConfigError(f"latency profile {rec['path']} changed since the replay started (sha256 differs)")
+        model = profile.to_latency_model(int(rec.get("seed", 1))).with_overrides(
+            **{k.replace(".", "_", 1): v for k, v in rec.get("overrides", {}).items()})
+        d.pop("latency")
+        return RunConfig(**d, latency=model, latency_profile=profile)
     d["latency"] = LatencyModel(d["latency"])
     return RunConfig(**d)
 

@@ -10,6 +10,7 @@ virtual time; in wall time it is all zeros because the real call already took th
 from __future__ import annotations
 
 import heapq
+import random
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
@@ -239,15 +240,86 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
 }
 
 
+# Quantile of each percentile name a profile may give (engine.profile): p0 is the minimum seen.
+PERCENTILES: Mapping[str, float] = {"p0": 0.0, "p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999, "max": 1.0}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One operation kind's latency: ``points`` are (quantile, µs), quantiles increasing, values
+    non-decreasing; one point is a point mass (a constant). Sampled by inverse CDF with linear
+    interpolation between points; below the first point and above the last it is clamped (a
+    profile without ``p0``/``max`` says nothing about the tails, so none is invented)."""
+
+    points: tuple[tuple[float, int], ...]
+
+    @classmethod
+    def constant(cls, us: int) -> Distribution:
+        return cls(((0.5, int(us)),))
+
+    @property
+    def is_constant(self) -> bool:
+        return len({v for _, v in self.points}) == 1
+
+    @property
+    def nominal_us(self) -> int:
+        """The median: what reports list as the kind's latency."""
+        return self.at(0.5)
+
+    def at(self, u: float) -> int:
+        """The value at quantile ``u`` in [0, 1)."""
+        pts = self.points
+        if u <= pts[0][0]:
+            return pts[0][1]
+        for (q0, v0), (q1, v1) in zip(pts, pts[1:]):
+            if u <= q1:
+                return int(v0 + (v1 - v0) * (u - q0) / (q1 - q0) + 0.5)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """A shared resource's capacity (the latency-profile contract; "bill" queues work on it):
+    how long it is busy per request, and how many requests it serves at once."""
+
+    service_us: int
+    concurrency: int
+
+
 @dataclass(frozen=True)
 class LatencyModel:
+    """How long each modelled operation takes in virtual time.
+
+    ``latencies_us`` is each kind's constant (or, for a kind in ``distributions``, its median,
+    for reports); a kind in ``distributions`` is sampled: one ``random.Random`` stream per
+    (``seed``, kind), so a run is deterministic and more calls of one kind never shift another's
+    draws. Each instance has its own streams: a run takes a fresh copy (:meth:`fresh`)."""
+
     latencies_us: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCIES_US))
+    distributions: Mapping[str, Distribution] = field(default_factory=dict)
+    seed: int = 1
+    resources: Mapping[str, ResourceSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_streams", {})  # not a field: replace() and fresh() start anew
 
     def of(self, kind: str) -> int:
-        try:
-            return self.latencies_us[kind]
-        except KeyError:
-            raise ConfigError(f"latency model has no operation kind {kind!r}") from None
+        """The next cost of one operation of ``kind``: a draw from its distribution, or its constant."""
+        dist = self.distributions.get(kind)
+        if dist is None:
+            try:
+                return self.latencies_us[kind]
+            except KeyError:
+                raise ConfigError(f"latency model has no operation kind {kind!r}") from None
+        streams: dict[str, random.Random] = self._streams  # type: ignore[attr-defined]
+        stream = streams.get(kind)
+        if stream is None:  # seeded by a string: stable across processes (unlike hash())
+            stream = streams[kind] = random.Random(f"txnbench-latency/{self.seed}/{kind}")
+        return dist.at(stream.random())
+
+    def fresh(self) -> LatencyModel:
+        """The same model with its streams restarted: what each run starts from."""
+        return replace(self)
 
     def concurrent(self, kind: str, n: int, each_further: str = "meta.pipelined") -> int:
         """``n`` requests of ``kind`` issued at once: one round trip, plus the service time of
@@ -255,14 +327,16 @@ class LatencyModel:
         return self.of(kind) + (n - 1) * self.of(each_further) if n > 0 else 0
 
     def with_overrides(self, **latencies_us: int) -> LatencyModel:
-        """Override kinds by keyword; dots become underscores (``ledger_append=1500``)."""
+        """Override kinds by keyword with constants; dots become underscores (``ledger_append=1500``)."""
         merged = dict(self.latencies_us)
+        dists = dict(self.distributions)
         for name, value in latencies_us.items():
             kind = name.replace("_", ".", 1)
             if kind not in merged:
                 raise ConfigError(f"latency model has no operation kind {kind!r}")
             merged[kind] = int(value)
-        return replace(self, latencies_us=merged)
+            dists.pop(kind, None)
+        return replace(self, latencies_us=merged, distributions=dists)
 
     @classmethod
     def zero(cls) -> LatencyModel:
@@ -280,11 +354,10 @@ class RequestCost:
 
     def __init__(self, latency: LatencyModel) -> None:
         self.us = 0
-        self._latency = dict(latency.latencies_us)
+        self._latency = latency
 
     def charge(self, kind: str, times: int = 1) -> None:
-        """Add ``times`` x the latency of operation ``kind`` to the request in progress."""
-        try:
-            self.us += self._latency[kind] * times
-        except KeyError:
-            raise ConfigError(f"latency model has no operation kind {kind!r}") from None
+        """Add ``times`` operations of ``kind`` (one draw each) to the request in progress."""
+        of = self._latency.of
+        for _ in range(times):
+            self.us += of(kind)

@@ -1,0 +1,194 @@
+"""Latency profiles as data (engine.profile): the file format and its errors, deterministic
+sampling, byte-identical results with the shipped constants, the manifest record and the A/B
+refusal between runs modelled with different profiles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.config import RunConfig
+from bench.trace import TraceWriter
+from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
+from engine.errors import ConfigError
+from engine.profile import LATENCY_DIR, LatencyProfile
+
+T = "persistent://public/p/t0-partition-0"
+
+
+def _ops(**changed: object) -> dict[str, object]:
+    ops: dict[str, object] = {k: {"constant": v} for k, v in DEFAULT_LATENCIES_US.items()}
+    ops.update(changed)
+    return ops
+
+
+SPREAD = {"p0": 400, "p50": 900, "p90": 1500, "p99": 4000, "max": 9000}
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lp") / "t.parquet"
+    with TraceWriter(path, metadata={"profile": "hand", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=T, subscription="s")
+        for i in range(4):
+            w.add(10 + 100 * i, "new_txn", txn=f"t{i}")
+            w.add(20 + 100 * i, "publish", txn=f"t{i}", topic=T, msg=f"x{i}", size=1)
+            w.add(30 + 100 * i, "publish", topic=T, msg=f"p{i}", size=1)
+            w.add(40 + 100 * i, "commit", txn=f"t{i}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def plain_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Plain publishes, all delivered before the last row: quiescent without a drain (a drain's
+    long latencies make the metrics export of each result cost seconds of CPU)."""
+    path = tmp_path_factory.mktemp("lp") / "plain.parquet"
+    with TraceWriter(path, metadata={"profile": "hand", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=T, subscription="s")
+        for i in range(3):
+            w.add(10 + i, "publish", topic=T, msg=f"p{i}", size=1)
+        w.add(50_000, "subscribe", topic=T, subscription="late")
+    return path
+
+
+def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal(tmp_path: Path) -> None:
+    built = LatencyProfile.constants()
+    shipped = LatencyProfile.load(LATENCY_DIR / "constants.json")
+    assert (LATENCY_DIR / "constants.json").read_text() == built.to_text()
+    assert shipped.sha256 == built.sha256 and shipped.operations == built.operations
+    assert shipped.to_latency_model().latencies_us == DEFAULT_LATENCIES_US
+    prof = LatencyProfile.from_json({"name": "x", "operations": _ops(**{"ledger.append": SPREAD}),
+                                     "resources": {"bookie": {"service_us": 200, "concurrency": 2}}})
+    again = LatencyProfile.load(prof.save(tmp_path / "x.json").path or "")
+    assert again.operations == prof.operations and again.resources == prof.resources
+    assert again.to_latency_model().resources["bookie"].concurrency == 2
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"name": "b", "operations": _ops(**{"ledger.bogus": {"constant": 1}})}, "operations.ledger.bogus"),
+    ({"name": "b", "operations": {k: v for k, v in _ops().items() if k != "meta.cas"}}, "operations.meta.cas"),
+    ({"name": "b", "operations": _ops(**{"rpc": {"p90": 5, "max": 9}})}, "operations.rpc.p50"),
+    ({"name": "b", "operations": _ops(**{"rpc": {"p50": 50, "p90": 40}})}, "operations.rpc.p90"),
+    ({"name": "b", "operations": _ops(**{"rpc": {"constant": -1}})}, "operations.rpc.constant"),
+    ({"name": "b", "operations": _ops(), "resources": {"bookie": {"service_us": 1, "concurrency": 0}}},
+     "resources.bookie.concurrency"),
+])
+def test_a_bad_profile_is_one_config_error_naming_the_file_and_the_key(tmp_path: Path, data: object, key: str) -> None:
+    path = _write(tmp_path / "bad.json", data)
+    with pytest.raises(ConfigError) as err:
+        LatencyProfile.load(path)
+    assert str(path) in str(err.value) and f"{key}:" in str(err.value)
+
+
+def test_percentiles_are_sampled_by_inverse_cdf_with_linear_interpolation() -> None:
+    d = Distribution(((0.0, 400), (0.5, 900), (0.9, 1500), (1.0, 9000)))
+    assert [d.at(u) for u in (0.0, 0.25, 0.5, 0.7, 0.95)] == [400, 650, 900, 1200, 5250]
+    clamped = Distribution(((0.5, 900), (0.9, 1500)))  # no p0 / max: no invented tails
+    assert clamped.at(0.1) == 900 and clamped.at(0.99) == 1500
+
+
+def test_draws_are_per_seed_and_kind_and_one_kind_does_not_shift_another() -> None:
+    prof = LatencyProfile.from_json({"name": "d", "operations": _ops(**{"ledger.append": SPREAD, "meta.cas": SPREAD})})
+    m = prof.to_latency_model(seed=7)
+    first = [m.of("ledger.append") for _ in range(50)]
+    again = m.fresh()
+    interleaved = []
+    for _ in range(50):
+        again.of("meta.cas")
+        interleaved.append(again.of("ledger.append"))
+    assert interleaved == first and len(set(first)) > 10 and all(400 <= v <= 9000 for v in first)
+    assert [prof.to_latency_model(seed=8).of("ledger.append") for _ in range(50)] != first
+    assert m.of("rpc") == 200  # constants draw nothing
+    assert m.with_overrides(ledger_append=5).of("ledger.append") == 5
+
+
+def _replay(trace: Path, latency: LatencyModel, profile: LatencyProfile | None) -> list[str]:
+    """Both engines' results (counts, latency summary, deliveries, txn rows), serialised: the
+    result files' content without writing them (their metrics export costs seconds of CPU)."""
+    from bench.replay import Replayer
+    from bench.trace import read_events
+
+    out = []
+    for engine in ("v4", "v5"):
+        cfg = RunConfig(engine=engine, latency=latency, latency_profile=profile, drain_ms=2_000)
+        r = Replayer(cfg).run(read_events(trace, validated=True))
+        out.append(json.dumps([r.counts, r.latency, r.deliveries, r.txns], sort_keys=True, default=str))
+    return out
+
+
+def test_constants_file_gives_identical_results_and_a_distribution_is_seeded(trace: Path) -> None:
+    shipped = LatencyProfile.load(LATENCY_DIR / "constants.json")
+    builtin = _replay(trace, LatencyModel(), None)
+    assert _replay(trace, shipped.to_latency_model(), shipped) == builtin
+
+    wide = LatencyProfile.from_json({"name": "wide", "operations": _ops(**{k: SPREAD for k in ("ledger.append", "rpc", "meta.cas")})})
+    model = wide.to_latency_model(1)
+    runs = [_replay(trace, m, wide) for m in (model, model, wide.to_latency_model(2))]
+    assert runs[0] == runs[1] and runs[0] != runs[2] and runs[0] != builtin  # the model is fresh per run
+
+    def delivered(run: list[str]) -> set[tuple[str, str]]:
+        return {(d[1], d[2]) for r in run for d in _rows(json.loads(r)[2])}
+
+    assert delivered(runs[0]) == delivered(runs[2]) == delivered(builtin) and len(delivered(builtin)) == 8
+
+
+def _rows(deliveries: dict[str, list[object]]) -> list[tuple[object, ...]]:
+    return list(zip(*(deliveries[k] for k in ("topic", "subscription", "msg"))))
+
+
+def test_cli_latency_flags_reach_the_manifest_and_report_refuses_an_a_b_across_profiles(
+        plain_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _write(tmp_path / "bad.json", {"name": "b", "operations": _ops(rpc={"p50": 5, "p90": 4})})
+    run = ["replay", "--trace", str(plain_trace), "--engine", "v4", "--drain-ms", "0", "--out"]
+    assert main([*run, str(tmp_path / "x"), "--latency-profile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err and "operations.rpc.p90" in err and not (tmp_path / "x").exists()
+    assert main([*run, str(tmp_path / "x"), "--latency", "meta.nope=3"]) == 2
+    assert "--latency 'meta.nope=3'" in capsys.readouterr().err
+
+    assert main([*run, str(tmp_path / "a"), "--latency-profile", "constants", "--latency", "rpc=250",
+                 "--latency-seed", "3"]) == 0
+    cfg = json.loads((tmp_path / "a" / "manifest.json").read_text())["runs"]["v4"]["config"]
+    shipped = LatencyProfile.load(LATENCY_DIR / "constants.json")
+    assert cfg["latency"]["rpc"] == 250 and cfg["latency_profile"]["sha256"] == shipped.sha256
+    assert cfg["latency_profile"]["overrides"] == {"rpc": 250} and cfg["latency_profile"]["seed"] == 3
+    assert cfg["latency_profile"]["name"] == "constants" and cfg["latency_profile"]["path"].endswith("constants.json")
+
+    other = _write(tmp_path / "other.json", {"name": "other", "operations": _ops(rpc={"constant": 250})})
+    assert main([*run, str(tmp_path / "b"), "--latency-profile", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--results", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r")]) == 0
+    (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
+    assert comp["comparable"] is False and "different latency profiles" in comp["why_not"]
+    assert "baseline constants" in comp["why_not"] and "new other" in comp["why_not"]
+
+
+def test_every_shipped_profile_loads_and_says_where_when_and_how_it_was_measured() -> None:
+    shipped = {f.stem: LatencyProfile.load(f) for f in LATENCY_DIR.glob("*.json")}
+    assert "constants" in shipped
+    for name, prof in shipped.items():
+        assert prof.name == name
+        if name != "constants":
+            prov = prof.provenance
+            assert prov["measured_at"] and prov["host"] and prov["versions"] and prov["samples"] >= 100
+            assert prov["command"].startswith("txnbench calibrate") and "kept from constants" in prov["notes"]
+
+
+def test_scenarios_run_on_the_profile_given() -> None:
+    from bench import scenarios as sc
+
+    def end_ms(latency: tuple[LatencyModel, LatencyProfile] | None) -> dict[str, object]:
+        (s,) = sc.run_scenarios(["endtxn"], params={"endtxn": {"sizes": (1,)}}, latency=latency)
+        return {r.metric: r.values["end-txn ms"] for r in s.rows}
+
+    slow = LatencyProfile.from_json({"name": "slow-rpc", "operations": _ops(rpc={"constant": 20_000})})
+    default, slowed = end_ms(None), end_ms((slow.to_latency_model(), slow))
+    assert default.keys() == slowed.keys() and all(slowed[k] > default[k] for k in default if k.startswith("v4"))  # type: ignore[operator]
