@@ -9,7 +9,7 @@ from typing import Callable
 from engine.backends import namespaced_ledger_url, open_ledgers, purge_ledgers
 from engine.ledger import LedgerFactory
 from engine.ports import EngineFactory
-from metadata_v5.registry import namespaced_metadata_url, purge_metadata
+from metadata_v5.store.registry import namespaced_metadata_url, purge_metadata
 from bench.config import RunConfig
 
 

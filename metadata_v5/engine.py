@@ -20,8 +20,8 @@ from engine.ports import (
 from metadata_v5.coordinator import CoordinatorV5
 from metadata_v5.options import V5Options, Variant
 from metadata_v5.variants import parts_of
-from metadata_v5.store import MetadataStore
-from metadata_v5.storerecords import StoreTxnRecords
+from metadata_v5.store.port import MetadataStore
+from metadata_v5.store.records import StoreTxnRecords
 
 _DELETE_STATS = ("op_deletes", "aborted_record_deletes", "aborted_range_deletes")
 RELIST_US = 1_000_000  # degraded stores: range watches become a re-list this often
@@ -159,7 +159,7 @@ class V5Engine(Engine):
 
 def open_store(url: str) -> MetadataStore:
     """The run's metadata store by URL (``memory://``, ``redis://host:port``, degraded forms)."""
-    from metadata_v5.registry import open_metadata
+    from metadata_v5.store.registry import open_metadata
 
     return open_metadata(url)
 

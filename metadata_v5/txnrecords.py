@@ -16,8 +16,8 @@ Records (all of one txn share the partition key ``txnId``):
   entries on a segment, kept until that segment's data is trimmed past them, so a reader of old
   data still skips them after the header is collected.
 
-:class:`TxnRecords` is the port the engine codes against; :mod:`metadata_v5.storerecords` binds
-it to a :class:`~metadata_v5.store.MetadataStore`. Every method is one store operation (one
+:class:`TxnRecords` is the port the engine codes against; :mod:`metadata_v5.store.records` binds
+it to a :class:`~metadata_v5.store.port.MetadataStore`. Every method is one store operation (one
 round trip on a remote store) unless its docstring says otherwise.
 """
 

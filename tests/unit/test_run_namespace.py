@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 from bench.config import RunConfig
 from engine.backends import namespaced_ledger_url
-from metadata_v5.registry import namespaced_metadata_url
+from metadata_v5.store.registry import namespaced_metadata_url
 
 
 def _query(url: str) -> dict[str, list[str]]:

@@ -11,7 +11,7 @@ from engine.ids import Design, TxnID
 from engine.memledger import MemoryLedgerFactory
 from engine.ports import TxnStatus
 from metadata_v5.engine import V5Engine
-from metadata_v5.memory import MemoryMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
 from metadata_v5.options import V5Options
 from tests.harness import Combo, Durable, System
 

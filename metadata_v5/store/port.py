@@ -2,9 +2,9 @@
 
 PIP-473 extends Pulsar's ``MetadataStore`` with three capabilities: *partition-key
 co-location*, *sequential keys*, and *secondary indexes with range queries and range watches*.
-This module is the port; :mod:`metadata_v5.memory` (sortedcontainers), :mod:`metadata_v5.redis`
-(hashes + sorted sets + a stream) and :mod:`metadata_v5.degraded` (client-maintained indexes and
-re-list, as on ZooKeeper) are its adapters, picked by URL in :mod:`metadata_v5.registry`.
+This module is the port; :mod:`metadata_v5.store.memory` (sortedcontainers), :mod:`metadata_v5.store.redis`
+(hashes + sorted sets + a stream) and :mod:`metadata_v5.store.degraded` (client-maintained indexes and
+re-list, as on ZooKeeper) are its adapters, picked by URL in :mod:`metadata_v5.store.registry`.
 
 Data model
 ----------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 from typing import Sequence
 
-from metadata_v5.store import RESERVED_PREFIX, MetadataStore, Record
+from metadata_v5.store.port import RESERVED_PREFIX, MetadataStore, Record
 
 
 class WrappedStore(MetadataStore):

@@ -43,7 +43,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from engine.errors import BackendUnavailable, ConfigError, MetadataError
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     ABSENT, Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
     IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub,
     condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sortedcontainers import SortedDict, SortedList
 
 from engine.errors import ConfigError, MetadataError
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
     MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub, condition_error,
     count_partitions, new_counters, sequential_key, validate_ops,

@@ -1,4 +1,4 @@
-""":class:`TxnRecords` on a :class:`~metadata_v5.store.MetadataStore`: PIP-473's keys, fields
+""":class:`TxnRecords` on a :class:`~metadata_v5.store.port.MetadataStore`: PIP-473's keys, fields
 and the four indexes (plus the events and aborted-range indexes of the variants).
 
 Key layout (``{...}`` is the partition key: a txn's records live together):
@@ -28,7 +28,7 @@ from engine.errors import BadVersion, NoSuchKey
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, PutSequential, Record,
     Watch, WatchEvent, sequential_key,
 )
