@@ -66,7 +66,7 @@ class EmulatedMetadataStore(WrappedStore):
             inner_ops = self._with_counters(ops)
             self._check_before_duplicates(ops, inner_ops)
             try:
-                results = self.inner._raw_batch(inner_ops)  # type: ignore[attr-defined]
+                results = self.inner.raw_batch(inner_ops)
             except BadVersion:
                 if not self._counter_moved(inner_ops[len(ops):]):
                     raise  # the caller's own condition failed

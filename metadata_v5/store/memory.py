@@ -479,8 +479,7 @@ class MemoryMetadataStore(MetadataStore):
         validate_ops(ops)
         return self._live().apply(ops, self._counters)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
-        """:meth:`batch` without the reserved-prefix check (for the degraded wrapper)."""
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         data = self._live()
         validate_ops(ops, user=False)
         return data.apply(ops, self._counters)

@@ -631,6 +631,19 @@ class MetadataStore(ABC):
         stores."""
 
     @abstractmethod
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
+        """:meth:`batch` that also writes keys under :data:`RESERVED_PREFIX`: what a wrapper store
+        (:mod:`.emulated`, :mod:`.degraded`) keeps its own counters and index records with, in the
+        same atomic batch as the caller's records. Never for callers outside the adapters."""
+
+    def attach(self, call_later: Callable[[int, Callable[[], None]], object]) -> None:
+        """Give the handle its caller's timer (``call_later(delay_us, fn)``, the engine's scheduler),
+        so that the store itself keeps its watches fed: a store that learns of changes by reading
+        (Redis) reads its change stream once after each burst of writes; one whose range watches
+        learn only at :meth:`relist` (degraded) re-lists on a period. Callers then never branch on
+        :attr:`capabilities` to drive watches. In-process native stores need nothing: a no-op."""
+
+    @abstractmethod
     def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
         """Hand pending events to ``notifier`` (one zero-arg, one-shot ``deliver`` closure per
         event, in order, exactly once each; already pending events are handed over at once). ``None``

@@ -350,6 +350,8 @@ class RedisMetadataStore(MetadataStore):
         self._snapshot: tuple[str, int, builtins.list[Any]] | None = None
         self._run_id: str | None = None  # the server's, read with the schema: see _rt
         self._reconnecting = False
+        self._call_later: Callable[[int, Callable[[], None]], object] | None = None
+        self._poll_armed = False
         self._load_schema(with_cursor=True)
 
     @classmethod
@@ -504,9 +506,9 @@ class RedisMetadataStore(MetadataStore):
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
-        return self._raw_batch(ops)
+        return self.raw_batch(ops)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops, user=False)
         for attempt in (1, 2):
             payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
@@ -543,6 +545,7 @@ class RedisMetadataStore(MetadataStore):
             self._take([(sid, _fields(flat)) for sid, flat in entries])
             # the reply holds every change up to this write: a poll now has nothing more to ask
             self._fresh = len(entries) < _XREAD_COUNT
+        self._arm_poll()
         return results
 
     # -- indexes --
@@ -640,6 +643,22 @@ class RedisMetadataStore(MetadataStore):
 
     def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
         self._hub.set_notifier(notifier)
+
+    def attach(self, call_later: Callable[[int, Callable[[], None]], object]) -> None:
+        """Every change the model makes is written through a handle of this process, so read the
+        stream once after each burst of writes (one poll per burst, due after what is due now)
+        rather than on a timer."""
+        self._call_later = call_later
+
+    def _arm_poll(self) -> None:
+        if self._call_later is not None and not self._poll_armed and not self._closed:
+            self._poll_armed = True
+            self._call_later(0, self._scheduled_poll)
+
+    def _scheduled_poll(self) -> None:
+        self._poll_armed = False
+        if not self._closed:
+            self.poll_watches(0.0)
 
     def poll_watches(self, timeout_s: float = 0.0) -> int:
         if self._closed:
