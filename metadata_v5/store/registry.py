@@ -97,14 +97,16 @@ def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
 
 def namespaced_metadata_url(url: str, namespace: str) -> str:
     """The metadata URL of a run isolated in ``namespace`` on a shared backend: on ``redis://``
-    every key goes under ``<prefix><namespace>:`` (the URL's prefix, default ``txnbench:``);
+    every key goes under ``<prefix><namespace>:`` (the URL's prefix, default ``txnbench:``), and
+    the handles are ``exclusive`` (only this process writes there: reads may be answered locally);
     ``memory://`` is private to its process already."""
     if not namespace or urlparse(url).scheme != "redis":
         return url
     from metadata_v5.store.redis import DEFAULT_PREFIX
 
     base = parse_qs(urlparse(url).query).get("prefix", [DEFAULT_PREFIX])[0]
-    return with_query(url, "prefix", f"{base}{namespace}:")
+    # the run owns its namespace: every writer is a handle of this process (see the redis module)
+    return with_query(with_query(url, "prefix", f"{base}{namespace}:"), "exclusive", "1")
 
 
 def purge_metadata(url: str) -> int:
