@@ -33,10 +33,10 @@ from typing import Callable, Mapping, Sequence
 from engine.errors import BadVersion, ConfigError, MetadataError, NoSuchKey
 from metadata_v5.store.port import (
     ABSENT, RESERVED_PREFIX, Bounds, Callback, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
-    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchEvent, WatchHub,
-    condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
+    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchEvent, condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
     validate_ops, _Bound,
 )
+from metadata_v5.store.watches import WatchHub
 from metadata_v5.store.wrapped import WrappedStore
 
 IDX = RESERVED_PREFIX + "idx/"

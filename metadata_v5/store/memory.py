@@ -18,11 +18,12 @@ from sortedcontainers import SortedDict, SortedList
 
 from engine.errors import ConfigError, MetadataError
 from metadata_v5.store.port import (
-    Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
-    MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub, condition_error,
+    Bounds, Capabilities, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
+    MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, condition_error,
     count_partitions, new_counters, sequential_key, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX, sequence_of,
 )
+from metadata_v5.store.watches import Change, WatchHub
 
 class DeferredSortedList:
     """A ``SortedList`` of unique items whose adds and removes are applied when it is next read.

@@ -54,11 +54,11 @@ from redis.retry import Retry
 
 from engine.errors import BackendUnavailable, ConfigError, MetadataError
 from metadata_v5.store.port import (
-    ABSENT, Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
-    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub,
-    condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
+    ABSENT, Bounds, Capabilities, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
+    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX,
 )
+from metadata_v5.store.watches import Change, WatchHub
 
 DEFAULT_PREFIX = "txnbench:"
 DEFAULT_STREAM_MAXLEN = 100_000

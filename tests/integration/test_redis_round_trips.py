@@ -36,7 +36,7 @@ def _round_trips(handles: list[MetadataStore]) -> int:
     return sum(h.stats()["round_trips"] for h in handles)
 
 
-def _script(base: MetadataStore, variant: str) -> tuple[dict[str, int], list[tuple[list[int], int]], list[str]]:
+def _script(base: MetadataStore, variant: str) -> tuple[dict[str, int], list[tuple[list[int], int]], list[str | None]]:
     """Three txns of three publishes each, committed one after the other, on one broker: the
     meters, the round trips each publish and each END_TXN made inside the call, the deliveries."""
     handles: list[MetadataStore] = []
