@@ -28,12 +28,12 @@ consecutive, so a reader that fell behind the MAXLEN cap notices the gap and rai
 With ``exclusive=1`` (what a run's own namespace gets: :func:`~metadata_v5.store.registry.namespaced_metadata_url`)
 every writer of the prefix is a handle in this process, so a handle keeps the records it read,
 wrote or saw on the change stream, valid while it knows of every revision this process has seen
-(:data:`_LATEST`): a :meth:`get` of such a record is answered without a round trip. Pulsar's
-store read-through (``MetadataCacheImpl``) does this with its own invalidation; here it removes
-the engine's header reads that precede a write in the same request (the ownership read and the
-buffer's header read before a transactional publish or an END_TXN's CAS), so those cost one round
-trip. The meters (``reads``) still count every read the model issues: what Pulsar's store does;
-only ``round_trips`` shows what went to the server.
+(:data:`_LATEST`): a :meth:`get` (or a point watch) of such a record is answered without a round
+trip. That removes the engine's header reads that precede a write in the same request (the
+ownership read and the buffer's header read before a transactional publish, the two reads before
+END_TXN's CAS), so each costs one round trip. Pulsar's store cannot do this (each of those reads
+goes to the store there), so the meters (``reads``) still count every read the model issues, as
+the embedded store does; only ``round_trips`` shows what went to the server.
 
 Driver exceptions are translated in one place (:meth:`RedisMetadataStore._rt`), which also counts
 round trips. Writes are never retried (a lost reply could mean "applied"); reads are retried once
