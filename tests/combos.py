@@ -34,7 +34,7 @@ def _v5(variant: str, backend: str) -> Combo:
 
     def durable() -> Durable:
         if backend == "redis":
-            url = f"{os.environ['TXNBENCH_REDIS_URL']}?prefix=t{uuid.uuid4().hex[:12]}:"
+            url = f"{os.environ['TXNBENCH_REDIS_URL']}?prefix=t{uuid.uuid4().hex[:12]}:&exclusive=1"
         else:
             url = {"memory-degraded": "memory://?degraded=1", "memory-emulated": "memory://?emulated=1"}.get(
                 backend, "memory://")
