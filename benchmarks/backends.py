@@ -21,7 +21,9 @@ Redis (``metadata_v5.store.redis`` vs redis-py on one connection):
   vs redis-py sending the exact commands that replay sent (captured at the connection, pipelines
   kept at their depth) through its API on one connection in a tight loop; plus the round trips the replay made per event, per
   transactional publish and per end-txn (those issued inside the operation; the ones its
-  scheduled follow-ups issued are counted apart).
+  scheduled follow-ups issued are counted apart) (the run's namespace is ``exclusive=1``: header reads
+  of records the process already knows are answered without a round trip, see
+  ``metadata_v5/store/redis.py``).
 
 Kafka (``engine.kafkaledger`` vs kafka-python 3):
 
