@@ -73,7 +73,7 @@ class Measurement:
 
 
 def measure_redis(url: str, samples: int) -> Measurement:
-    from metadata_v5.redis import RedisMetadataStore
+    from metadata_v5.store.redis import RedisMetadataStore
     from metadata_v5.store import Delete, Put
 
     if not url.startswith("redis://"):

@@ -16,7 +16,7 @@ but not yet in the data), when an entry's txn is unknown to the log and has no m
 open txn holds pending acks on the topic (they live in the v4 pending-ack log, which v5 does not
 read: end or abort that txn first).
 
-What is written, through the record layer (``metadata_v5.storerecords``), so that a v5 reader of
+What is written, through the record layer (``metadata_v5.store.records``), so that a v5 reader of
 the old data skips exactly the aborted entries and waits on exactly the open ones:
 
 * aborted txn: a header finalized ABORTED with ``finalized_us`` = :data:`PINNED_US` (the v5 GC
@@ -58,8 +58,8 @@ from engine.ports import TxnStatus
 from engine.records import MarkerKind, Position
 from legacy_v4.snapshot import SnapshotService
 from metadata_v5.options import GcMode, V5Options
-from metadata_v5.store import ABSENT, MetadataStore
-from metadata_v5.storerecords import StoreTxnRecords
+from metadata_v5.store.port import ABSENT, MetadataStore
+from metadata_v5.store.records import StoreTxnRecords
 from metadata_v5.txnrecords import AbortedRange, Op
 
 LOG_PREFIX = "persistent://pulsar/system/__transaction_log_"

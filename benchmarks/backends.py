@@ -9,7 +9,7 @@ temporary directory and stops it at the end. Not part of the test run. Every pai
 back to back on the same server (this machine is shared: repeat with ``--repeats`` and read the
 median), and the ratio printed is adapter rate / client rate.
 
-Redis (``metadata_v5.redis`` vs redis-py on one connection):
+Redis (``metadata_v5.store.redis`` vs redis-py on one connection):
 
 * ``get``: ``store.get`` (one EVALSHA: the record with the store revision, see
   ``RedisMetadataStore.watch``) vs the same EVALSHA, and vs a plain ``HGETALL``; ``get_many@D``: one pipelined ``get_many`` of D keys vs a
@@ -21,7 +21,9 @@ Redis (``metadata_v5.redis`` vs redis-py on one connection):
   vs redis-py sending the exact commands that replay sent (captured at the connection, pipelines
   kept at their depth) through its API on one connection in a tight loop; plus the round trips the replay made per event, per
   transactional publish and per end-txn (those issued inside the operation; the ones its
-  scheduled follow-ups issued are counted apart).
+  scheduled follow-ups issued are counted apart) (the run's namespace is ``exclusive=1``: header reads
+  of records the process already knows are answered without a round trip, see
+  ``metadata_v5/store/redis.py``).
 
 Kafka (``engine.kafkaledger`` vs kafka-python 3):
 
@@ -167,8 +169,8 @@ def _raw_send(client: Any, groups: list[list[tuple[Any, ...]]]) -> None:
 def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: Table) -> None:
     import redis as redislib
 
-    from metadata_v5.redis import RedisMetadataStore, _ops_json
-    from metadata_v5.store import Put
+    from metadata_v5.store.redis import RedisMetadataStore, _ops_json
+    from metadata_v5.store.port import Put
 
     client = redislib.Redis.from_url(url, decode_responses=True, protocol=2, single_connection_client=True)
     table.note("redis", "hiredis parser", "yes" if redislib.utils.HIREDIS_AVAILABLE else "no")
@@ -267,7 +269,7 @@ def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
         cap.active = False
     finally:
         cap.close()
-    from metadata_v5.redis import _BATCH
+    from metadata_v5.store.redis import _BATCH
 
     groups = _same_work(cap.groups, client.register_script(_BATCH).sha)
     # the same commands again (the run's own cleanup included, so the namespace ends empty)

@@ -11,8 +11,9 @@ from engine.counters import Counters
 from engine.errors import InvalidTxnState, TxnNotFound
 from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
-from metadata_v5.options import GcMode, V5Options, Variant
-from metadata_v5.txnrecords import Header, SweepCursor, TxnRecords
+from metadata_v5.gcmodes import policy_of
+from metadata_v5.options import V5Options, Variant
+from metadata_v5.txnrecords import Header, OpRecord, SweepCursor, TxnRecords
 
 FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
@@ -27,6 +28,7 @@ class CoordinatorV5(TransactionCoordinator):
         self._lat = ctx.latency
         self._records = records
         self._opts = opts
+        self._leftovers = policy_of(opts)
         self._observe = observe_query or (lambda _s: None)
         self.stats = Counters()
         self._timers: dict[str, Timer] = {}
@@ -120,6 +122,11 @@ class CoordinatorV5(TransactionCoordinator):
                     self._write_events(txn, TxnStatus.ABORTED)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
+    def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:
+        """Re-publish ``txn``'s events for its leftover ``ops`` (GcMode.REPAIR); the PIP's
+        participants have no events to re-publish: False."""
+        return False
+
     def _gc_sweep(self) -> None:
         if self._closed:
             return
@@ -127,13 +134,9 @@ class CoordinatorV5(TransactionCoordinator):
         for txn in self._scan(lambda after: self._records.finalized_before(horizon, self._opts.sweep_limit, after)):
             leftovers = self._records.ops_of_txn(txn)
             self.stats["op_lists"] += 1
-            if leftovers:
-                if self._opts.gc is not GcMode.FORCE:
-                    # A participant has not materialised yet (slow, or down): keep its records.
-                    self.stats["gc.waiting_for_participants"] += 1
-                    continue
-                self._records.delete_ops(leftovers)  # the PIP: force-delete leftovers
-                self.stats["gc.forced_op_deletes"] += len(leftovers)
+            # a participant has not materialised yet (slow, or down): the GC mode decides
+            if leftovers and self._leftovers.keep_header(txn, leftovers, self._records, self.stats, self._repair):
+                continue
             self._records.delete_header(txn)
             self.stats["gc.headers_deleted"] += 1
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)

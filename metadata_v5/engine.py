@@ -18,13 +18,12 @@ from engine.ports import (
     CursorPort, Engine, EngineContext, EngineFactory, PendingAckStore, TransactionBuffer, TransactionCoordinator,
 )
 from metadata_v5.coordinator import CoordinatorV5
-from metadata_v5.options import V5Options, Variant
+from metadata_v5.options import V5Options
 from metadata_v5.variants import parts_of
-from metadata_v5.store import MetadataStore
-from metadata_v5.storerecords import StoreTxnRecords
+from metadata_v5.store.port import MetadataStore
+from metadata_v5.store.records import StoreTxnRecords
 
 _DELETE_STATS = ("op_deletes", "aborted_record_deletes", "aborted_range_deletes")
-RELIST_US = 1_000_000  # degraded stores: range watches become a re-list this often
 
 
 class V5Metrics:
@@ -60,30 +59,8 @@ class V5Engine(Engine):
         self._acks: list[Any] = []
         self._retired = Counters()
         self._closed = False
-        self._poll_armed = False
-        if not store.capabilities.in_process:
-            # A remote store's changes arrive on a stream this handle reads; every change of
-            # this model is written through this engine, so read it once after each burst of
-            # writes (coalesced), rather than on a timer.
-            self.records.on_write = self._arm_poll
-        if not store.capabilities.range_watch_events and opts.variant is not Variant.PIP:  # event watches
-            ctx.scheduler.call_later(RELIST_US, self._relist)
+        store.attach(ctx.scheduler.call_later)  # the store feeds its own watches (polls, re-lists)
         self.coordinator()  # runs its sweeps from the start, as a coordinator does with no clients
-
-    def _arm_poll(self) -> None:
-        if not self._poll_armed and not self._closed:
-            self._poll_armed = True
-            self._ctx.scheduler.call_later(0, self._poll)
-
-    def _poll(self) -> None:
-        self._poll_armed = False
-        if not self._closed:
-            self.store.poll_watches(0.0)
-
-    def _relist(self) -> None:
-        if not self._closed:
-            self.store.relist()
-            self._ctx.scheduler.call_later(RELIST_US, self._relist)
 
     def coordinator(self) -> TransactionCoordinator:
         if self._tc is None:
@@ -163,7 +140,7 @@ class V5Engine(Engine):
 
 def open_store(url: str) -> MetadataStore:
     """The run's metadata store by URL (``memory://``, ``redis://host:port``, degraded forms)."""
-    from metadata_v5.registry import open_metadata
+    from metadata_v5.store.registry import open_metadata
 
     return open_metadata(url)
 

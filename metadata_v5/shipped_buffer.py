@@ -37,7 +37,7 @@ from engine.ledger import ManagedLedger
 from engine.ports import EngineContext, MaxReadListener, RecoveryStats, TransactionBuffer, TxnStatus
 from engine.records import EntryData, Position
 from metadata_v5.options import V5Options
-from metadata_v5.store import ABSENT
+from metadata_v5.store.port import ABSENT
 from metadata_v5.txnrecords import AbortedRange, Op, TxnRecords
 
 PLACEHOLDER = Position(0, 0)  # what 5.0.1 writes as a WRITE op record's position (L360)

@@ -24,7 +24,6 @@ from engine.errors import InvalidTxnState, TxnConflict, TxnNotFound
 from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, TxnAction, TxnStatus
 from metadata_v5.coordinator import FINAL, CoordinatorV5
-from metadata_v5.options import GcMode
 from metadata_v5.txnrecords import Header, OpRecord
 
 
@@ -161,6 +160,14 @@ class ShippedCoordinator(CoordinatorV5):
             self._sched.call_later(delay, self._fan_out_and_answer, txn, TxnStatus.ABORTED, None)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
+    def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:
+        header = self._records.get_header(txn)
+        self.stats["header_reads"] += 1
+        if header is not None and header.state is not TxnStatus.OPEN:
+            self._fan_out(txn, header.state, ops)  # gcOneTxn L626-628
+            self.stats["gc.refanouts"] += 1
+        return True
+
     def _gc_sweep(self) -> None:
         if self._closed:
             return
@@ -168,19 +175,8 @@ class ShippedCoordinator(CoordinatorV5):
         for txn in self._scan(lambda after: self._records.finalized_before(horizon, self._opts.sweep_limit, after)):
             ops = self._records.ops_by_txn(txn)
             self.stats["op_lists"] += 1
-            if ops:
-                if self._opts.gc is GcMode.REPAIR:
-                    header = self._records.get_header(txn)
-                    self.stats["header_reads"] += 1
-                    if header is not None and header.state is not TxnStatus.OPEN:
-                        self._fan_out(txn, header.state, ops)  # gcOneTxn L626-628
-                        self.stats["gc.refanouts"] += 1
-                    continue
-                if self._opts.gc is GcMode.WAIT:
-                    self.stats["gc.waiting_for_participants"] += 1
-                    continue
-                self._records.delete_ops(ops)  # FORCE: the PIP's sweep (5.0.1 never does this)
-                self.stats["gc.forced_op_deletes"] += len(ops)
+            if ops and self._leftovers.keep_header(txn, ops, self._records, self.stats, self._repair):
+                continue
             self._records.delete_header(txn)
             self.stats["gc.headers_deleted"] += 1
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from engine.registry import CliFlag, EngineSpec, Opened, ReportRow, RunVariant, TestCombo
 from metadata_v5.engine import open_v5
 from metadata_v5.options import GcMode, V5Options, Variant
-from metadata_v5.registry import namespaced_metadata_url, purge_metadata
+from metadata_v5.store.registry import namespaced_metadata_url, purge_metadata
 
 NAME = "v5"
 
@@ -42,7 +42,7 @@ def _test_combos() -> list[TestCombo]:
     def combo(variant: Variant, backend: str) -> TestCombo:
         def open_(services: Mapping[str, str]) -> Opened:
             if backend == "redis":  # a fresh key prefix per test on the server the test command started
-                url = f"{services['redis']}?prefix=t{uuid.uuid4().hex[:12]}:"
+                url = f"{services['redis']}?prefix=t{uuid.uuid4().hex[:12]}:&exclusive=1"  # as a run's namespace is
             else:
                 url = {"memory-degraded": "memory://?degraded=1",
                        "memory-emulated": "memory://?emulated=1"}.get(backend, "memory://")

@@ -1,6 +1,6 @@
 """The port the v5 engine codes against for its records on a metadata store (PIP-473's records
-and those of the variants); :mod:`metadata_v5.storerecords` binds it to a
-:class:`~metadata_v5.store.MetadataStore` and holds the one key layout (its module docstring).
+and those of the variants); :mod:`metadata_v5.store.records` binds it to a
+:class:`~metadata_v5.store.port.MetadataStore` and holds the one key layout (its module docstring).
 
 The records, by role (a txn's own records share its partition key):
 
@@ -18,8 +18,9 @@ The records, by role (a txn's own records share its partition key):
   positions of an aborted txn's entries on a segment, kept until that segment's data is trimmed
   past them, so a reader of old data still skips them after the header is collected.
 
-Every method is one store operation (one round trip on a remote store) unless its docstring says
-otherwise.
+:class:`TxnRecords` is the port the engine codes against; :mod:`metadata_v5.store.records` binds
+it to a :class:`~metadata_v5.store.port.MetadataStore`. Every method is one store operation (one
+round trip on a remote store) unless its docstring says otherwise.
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from engine.errors import BackendUnavailable, BadVersion, ConfigError, KeyExists, MetadataError, NoSuchKey
-from metadata_v5.degraded import DegradedMetadataStore
-from metadata_v5.emulated import EmulatedMetadataStore
-from metadata_v5.memory import MemoryMetadataStore
-from metadata_v5.registry import open_metadata
-from metadata_v5.store import (
+from metadata_v5.store.degraded import DegradedMetadataStore
+from metadata_v5.store.emulated import EmulatedMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
+from metadata_v5.store.registry import open_metadata
+from metadata_v5.store.port import (
     ABSENT, STAT_KEYS, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec, MetadataStore, OpResult,
     Put, PutSequential, Record, WatchEvent, partition_key, sequential_key,
 )
@@ -44,7 +44,7 @@ class Factory:
         self.degraded = kind.endswith("-degraded")
         self.url = f"{redis_url}/0?prefix=t{uuid.uuid4().hex[:12]}:" if redis_url else "memory://"
         self.backend_url = self.url  # the wrapped backend's own URL (the purger's)
-        if kind.endswith("-emulated"):  # Pulsar's AbstractMetadataStore fallback (metadata_v5.emulated)
+        if kind.endswith("-emulated"):  # Pulsar's AbstractMetadataStore fallback (metadata_v5.store.emulated)
             self.url += "&emulated=1" if "?" in self.url else "?emulated=1"
         self.handles: list[MetadataStore] = []
         self._first: MetadataStore | None = None
@@ -63,7 +63,7 @@ class Factory:
         for h in self.handles:
             h.close()
         if self.url.startswith("redis"):
-            from metadata_v5.redis import RedisMetadataStore
+            from metadata_v5.store.redis import RedisMetadataStore
 
             purger = RedisMetadataStore.from_url(self.backend_url)
             purger.purge()

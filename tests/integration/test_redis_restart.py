@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import BackendUnavailable
-from metadata_v5.redis import RedisMetadataStore
-from metadata_v5.store import ABSENT
+from metadata_v5.store.redis import RedisMetadataStore
+from metadata_v5.store.port import ABSENT
 
 ROOT = Path(__file__).resolve().parents[2]
 

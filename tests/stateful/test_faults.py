@@ -20,7 +20,7 @@ from engine.scripted import CrashAt, Step, play, reader_after_gc, slow_participa
 from legacy_v4 import v4_engine
 from legacy_v4.buffer import ParticipantNotReady
 from metadata_v5.engine import V5Engine
-from metadata_v5.memory import MemoryMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
 from metadata_v5.options import V5Options
 from tests.harness import Combo, Durable, memory_durable
 from tests.stateful.checked import CheckedSystem

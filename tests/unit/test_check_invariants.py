@@ -15,7 +15,7 @@ from engine.ids import TxnID
 from engine.memledger import MemoryLedgerFactory
 from legacy_v4 import v4_engine
 from metadata_v5.engine import V5Engine
-from metadata_v5.memory import MemoryMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
 from metadata_v5.options import V5Options
 from tests.harness import Combo, Durable, System, memory_durable
 

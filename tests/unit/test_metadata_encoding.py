@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     Bounds, IndexEntry, IndexSpec, MAX_SCORE, partition_key, sequence_of, sequential_key,
 )
 

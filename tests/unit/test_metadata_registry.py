@@ -7,11 +7,11 @@ from typing import Callable
 import pytest
 
 from engine.errors import ConfigError
-from metadata_v5.degraded import DegradedMetadataStore
-from metadata_v5.memory import MemoryData, MemoryMetadataStore
-from metadata_v5.redis import RedisMetadataStore
-from metadata_v5.registry import backend_for, is_degraded, open_metadata
-from metadata_v5.store import ChangeKind, WatchEvent
+from metadata_v5.store.degraded import DegradedMetadataStore
+from metadata_v5.store.memory import MemoryData, MemoryMetadataStore
+from metadata_v5.store.redis import RedisMetadataStore
+from metadata_v5.store.registry import backend_for, is_degraded, open_metadata
+from metadata_v5.store.port import ChangeKind, WatchEvent
 
 
 def test_urls() -> None:

@@ -12,7 +12,7 @@ from engine.ids import Design
 from engine.ports import TxnStatus
 from legacy_v4 import v4_engine
 from metadata_v5.engine import V5Engine
-from metadata_v5.memory import MemoryMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
 from metadata_v5.options import GcMode, V5Options
 from tests.harness import Combo, System, memory_durable
 

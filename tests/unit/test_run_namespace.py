@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 from bench.config import RunConfig
 from engine.backends import namespaced_ledger_url
-from metadata_v5.registry import namespaced_metadata_url
+from metadata_v5.store.registry import namespaced_metadata_url
 
 
 def _query(url: str) -> dict[str, list[str]]:
@@ -32,7 +32,7 @@ def test_namespaced_urls() -> None:
     assert namespaced_metadata_url("memory://", "run-1") == "memory://"
     assert _query(namespaced_metadata_url("redis://h:1/0", "run-1"))["prefix"] == ["txnbench:run-1:"]
     url = namespaced_metadata_url("redis://h:1/0?prefix=x:&stream_maxlen=5", "run-1")
-    assert _query(url) == {"prefix": ["x:run-1:"], "stream_maxlen": ["5"]}
+    assert _query(url) == {"prefix": ["x:run-1:"], "stream_maxlen": ["5"], "exclusive": ["1"]}
     assert urlparse(url).path == "/0"
     assert namespaced_ledger_url("memory://?max_entries_per_ledger=3", "run-1") == "memory://?max_entries_per_ledger=3"
     assert _query(namespaced_ledger_url("kafka://h:1", "run-1"))["namespace"] == ["run-1/"]

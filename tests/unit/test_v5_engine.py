@@ -12,7 +12,7 @@ from engine.memledger import MemoryLedgerFactory
 from engine.ports import TxnStatus
 from engine.scripted import reader_after_gc, slow_participant
 from metadata_v5.engine import V5Engine
-from metadata_v5.memory import MemoryMetadataStore
+from metadata_v5.store.memory import MemoryMetadataStore
 from metadata_v5.options import V5Options
 from tests.harness import Combo, Durable, System
 

@@ -17,7 +17,7 @@ from engine.ports import TxnAction, TxnStatus
 from engine.scripted import abort_open, crash_after_commit
 from metadata_v5.engine import V5Engine
 from metadata_v5.options import V5Options
-from metadata_v5.registry import open_metadata
+from metadata_v5.store.registry import open_metadata
 from tests.harness import Combo, Durable, System
 from tests.stateful.checked import CheckedSystem
 

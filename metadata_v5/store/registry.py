@@ -1,13 +1,13 @@
 """Metadata stores by URL: the one place that maps a URL to a :class:`MetadataStore` class.
 
-* ``memory://`` — embedded, on sortedcontainers (:mod:`metadata_v5.memory`); each call opens a
+* ``memory://`` — embedded, on sortedcontainers (:mod:`metadata_v5.store.memory`); each call opens a
   new, empty store (use :meth:`MetadataStore.reopen` for another handle on the same data).
-* ``redis://host:port[/db][?prefix=P&stream_maxlen=N]`` — a real redis-server (:mod:`metadata_v5.redis`).
+* ``redis://host:port[/db][?prefix=P&stream_maxlen=N]`` — a real redis-server (:mod:`metadata_v5.store.redis`).
 * any of them with ``emulated=1`` in the query (``memory://?emulated=1``) — the same data seen
-  through :class:`~metadata_v5.emulated.EmulatedMetadataStore`: Pulsar's ``AbstractMetadataStore``
+  through :class:`~metadata_v5.store.emulated.EmulatedMetadataStore`: Pulsar's ``AbstractMetadataStore``
   fallback, which the standalone (RocksDB) and ZooKeeper run (index scans list the prefix and GET
   every child; sequence keys through a counter record).
-* any of them with ``degraded=1`` — :class:`~metadata_v5.degraded.DegradedMetadataStore`: the
+* any of them with ``degraded=1`` — :class:`~metadata_v5.store.degraded.DegradedMetadataStore`: the
   PIP text's idea of a ZooKeeper backend (client-maintained index records, re-lists instead of
   range watches), which no release ships.
 
@@ -21,13 +21,13 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlparse, urlunparse
 
 from engine.backends import resolve, with_query
 from engine.errors import ConfigError
-from metadata_v5.store import MetadataStore
+from metadata_v5.store.port import MetadataStore
 
 # scheme -> "module:callable(url) -> MetadataStore"; imported lazily so that an embedded run
 # does not import the Redis driver.
 METADATA_BACKENDS: dict[str, str] = {
-    "memory": "metadata_v5.memory:MemoryMetadataStore.from_url",
-    "redis": "metadata_v5.redis:RedisMetadataStore.from_url",
+    "memory": "metadata_v5.store.memory:MemoryMetadataStore.from_url",
+    "redis": "metadata_v5.store.redis:RedisMetadataStore.from_url",
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -85,11 +85,11 @@ def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
     emulate = is_emulated(url)
     store = factory(_without(url, "emulated"))
     if emulate:
-        from metadata_v5.emulated import EmulatedMetadataStore
+        from metadata_v5.store.emulated import EmulatedMetadataStore
 
         return EmulatedMetadataStore(store)
     if wrap:
-        from metadata_v5.degraded import DegradedMetadataStore
+        from metadata_v5.store.degraded import DegradedMetadataStore
 
         return DegradedMetadataStore(store)
     return store
@@ -97,14 +97,16 @@ def open_metadata(url: str, *, degraded: bool | None = None) -> MetadataStore:
 
 def namespaced_metadata_url(url: str, namespace: str) -> str:
     """The metadata URL of a run isolated in ``namespace`` on a shared backend: on ``redis://``
-    every key goes under ``<prefix><namespace>:`` (the URL's prefix, default ``txnbench:``);
+    every key goes under ``<prefix><namespace>:`` (the URL's prefix, default ``txnbench:``), and
+    the handles are ``exclusive`` (only this process writes there: reads may be answered locally);
     ``memory://`` is private to its process already."""
     if not namespace or urlparse(url).scheme != "redis":
         return url
-    from metadata_v5.redis import DEFAULT_PREFIX
+    from metadata_v5.store.redis import DEFAULT_PREFIX
 
     base = parse_qs(urlparse(url).query).get("prefix", [DEFAULT_PREFIX])[0]
-    return with_query(url, "prefix", f"{base}{namespace}:")
+    # the run owns its namespace: every writer is a handle of this process (see the redis module)
+    return with_query(with_query(url, "prefix", f"{base}{namespace}:"), "exclusive", "1")
 
 
 def purge_metadata(url: str) -> int:

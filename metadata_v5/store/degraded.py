@@ -11,7 +11,8 @@ multi-op batches (ZooKeeper ``multi``), prefix listing (``getChildren``) and poi
 * **Queries** list the whole index (``/__txnbench/idx/<index>/``) and filter/sort client-side.
 * **Sequential keys** come from client counter records ``/__txnbench/seq/<prefix>`` read before
   the batch and CAS-incremented in it.
-* **Range watches** are re-lists: :meth:`relist` (the engine calls it on a schedule) lists each
+* **Range watches** are re-lists: :meth:`relist` (every :data:`RELIST_US` once :meth:`attach`\ed to
+  the engine's scheduler; callers may also run it) lists each
   watched index once, diffs it with the last listing and raises the net changes (so
   ``Capabilities.range_watch_events`` is ``False``: nothing arrives between re-lists, intermediate
   states are never seen, a re-put of an unchanged entry raises nothing, deletions carry
@@ -30,19 +31,20 @@ from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from engine.errors import BadVersion, ConfigError, MetadataError, NoSuchKey
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     ABSENT, RESERVED_PREFIX, Bounds, Callback, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
-    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchEvent, WatchHub,
-    condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
+    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchEvent, condition_error, conditions, count_partitions, new_counters, sequence_of, sequential_key, validate_fields,
     validate_ops, _Bound,
 )
-from metadata_v5.wrapped import WrappedStore
+from metadata_v5.store.watches import WatchHub
+from metadata_v5.store.wrapped import WrappedStore
 
 IDX = RESERVED_PREFIX + "idx/"
 SEQ = RESERVED_PREFIX + "seq/"
 SCHEMA = RESERVED_PREFIX + "schema/"
 SCHEMA_VERSION = RESERVED_PREFIX + "schema-version"
 MAX_ATTEMPTS = 16
+RELIST_US = 1_000_000  # range watches re-list this often (virtual time) once attached to a scheduler
 
 _OWN = ("cas_ok", "cas_conflict", "seq_allocs", "multi_partition_batches", "index_queries", "index_writes",
         "index_record_writes", "relists")
@@ -65,6 +67,7 @@ class DegradedMetadataStore(WrappedStore):
         self._seen: dict[int, dict[str, tuple[str, int, int]]] = {}
         self._watches: dict[int, Watch] = {}
         self._specs: dict[str, IndexSpec] = {}
+        self._closed = False
         self._load_schema()
 
     @classmethod
@@ -100,7 +103,7 @@ class DegradedMetadataStore(WrappedStore):
                 continue
             inner_ops, picks, written = plan
             try:
-                results = self.inner._raw_batch(inner_ops)  # type: ignore[attr-defined]
+                results = self.inner.raw_batch(inner_ops)
             except (BadVersion, NoSuchKey):
                 # a concurrent writer (or a new index) moved something between our read and the
                 # batch; the caller's own conditions were checked against the read: retry
@@ -235,7 +238,7 @@ class DegradedMetadataStore(WrappedStore):
                 raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
             version = self.inner.get(SCHEMA_VERSION)
             try:
-                self.inner._raw_batch([  # type: ignore[attr-defined]
+                self.inner.raw_batch([
                     Put(key, {"spec": spec.to_json()}, ABSENT),
                     Put(SCHEMA_VERSION, {"n": "1"}, version.version if version else ABSENT)])
             except BadVersion:
@@ -338,6 +341,16 @@ class DegradedMetadataStore(WrappedStore):
                     raised += 1
         return raised
 
+    def attach(self, call_later: Callable[[int, Callable[[], None]], object]) -> None:
+        super().attach(call_later)
+
+        def tick() -> None:
+            if not self._closed:
+                self.relist()
+                call_later(RELIST_US, tick)
+
+        call_later(RELIST_US, tick)
+
     def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
         self.inner.set_notifier(notifier)
         self._hub.set_notifier(notifier)
@@ -359,6 +372,7 @@ class DegradedMetadataStore(WrappedStore):
         return DegradedMetadataStore(self.inner.reopen())
 
     def close(self) -> None:
+        self._closed = True
         self._hub.close()
         self._watches.clear()
         self._seen.clear()

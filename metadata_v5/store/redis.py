@@ -25,6 +25,16 @@ cursor (its own entry included) in the same reply, and a non-blocking :meth:`pol
 after it delivers that without a round trip of its own; a poll with no write since uses XREAD. Revisions in the stream are
 consecutive, so a reader that fell behind the MAXLEN cap notices the gap and raises.
 
+With ``exclusive=1`` (what a run's own namespace gets: :func:`~metadata_v5.store.registry.namespaced_metadata_url`)
+every writer of the prefix is a handle in this process, so a handle keeps the records it read,
+wrote or saw on the change stream, valid while it knows of every revision this process has seen
+(:data:`_LATEST`): a :meth:`get` (or a point watch) of such a record is answered without a round
+trip. That removes the engine's header reads that precede a write in the same request (the
+ownership read and the buffer's header read before a transactional publish, the two reads before
+END_TXN's CAS), so each costs one round trip. Pulsar's store cannot do this (each of those reads
+goes to the store there), so the meters (``reads``) still count every read the model issues, as
+the embedded store does; only ``round_trips`` shows what went to the server.
+
 Driver exceptions are translated in one place (:meth:`RedisMetadataStore._rt`), which also counts
 round trips. Writes are never retried (a lost reply could mean "applied"); reads are retried once
 on a fresh connection.
@@ -43,19 +53,25 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from engine.errors import BackendUnavailable, ConfigError, MetadataError
-from metadata_v5.store import (
-    ABSENT, Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
-    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub,
-    condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
+from metadata_v5.store.port import (
+    ABSENT, Bounds, Capabilities, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
+    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX,
 )
+from metadata_v5.store.watches import Change, WatchHub
 
 DEFAULT_PREFIX = "txnbench:"
 DEFAULT_STREAM_MAXLEN = 100_000
 _XREAD_COUNT = 1000
+_CACHE_MAX = 100_000  # records an exclusive handle keeps; beyond, it starts again empty
+
+# (url, prefix) -> the highest store revision any handle of this process has seen: an exclusive
+# handle's cache is current only while it has applied every change up to this revision
+_LATEST: dict[tuple[str, str], int] = {}
 
 # ARGV: prefix, schema version, request JSON, stream maxlen, change-stream cursor ('' = none), count
-# -> {'ok', rev, changes, index writes, {stream entries after the cursor}, key, version, ...} or an error tuple
+# -> {'ok', rev, changes, index writes, {stream entries after the cursor}, this batch's stream id ('' if
+# nothing changed), key, version, ...} or an error tuple
 _BATCH = r"""
 local P = ARGV[1]
 if (redis.call('GET', P .. 'schema') or '0') ~= ARGV[2] then return {'schema'} end
@@ -113,7 +129,7 @@ end
 -- 3. writes
 local rev = ''
 if changed then rev = tostring(redis.call('INCR', P .. 'rev')) end
-local out = {'ok', rev, 0, 0, {}}
+local out = {'ok', rev, 0, 0, {}, ''}
 local log = {}
 local nchanges, nindex = 0, 0
 for i, op in ipairs(req.o) do
@@ -167,7 +183,7 @@ for p, _ in pairs(seqtouched) do
   if seqs[p] == false then redis.call('DEL', P .. 's:' .. p) else redis.call('SET', P .. 's:' .. p, seqs[p]) end
 end
 if changed then
-  redis.call('XADD', P .. 'log', 'MAXLEN', '~', ARGV[4], '*', 'r', rev, 'c', cjson.encode(log))
+  out[6] = redis.call('XADD', P .. 'log', 'MAXLEN', '~', ARGV[4], '*', 'r', rev, 'c', cjson.encode(log))
 end
 out[3] = nchanges
 out[4] = nindex
@@ -317,12 +333,18 @@ class RedisMetadataStore(MetadataStore):
                                 in_process=False)
 
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
-                 stream_maxlen: int = DEFAULT_STREAM_MAXLEN) -> None:
+                 stream_maxlen: int = DEFAULT_STREAM_MAXLEN, exclusive: bool = False) -> None:
         if "{" in prefix or "}" in prefix:
             raise ConfigError(f"redis key prefix {prefix!r} must not contain braces (hash tags)")
         self.url = url
         self.prefix = prefix
         self.stream_maxlen = stream_maxlen
+        self.exclusive = exclusive
+        self._ns = (url, prefix)
+        # exclusive handles: records as of revision _known_rev (None: known absent)
+        self._cache: dict[str, Record | None] = {}
+        self._known_rev = 0
+        self._known_id = "0-0"
         self._counters = new_counters()
         self._hub = WatchHub(self._counters)
         self._closed = False
@@ -350,7 +372,10 @@ class RedisMetadataStore(MetadataStore):
         self._snapshot: tuple[str, int, builtins.list[Any]] | None = None
         self._run_id: str | None = None  # the server's, read with the schema: see _rt
         self._reconnecting = False
+        self._call_later: Callable[[int, Callable[[], None]], object] | None = None
+        self._poll_armed = False
         self._load_schema(with_cursor=True)
+        self._seen(self._last_rev, self._cursor)
 
     @classmethod
     def from_url(cls, url: str) -> RedisMetadataStore:
@@ -362,11 +387,14 @@ class RedisMetadataStore(MetadataStore):
             maxlen = int(query.pop("stream_maxlen", [str(DEFAULT_STREAM_MAXLEN)])[0])
         except ValueError:
             raise ConfigError(f"{url}: stream_maxlen must be an integer") from None
+        exclusive = query.pop("exclusive", ["0"])[-1].lower()
+        if exclusive not in ("0", "1", "true", "false", "yes", "no", "on", "off", ""):
+            raise ConfigError(f"{url}: exclusive must be 0 or 1, got {exclusive!r}")
         query.pop("degraded", None)
         clean = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
         if not parsed.hostname:
             raise ConfigError(f"redis URL {url!r} needs a host: redis://host:port[/db]")
-        return cls(clean, prefix=prefix, stream_maxlen=maxlen)
+        return cls(clean, prefix=prefix, stream_maxlen=maxlen, exclusive=exclusive in ("1", "true", "yes", "on"))
 
     # -- the one boundary with the driver --
 
@@ -468,13 +496,39 @@ class RedisMetadataStore(MetadataStore):
 
     # -- records --
 
+    def _seen(self, rev: int, stream_id: str) -> None:
+        """A reply showed the store at revision ``rev`` (its change-stream entry ``stream_id``). A
+        revision this handle has not applied means another writer moved on: what it caches may be
+        stale, drop it."""
+        if rev > self._known_rev:
+            self._cache.clear()
+            self._known_rev, self._known_id = rev, stream_id
+        if _LATEST.get(self._ns, 0) < rev:
+            _LATEST[self._ns] = rev
+
+    def _cached(self, key: str) -> bool:
+        return (self.exclusive and key in self._cache and not self._closed
+                and self._known_rev == _LATEST.get(self._ns, 0))
+
+    def _keep(self, key: str, record: Record | None) -> None:
+        if self.exclusive:
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key] = record
+
     def get(self, key: str) -> Record | None:
+        if self._cached(key):
+            self._counters["reads"] += 1  # the model's read, answered from what this process knows
+            return self._cache[key]
         # read with the store revision and stream position: a watch on the same key registered
         # right after (the buffer's check-then-watch of a txn header) takes this snapshot
         res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
         self._snapshot = (key, self._counters["round_trips"], res)
         self._counters["reads"] += 1
-        return _record(key, res[2])
+        record = _record(key, res[2])
+        self._seen(int(res[0]), res[1])
+        self._keep(key, record)
+        return record
 
     def get_many(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         if not keys:
@@ -504,9 +558,9 @@ class RedisMetadataStore(MetadataStore):
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
-        return self._raw_batch(ops)
+        return self.raw_batch(ops)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops, user=False)
         for attempt in (1, 2):
             payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
@@ -523,11 +577,12 @@ class RedisMetadataStore(MetadataStore):
         if res[0] == "schema":
             raise MetadataError(f"redis at {self.url}: index schema keeps changing under this client")
         if res[0] == "conflict":
+            self._cache.clear()  # a condition failed: what this handle believed is not what is stored
             self._counters["cas_conflict"] += 1
             raise condition_error(res[1], int(res[2]), int(res[3]) if res[3] != "" else None)
         c = self._counters
         nchanges, nindex = int(res[2]), int(res[3])
-        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(5, len(res), 2)]
+        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(6, len(res), 2)]
         c["batches"] += 1
         c["writes"] += nchanges
         c["index_writes"] += nindex
@@ -538,12 +593,31 @@ class RedisMetadataStore(MetadataStore):
                    if not isinstance(op, (Check, DeleteSequence)) and not r.key.startswith(RESERVED_PREFIX)]
         if count_partitions(written) > 1:
             c["multi_partition_batches"] += 1
+        if res[1] != "":
+            self._wrote(ops, results, int(res[1]), res[5])
         if cursor:
             entries = _arr(res[4])
             self._take([(sid, _fields(flat)) for sid, flat in entries])
             # the reply holds every change up to this write: a poll now has nothing more to ask
             self._fresh = len(entries) < _XREAD_COUNT
+        self._arm_poll()
         return results
+
+    def _wrote(self, ops: Sequence[Op], results: builtins.list[OpResult], rev: int, stream_id: str) -> None:
+        """This handle's batch made revision ``rev``: its records are current at ``rev``; the rest of
+        the cache stays current only if no other change came between."""
+        if not self.exclusive:
+            self._seen(rev, stream_id)
+            return
+        if rev != self._known_rev + 1:
+            self._cache.clear()
+        self._known_rev, self._known_id = rev, stream_id
+        self._seen(rev, stream_id)  # (publishes rev to this process's other handles)
+        for op, r in zip(ops, results):
+            if isinstance(op, Put):
+                self._keep(r.key, Record(r.key, dict(op.fields), rev))
+            elif isinstance(op, Delete):
+                self._keep(r.key, None)
 
     # -- indexes --
 
@@ -589,6 +663,7 @@ class RedisMetadataStore(MetadataStore):
                 rec = _record(entry.key, flat)
                 assert rec is not None, entry
                 recs.append(rec)
+        self._seen(int(res[0]), res[1])
         return int(res[0]), res[1], entries, recs
 
     def query(self, index: str, minimum: _Bound = None, maximum: _Bound = None, *,
@@ -620,6 +695,11 @@ class RedisMetadataStore(MetadataStore):
 
     def watch(self, key: str, callback: Callback) -> Watch:
         validate_user_key(key)
+        if self._cached(key):
+            # the record as of the last revision this process has seen, taken now: the stream is
+            # read from that revision's entry on (or from where a live watch has it)
+            self._registering(self._known_id, self._known_rev)
+            return self._hub.add(Watch(callback, self._cache[key], self._known_rev, key=key))
         snap = self._snapshot
         if snap is not None and snap[0] == key and snap[1] == self._counters["round_trips"]:
             res = snap[2]  # this handle's last round trip read the key: a watch from that instant
@@ -641,6 +721,22 @@ class RedisMetadataStore(MetadataStore):
     def set_notifier(self, notifier: Callable[[Callable[[], None]], None] | None) -> None:
         self._hub.set_notifier(notifier)
 
+    def attach(self, call_later: Callable[[int, Callable[[], None]], object]) -> None:
+        """Every change the model makes is written through a handle of this process, so read the
+        stream once after each burst of writes (one poll per burst, due after what is due now)
+        rather than on a timer."""
+        self._call_later = call_later
+
+    def _arm_poll(self) -> None:
+        if self._call_later is not None and not self._poll_armed and not self._closed:
+            self._poll_armed = True
+            self._call_later(0, self._scheduled_poll)
+
+    def _scheduled_poll(self) -> None:
+        self._poll_armed = False
+        if not self._closed:
+            self.poll_watches(0.0)
+
     def poll_watches(self, timeout_s: float = 0.0) -> int:
         if self._closed:
             raise MetadataError("metadata store handle is closed")
@@ -661,6 +757,7 @@ class RedisMetadataStore(MetadataStore):
         changes: builtins.list[Change] = []
         for stream_id, data in entries:
             rev = int(data["r"])
+            first = len(changes)
             if rev > self._last_rev + 1:
                 raise MetadataError(
                     f"redis at {self.url}: change stream lost events (revisions {self._last_rev + 1}..{rev - 1} "
@@ -674,6 +771,13 @@ class RedisMetadataStore(MetadataStore):
                           None if nm is False else (nm, int(float(ns))))
                          for name, om, os, nm, ns in _arr(ixlog)]
                 changes.append(Change(key, ChangeKind.PUT if kind == "p" else ChangeKind.DELETE, rev, fields, index))
+            if self.exclusive and rev > self._known_rev:  # a change this handle has not applied
+                if rev != self._known_rev + 1:
+                    self._cache.clear()
+                self._known_rev, self._known_id = rev, stream_id
+                for change in changes[first:]:
+                    self._keep(change.key, None if change.fields is None else Record(change.key, change.fields, rev))
+            self._seen(rev, stream_id)
             self._cursor = stream_id
             self._last_rev = rev
         if changes:
@@ -685,7 +789,8 @@ class RedisMetadataStore(MetadataStore):
         return dict(self._counters)
 
     def reopen(self) -> RedisMetadataStore:
-        return RedisMetadataStore(self.url, prefix=self.prefix, stream_maxlen=self.stream_maxlen)
+        return RedisMetadataStore(self.url, prefix=self.prefix, stream_maxlen=self.stream_maxlen,
+                                  exclusive=self.exclusive)
 
     def close(self) -> None:
         if self._closed:

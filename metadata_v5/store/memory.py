@@ -17,12 +17,13 @@ from typing import Any, Callable, Mapping, Sequence
 from sortedcontainers import SortedDict, SortedList
 
 from engine.errors import ConfigError, MetadataError
-from metadata_v5.store import (
-    Bounds, Capabilities, Change, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
-    MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, WatchHub, condition_error,
+from metadata_v5.store.port import (
+    Bounds, Capabilities, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec,
+    MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, condition_error,
     count_partitions, new_counters, sequential_key, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX, sequence_of,
 )
+from metadata_v5.store.watches import Change, WatchHub
 
 class DeferredSortedList:
     """A ``SortedList`` of unique items whose adds and removes are applied when it is next read.
@@ -479,8 +480,7 @@ class MemoryMetadataStore(MetadataStore):
         validate_ops(ops)
         return self._live().apply(ops, self._counters)
 
-    def _raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
-        """:meth:`batch` without the reserved-prefix check (for the degraded wrapper)."""
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         data = self._live()
         validate_ops(ops, user=False)
         return data.apply(ops, self._counters)

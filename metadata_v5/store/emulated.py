@@ -13,7 +13,7 @@ Only Oxia implements the v5 store options natively; every other backend falls ba
 
 :class:`EmulatedMetadataStore` wraps a native store and keeps its records, batches and watches;
 the wrapped store still maintains its indexes (only so that its range watches can notify), but
-no query reaches them. This is not :mod:`metadata_v5.degraded`, which models the PIP text's idea
+no query reaches them. This is not :mod:`metadata_v5.store.degraded`, which models the PIP text's idea
 of a ZooKeeper backend (client-maintained index records, re-lists instead of range watches):
 Pulsar ships the scan fallback, not index records.
 
@@ -31,13 +31,13 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from engine.errors import BadVersion
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     ABSENT, RESERVED_PREFIX, Bounds, Callback, DeleteSequence, IndexEntry, IndexSpec, MetadataStore, Op,
     OpResult, Put, PutSequential, Record, Watch, Delete, condition_error, conditions, sequence_of, sequential_key,
     validate_fields, validate_ops,
     _Bound,
 )
-from metadata_v5.wrapped import WrappedStore
+from metadata_v5.store.wrapped import WrappedStore
 
 COUNTER = RESERVED_PREFIX + "seq-counter/"  # Pulsar: "<prefix>__seq_counter__"; kept out of the prefix's listing here
 MAX_ATTEMPTS = 16
@@ -66,7 +66,7 @@ class EmulatedMetadataStore(WrappedStore):
             inner_ops = self._with_counters(ops)
             self._check_before_duplicates(ops, inner_ops)
             try:
-                results = self.inner._raw_batch(inner_ops)  # type: ignore[attr-defined]
+                results = self.inner.raw_batch(inner_ops)
             except BadVersion:
                 if not self._counter_moved(inner_ops[len(ops):]):
                     raise  # the caller's own condition failed

@@ -1,4 +1,4 @@
-""":class:`TxnRecords` on a :class:`~metadata_v5.store.MetadataStore`: PIP-473's keys, fields
+""":class:`TxnRecords` on a :class:`~metadata_v5.store.port.MetadataStore`: PIP-473's keys, fields
 and the four indexes (plus the events and aborted-range indexes of the variants).
 
 Key layout (``{...}`` is the partition key: a txn's records live together):
@@ -28,7 +28,7 @@ from engine.errors import BadVersion, NoSuchKey
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
-from metadata_v5.store import (
+from metadata_v5.store.port import (
     ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, PutSequential, Record,
     Watch, WatchEvent, sequential_key,
 )
@@ -117,7 +117,6 @@ class StoreTxnRecords(TxnRecords):
         for spec in INDEXES:
             store.define_index(spec)
         self._watches: dict[tuple[object, object], Watch] = {}
-        self.on_write: Callable[[], None] = lambda: None  # the engine polls a remote store's stream
         self._ids: dict[int, tuple[int, int]] = {}  # tc -> (next, end of reserved block)
 
     # -- headers ----------------------------------------------------------------------------------
@@ -131,7 +130,6 @@ class StoreTxnRecords(TxnRecords):
                 start = int(rec.fields["next"]) if rec else 0
                 try:
                     self.store.put(key, {"next": str(start + ID_BLOCK)}, rec.version if rec else ABSENT)
-                    self.on_write()
                     break
                 except BadVersion:  # another coordinator instance reserved a block first
                     continue
@@ -142,7 +140,6 @@ class StoreTxnRecords(TxnRecords):
     def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
         fields = {"state": TxnStatus.OPEN.value, "timeout_us": str(timeout_us), "created_us": str(created_us)}
         version = self.store.batch([Put(header_key(txn), fields, ABSENT)])[0].version  # create(), minus its Record copy
-        self.on_write()
         assert version is not None
         return Header(txn, TxnStatus.OPEN, timeout_us, created_us, None, version)
 
@@ -157,13 +154,11 @@ class StoreTxnRecords(TxnRecords):
             version = self.store.batch([Put(header_key(header.txn), fields, header.version)])[0].version
         except (BadVersion, NoSuchKey):
             return None
-        self.on_write()
         assert version is not None
         return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, version)
 
     def delete_header(self, txn: TxnID) -> None:
         self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
-        self.on_write()
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         return self._page("txn-by-deadline", now_us, limit, after)
@@ -202,7 +197,6 @@ class StoreTxnRecords(TxnRecords):
             fields["design"] = txn.design.value
         # the batch, not put_sequential: only the assigned key is needed, not a Record copy
         key = self.store.batch([PutSequential(op_prefix(txn), fields)])[0].key
-        self.on_write()
         return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
@@ -218,7 +212,6 @@ class StoreTxnRecords(TxnRecords):
     def delete_ops(self, records: list[OpRecord]) -> None:
         if records:
             self.store.batch([Delete(r.key or sequential_key(op_prefix(r.txn), r.seq)) for r in records])
-            self.on_write()
 
     def count_ops(self) -> int:
         return len(self.store.list_keys("/txn-op/"))
@@ -259,7 +252,6 @@ class StoreTxnRecords(TxnRecords):
             ops.append(Put(f"/txn-event/{{{_tag(txn)}}}/{i:06d}",
                            {"segment": segment, "subscription": sub or "", "state": state.value, "txn": _tag(txn)}))
         self.store.batch(ops)
-        self.on_write()
 
     def watch_events(self, segment: str, subscription: str | None, owner: object, listener: EventListener) -> None:
         def changed(event: WatchEvent) -> None:
@@ -281,7 +273,6 @@ class StoreTxnRecords(TxnRecords):
                 if _tag_in(e.key) == _tag(txn)]
         if keys:
             self.store.batch([Delete(k) for k in keys])
-            self.on_write()
 
     # -- aborted ranges -----------------------------------------------------------------------------
 
@@ -293,7 +284,6 @@ class StoreTxnRecords(TxnRecords):
                  "first": str(r.first), "last": str(r.last)})
             for r in ranges
         ])
-        self.on_write()
 
     def aborted_on(self, segment: str) -> list[AbortedRange]:
         return [AbortedRange(_txn_of(r.fields["txn"], Design(r.fields.get("design", "v5"))),
@@ -303,7 +293,6 @@ class StoreTxnRecords(TxnRecords):
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
         if txns:
             self.store.batch([Delete(_aborted_key(segment, t)) for t in txns])
-            self.on_write()
 
     # -- the shipped design ---------------------------------------------------------------------------
 
@@ -328,7 +317,6 @@ class StoreTxnRecords(TxnRecords):
             seq = int(rec.fields["next"]) if rec else 0
             try:
                 self.store.put(key, {"next": str(seq + 1)}, rec.version if rec else ABSENT)
-                self.on_write()
                 return seq
             except BadVersion:  # another coordinator took this one: re-read (L569-585)
                 continue
@@ -356,7 +344,6 @@ class StoreTxnRecords(TxnRecords):
         self.store.batch([PutSequential(f"/txn-pevents/{{{segment}|{subscription or ''}}}/",
                                         {"segment": segment, "subscription": subscription or "",
                                          "txn": _tag(txn), "state": state.value})])
-        self.on_write()
 
     def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
                                  listener: Callable[[], None]) -> None:
@@ -380,12 +367,10 @@ class StoreTxnRecords(TxnRecords):
             rec = self.store.put(f"/txn-watermark/{{{segment}}}", {"position": str(position)}, version)
         except (BadVersion, NoSuchKey):
             return None
-        self.on_write()
         return rec.version
 
     def delete_op(self, record: OpRecord) -> None:
         self.store.batch([Delete(record.key or sequential_key(op_prefix(record.txn), record.seq))])
-        self.on_write()
 
     def count_events(self) -> int:
         return len(self.store.list_keys("/txn-pevents/"))

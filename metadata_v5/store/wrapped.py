@@ -4,9 +4,9 @@ wrapped store, with the adapters' own records (under ``RESERVED_PREFIX``) kept o
 from __future__ import annotations
 
 import builtins
-from typing import Sequence
+from typing import Callable, Sequence
 
-from metadata_v5.store import RESERVED_PREFIX, MetadataStore, Record
+from metadata_v5.store.port import RESERVED_PREFIX, MetadataStore, Op, OpResult, Record
 
 
 class WrappedStore(MetadataStore):
@@ -23,3 +23,9 @@ class WrappedStore(MetadataStore):
             out = [r for r in self.inner.list(prefix) if not r.key.startswith(RESERVED_PREFIX)]
             return out if limit is None else out[:limit]
         return self.inner.list(prefix, limit=limit)
+
+    def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
+        return self.inner.raw_batch(ops)
+
+    def attach(self, call_later: Callable[[int, Callable[[], None]], object]) -> None:
+        self.inner.attach(call_later)  # a remote inner store polls its own change stream
