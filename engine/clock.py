@@ -219,20 +219,40 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
 }
 
 
+# The shared resources that queue work beyond their concurrency in virtual time
+# (engine/capacity.py): the v5 metadata store (one per run), each ledger's bookie, each
+# coordinator, each broker's dispatch.
+RESOURCE_NAMES = ("metadata", "bookie", "coordinator", "dispatch")
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One shared resource: busy ``service_us`` per request, serving ``concurrency`` at once."""
+
+    service_us: int
+    concurrency: int
+
+    def __post_init__(self) -> None:
+        if self.service_us < 0 or self.concurrency < 1:
+            raise ConfigError(f"resource spec needs service_us >= 0 and concurrency >= 1, got {self}")
+
+
 @dataclass(frozen=True)
 class LatencyModel:
     latencies_us: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCIES_US))
+    # empty: every resource has infinite capacity (no queueing), the behaviour before capacity
+    resources: Mapping[str, ResourceSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.resources:
+            if name not in RESOURCE_NAMES:
+                raise ConfigError(f"latency model: unknown resource {name!r} (known: {', '.join(RESOURCE_NAMES)})")
 
     def of(self, kind: str) -> int:
         try:
             return self.latencies_us[kind]
         except KeyError:
             raise ConfigError(f"latency model has no operation kind {kind!r}") from None
-
-    def concurrent(self, kind: str, n: int, each_further: str = "meta.pipelined") -> int:
-        """``n`` requests of ``kind`` issued at once: one round trip, plus the service time of
-        each further one (0 for none)."""
-        return self.of(kind) + (n - 1) * self.of(each_further) if n > 0 else 0
 
     def with_overrides(self, **latencies_us: int) -> LatencyModel:
         """Override kinds by keyword; dots become underscores (``ledger_append=1500``)."""
@@ -244,27 +264,10 @@ class LatencyModel:
             merged[kind] = int(value)
         return replace(self, latencies_us=merged)
 
+    def with_resources(self, resources: Mapping[str, ResourceSpec]) -> LatencyModel:
+        return replace(self, resources=dict(resources))
+
     @classmethod
     def zero(cls) -> LatencyModel:
-        """For wall time: real calls already take real time."""
+        """For wall time: real calls already take real time (and the real service queues)."""
         return cls({k: 0 for k in DEFAULT_LATENCIES_US})
-
-
-class RequestCost:
-    """The modelled latency of the client request a broker is serving (a publish), for what the
-    client waits in virtual time: the broker opens it per request with its own part (request and
-    answer hops, the ledger append); engine code that blocks the request adds each modelled
-    operation it does on the way (a coordinator round trip, a header read, an op-record write)."""
-
-    __slots__ = ("us", "_latency")
-
-    def __init__(self, latency: LatencyModel) -> None:
-        self.us = 0
-        self._latency = dict(latency.latencies_us)
-
-    def charge(self, kind: str, times: int = 1) -> None:
-        """Add ``times`` x the latency of operation ``kind`` to the request in progress."""
-        try:
-            self.us += self._latency[kind] * times
-        except KeyError:
-            raise ConfigError(f"latency model has no operation kind {kind!r}") from None
