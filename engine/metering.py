@@ -143,6 +143,20 @@ class Meter:
             took += lat
         return took
 
+    def serve(self, resource: str, key: str = "") -> int:
+        """A request a resource processes itself (no operation kind: the coordinator handling a
+        client request): its wait for a slot plus its service time, added to the open tab; 0
+        when the resource has no capacity set (no time, as before capacity)."""
+        res = self._resource(resource, key) if self._run is not None else None
+        if res is None:
+            return 0
+        tabs = self._tabs
+        tab = tabs[-1] if tabs else None
+        took = res.admit(tab.issue_at() if tab is not None else self._now(), res.spec.service_us)
+        if tab is not None:
+            tab.add(took)
+        return took
+
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill calls a continuation of their own waits for (not whatever tab is open: a
         recovery started on a request's path does not delay the request): their time."""

@@ -200,6 +200,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
         # its log append (billed to the publish's open request).
         bill = self._meter.bill
         bill("rpc")
+        self._meter.serve("coordinator")  # the TC's single thread handles the request
         self._append(meta, "add_partition", partition=ledger)
         bill("rpc")
         meta.partitions.append(ledger)
@@ -227,7 +228,8 @@ class V4TransactionCoordinator(TransactionCoordinator):
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         meta = self._get(txn)
         ending = _ENDING[TxnAction(action)]
-        with self._meter.tab() as took:  # the end step waits for the log update
+        with self._meter.tab() as took:  # the end step waits for the TC and its log update
+            self._meter.serve("coordinator")
             if meta.status is TxnStatus.OPEN:
                 self._append(meta, "update", expected=TxnStatus.OPEN.value, new=ending.value)
                 meta.status = ending

@@ -64,6 +64,7 @@ class CoordinatorV5(TransactionCoordinator):
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         self._live()
         with self._meter.tab() as took:  # the header read, the CAS (a conflict re-reads, re-CASes)
+            self._meter.serve("coordinator")
             header = self._open_header(txn)
             final = self._finalize(header, FINAL[action])
             if final is None:

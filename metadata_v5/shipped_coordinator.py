@@ -66,6 +66,7 @@ class ShippedCoordinator(CoordinatorV5):
         # client -> broker -> client around the ownership read, waited for before the send or
         # ack (billed to the request in progress by the meter)
         self._meter.bill("rpc")
+        self._meter.serve("coordinator")
         header = self._verify_ownership(txn)
         self._meter.bill("rpc")
         if header.state is not TxnStatus.OPEN:  # the client's own state check refuses it too
@@ -84,6 +85,7 @@ class ShippedCoordinator(CoordinatorV5):
         if txn in self._answered:
             raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
         with self._meter.tab() as took:  # the ownership read, the header read, the CAS
+            self._meter.serve("coordinator")
             self._verify_ownership(txn)
             header = self._open_header(txn)
             state = FINAL[action]
