@@ -50,8 +50,8 @@ class MeteredTxnRecords(TxnRecords):
             self._bill("meta.list", _M)
             self._bill("meta.read", _M, times=gets)
 
-    @property  # type: ignore[override]
-    def last_scan_gets(self) -> int:
+    @property
+    def last_scan_gets(self) -> int:  # type: ignore[override]  # the inner store's, read-only
         return self.inner.last_scan_gets
 
     # -- headers ----------------------------------------------------------------------------------
