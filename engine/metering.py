@@ -61,18 +61,16 @@ class Tab:
         return self.start_us + self.us if self._further_us == -1 else self.start_us
 
     def __enter__(self) -> Tab:
-        meter = self._meter
-        assert meter is not None
+        meter: Meter = self._meter  # type: ignore[assignment]  # a tab is entered through its meter
         tabs = meter._tabs
-        self.start_us = tabs[-1].issue_at() if self._join and tabs else meter._now()
+        if meter._run is not None:  # only the resources' queues need to know when
+            self.start_us = tabs[-1].issue_at() if self._join and tabs else meter._now()
         tabs.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._meter is not None
-        tabs = self._meter._tabs
-        popped = tabs.pop()
-        assert popped is self
+        tabs = self._meter._tabs  # type: ignore[union-attr]
+        tabs.pop()
         if self._join and tabs:
             tabs[-1].add(self.us)
 
@@ -131,11 +129,24 @@ class Meter:
         of = self._of
         self.billed[kind] += times
         tabs = self._tabs
+        if self._run is None or resource is None:  # no queueing: the hot path
+            if times == 1:
+                lat = of(kind)
+                if tabs:
+                    tabs[-1].add(lat)
+                return lat
+            took = 0
+            for _ in range(times):
+                lat = of(kind)  # one draw per call
+                if tabs:
+                    tabs[-1].add(lat)
+                took += lat
+            return took
         tab = tabs[-1] if tabs else None
-        res = self._resource(resource, key) if resource is not None and self._run is not None else None
+        res = self._resource(resource, key)
         took = 0
         for _ in range(times):
-            lat = of(kind)  # one draw per call
+            lat = of(kind)
             if res is not None:
                 lat = res.admit(tab.issue_at() if tab is not None else self._now() + took, lat)
             if tab is not None:
@@ -158,11 +169,19 @@ class Meter:
         return took
 
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
-        """Bill calls a continuation of their own waits for (not whatever tab is open: a
-        recovery started on a request's path does not delay the request): their time."""
-        with Tab(self) as tab:
-            self.bill(kind, resource, key, times)
-        return tab.us
+        """Bill calls a continuation of their own waits for, one after another (not added to
+        whatever tab is open: a recovery started on a request's path does not delay the
+        request): their time."""
+        of = self._of
+        self.billed[kind] += times
+        if times == 1 and (self._run is None or resource is None):
+            return of(kind)
+        res = self._resource(resource, key) if resource is not None and self._run is not None else None
+        took = 0
+        for _ in range(times):
+            lat = of(kind)
+            took += res.admit(self._now() + took, lat) if res is not None else lat
+        return took
 
     def tab(self) -> Tab:
         """A serial tab of its own: ``with meter.tab() as t: ...`` then wait ``t.us`` (not
