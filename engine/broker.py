@@ -94,9 +94,7 @@ class Broker:
         self._now_us = self._scope.parent.now_us
         self._ledgers = ledgers
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
-        lat = self.config.latency
-        # What every publish waits for: the request hop, the ledger append, the answer hop.
-        self._publish_us = 2 * lat.of("rpc") + lat.of("ledger.append")
+        self._meter = self._ctx.meter
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
         self._transactional = transactional or (lambda _topic: True)
@@ -192,24 +190,29 @@ class Broker:
             self._live()
         ledger_name = self._plain_topics.get(topic) or self._ledger_for_publish(topic, key, msg)
         part = self._partitions.get(ledger_name) or self._partition(ledger_name)
-        request = self._ctx.request
-        request.us = self._publish_us
-        data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
-        if txn is None:
-            if size > self.config.max_message_size:
-                raise self._too_big(topic, msg, size)
-            pos = part.ledger.append(data)
-            part.tb.sync_max_read_position_for_normal_publish(pos)
-        else:
-            if not part.transactional:
-                raise UnsupportedOperation(f"transactions are disabled on {topic}; txn {txn} cannot publish")
-            assert self._engine is not None  # part.transactional implies an engine
-            # ProducerImpl.internalSendWithTxnAsync registers the partition with the txn first,
-            # then sends: an oversized message has cost the registration when it fails.
-            self._engine.coordinator().add_produced_partition(txn, ledger_name)
-            if size > self.config.max_message_size:
-                raise self._too_big(topic, msg, size)
-            pos = part.tb.append_buffer_to_txn(txn, data)
+        # What every publish waits for: the request hop, what the engine does on its path
+        # (billed to the open request by the meter), the ledger append, the answer hop.
+        bill = self._meter.bill
+        with self._ctx.request.opened() as request:  # engine calls on the way are billed to it
+            bill("rpc")
+            data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
+            if txn is None:
+                if size > self.config.max_message_size:
+                    raise self._too_big(topic, msg, size)
+                pos = part.ledger.append(data)
+                part.tb.sync_max_read_position_for_normal_publish(pos)
+            else:
+                if not part.transactional:
+                    raise UnsupportedOperation(f"transactions are disabled on {topic}; txn {txn} cannot publish")
+                assert self._engine is not None  # part.transactional implies an engine
+                # ProducerImpl.internalSendWithTxnAsync registers the partition with the txn first,
+                # then sends: an oversized message has cost the registration when it fails.
+                self._engine.coordinator().add_produced_partition(txn, ledger_name)
+                if size > self.config.max_message_size:
+                    raise self._too_big(topic, msg, size)
+                pos = part.tb.append_buffer_to_txn(txn, data)
+            bill("ledger.append", "bookie", ledger_name)
+            bill("rpc")
         self.last_publish_us = request.us
         return _message_id((ledger_name, pos))
 
@@ -267,6 +270,7 @@ class Broker:
             read_batch=cfg.read_batch,
             gate=gate,
             sub_type=self._sub_types.get((topic, subscription), DEFAULT_SUB_TYPE),
+            meter=self._meter,
         )
         if TopicName.parse(topic).scalable:
             layout = self._layout(TopicName.parse(topic))
@@ -475,6 +479,7 @@ class Broker:
             total.update(ledger.stats.prefixed("ledger."))
         if self._engine is not None:
             total.update(self._engine.stats())
+        total.update(self._meter.billed.prefixed("billed."))  # what the meter billed, per kind
         return total
 
     def backlog(self) -> dict[str, int]:

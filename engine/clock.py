@@ -277,13 +277,22 @@ class Distribution:
         return pts[-1][1]
 
 
+# The shared resources that queue work beyond their concurrency in virtual time
+# (engine/capacity.py): the v5 metadata store (one per run), each ledger's bookie, each
+# coordinator, each broker's dispatch.
+RESOURCE_NAMES = ("metadata", "bookie", "coordinator", "dispatch")
+
+
 @dataclass(frozen=True)
 class ResourceSpec:
-    """A shared resource's capacity (the latency-profile contract; "bill" queues work on it):
-    how long it is busy per request, and how many requests it serves at once."""
+    """One shared resource: busy ``service_us`` per request, serving ``concurrency`` at once."""
 
     service_us: int
     concurrency: int
+
+    def __post_init__(self) -> None:
+        if self.service_us < 0 or self.concurrency < 1:
+            raise ConfigError(f"resource spec needs service_us >= 0 and concurrency >= 1, got {self}")
 
 
 @dataclass(frozen=True)
@@ -298,9 +307,13 @@ class LatencyModel:
     latencies_us: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCIES_US))
     distributions: Mapping[str, Distribution] = field(default_factory=dict)
     seed: int = 1
+    # empty: every resource has infinite capacity (no queueing), the behaviour before capacity
     resources: Mapping[str, ResourceSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in self.resources:
+            if name not in RESOURCE_NAMES:
+                raise ConfigError(f"latency model: unknown resource {name!r} (known: {', '.join(RESOURCE_NAMES)})")
         object.__setattr__(self, "_streams", {})  # not a field: replace() and fresh() start anew
 
     def of(self, kind: str) -> int:
@@ -321,11 +334,6 @@ class LatencyModel:
         """The same model with its streams restarted: what each run starts from."""
         return replace(self)
 
-    def concurrent(self, kind: str, n: int, each_further: str = "meta.pipelined") -> int:
-        """``n`` requests of ``kind`` issued at once: one round trip, plus the service time of
-        each further one (0 for none)."""
-        return self.of(kind) + (n - 1) * self.of(each_further) if n > 0 else 0
-
     def with_overrides(self, **latencies_us: int) -> LatencyModel:
         """Override kinds by keyword with constants; dots become underscores (``ledger_append=1500``)."""
         merged = dict(self.latencies_us)
@@ -338,26 +346,10 @@ class LatencyModel:
             dists.pop(kind, None)
         return replace(self, latencies_us=merged, distributions=dists)
 
+    def with_resources(self, resources: Mapping[str, ResourceSpec]) -> LatencyModel:
+        return replace(self, resources=dict(resources))
+
     @classmethod
     def zero(cls) -> LatencyModel:
-        """For wall time: real calls already take real time."""
+        """For wall time: real calls already take real time (and the real service queues)."""
         return cls({k: 0 for k in DEFAULT_LATENCIES_US})
-
-
-class RequestCost:
-    """The modelled latency of the client request a broker is serving (a publish), for what the
-    client waits in virtual time: the broker opens it per request with its own part (request and
-    answer hops, the ledger append); engine code that blocks the request adds each modelled
-    operation it does on the way (a coordinator round trip, a header read, an op-record write)."""
-
-    __slots__ = ("us", "_latency")
-
-    def __init__(self, latency: LatencyModel) -> None:
-        self.us = 0
-        self._latency = latency
-
-    def charge(self, kind: str, times: int = 1) -> None:
-        """Add ``times`` operations of ``kind`` (one draw each) to the request in progress."""
-        of = self._latency.of
-        for _ in range(times):
-            self.us += of(kind)

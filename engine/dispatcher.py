@@ -41,6 +41,7 @@ from engine.clock import LatencyModel, Scheduler
 from engine.counters import Counters
 from engine.cursor import Cursor
 from engine.ledger import ManagedLedger
+from engine.metering import Meter
 from engine.ports import PendingAckStore, TransactionBuffer
 from engine.records import Entry, MessageId, Position
 
@@ -154,18 +155,19 @@ class Dispatcher:
         read_batch: int = 100,
         gate: Callable[[], bool] | None = None,
         sub_type: SubscriptionType = DEFAULT_SUB_TYPE,
+        meter: Meter | None = None,
     ) -> None:
         self._sched = scheduler
-        self._read_us = latency.of("ledger.read")
-        self._empty_read_us = latency.of("cursor.empty_read")
-        self._deliver_us = latency.of("consumer.deliver")
+        # every read, empty read and delivery is billed (and counted) by the broker's meter; the
+        # reads go through the ledger's bookie, the empty reads and deliveries through dispatch
+        self._bill = (meter or Meter(latency, scheduler)).took
         self._mode = mode
         self.sub_type = sub_type
         self._polling = polling.for_sub_type(sub_type)
         # D20: a wake-up of a caught-up cursor first reads up to a stale bound (polling mode,
         # enabled buffer); the retry goes at once (single active) or after 1 ms (Shared).
         self._stale_reads = mode is DispatchMode.POLLING and tb.bounds_waiting_reads
-        self._stale_retry_us = max(0 if sub_type.single_active else 1_000, self._empty_read_us)
+        self._stale_retry_us = 0 if sub_type.single_active else 1_000
         self._waiting = False  # a caught-up read is waiting with a (now stale) bound
         self._ledger = ledger
         self._cursor = cursor
@@ -237,7 +239,7 @@ class Dispatcher:
             batch = list(self._replay.islice(0, self._batch))
             del self._replay[: len(batch)]
             self.stats["reads"] += 1
-            self._sched.call_later(self._read_us, self._complete_replay, batch)
+            self._sched.call_later(self._bill("ledger.read", "bookie", self._ledger.name), self._complete_replay, batch)
             return
         start = self._cursor.read_position
         lac = self._ledger.last_confirmed()
@@ -252,7 +254,8 @@ class Dispatcher:
             self.stats["reads"] += 1
             self.stats["empty_reads"] += 1
             self.stats["stale_wakeups"] += 1
-            self._sched.call_later(self._stale_retry_us, self._try_read)
+            empty_us = self._bill("cursor.empty_read", "dispatch")
+            self._sched.call_later(max(self._stale_retry_us, empty_us), self._try_read)
             return
         max_read = self._tb.max_read_position()
         if start > max_read:  # blocked at maxReadPosition
@@ -264,13 +267,14 @@ class Dispatcher:
                 return
             self.stats["reads"] += 1
             self.stats["empty_reads"] += 1
-            delay = max(self._polling.delay_us(self._consecutive_empty), self._empty_read_us)
+            delay = max(self._polling.delay_us(self._consecutive_empty), self._bill("cursor.empty_read", "dispatch"))
             self._consecutive_empty += 1
             self._sched.call_later(delay, self._try_read)
             return
         self._unblocked()
         self.stats["reads"] += 1
-        self._sched.call_later(self._read_us, self._complete_read, start, min(lac, max_read))
+        self._sched.call_later(self._bill("ledger.read", "bookie", self._ledger.name),
+                               self._complete_read, start, min(lac, max_read))
 
     def _complete_read(self, start: Position, upto: Position) -> None:
         if self._closed:
@@ -304,7 +308,7 @@ class Dispatcher:
         out: list[Delivery] = []
         auto_ack: list[Position] = []
         cursor = self._cursor
-        deliver_ts = self._sched.now_us() + self._deliver_us
+        deliver_ts = self._sched.now_us() + self._bill("consumer.deliver", "dispatch")
         is_aborted = self._tb.is_txn_aborted
         is_pending = self._pending.is_pending
         is_acked = cursor.is_acked

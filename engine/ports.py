@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Protocol
 
-from engine.clock import LatencyModel, RequestCost, Scheduler
+from engine.clock import LatencyModel, Scheduler
 from engine.counters import Counters
 from engine.ids import Design, TxnID
 from engine.ledger import LedgerFactory, ManagedLedger
+from engine.metering import Meter, RequestCost
 from engine.records import EntryData, Position
 
 
@@ -233,18 +234,21 @@ class Participants(Protocol):
 
 @dataclass
 class EngineContext:
-    """What a broker hands an engine: time, the durable ledger store, the participants, and the
-    cost meter of the client request in progress (engine code charges what it blocks on)."""
+    """What a broker hands an engine: time, the durable ledger store, the participants, the
+    meter that bills port calls in virtual time (:mod:`engine.metering`) and the client
+    request in progress (its tab: what engine code bills while it is open, the client waits)."""
 
     scheduler: Scheduler
     latency: LatencyModel
     ledgers: LedgerFactory
     participants: Participants
     stats: Counters = field(default_factory=Counters)
+    meter: Meter = field(init=False)
     request: RequestCost = field(init=False)
 
     def __post_init__(self) -> None:
-        self.request = RequestCost(self.latency)
+        self.meter = Meter(self.latency, self.scheduler)
+        self.request = self.meter.request
 
 
 class Engine(ABC):

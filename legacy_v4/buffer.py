@@ -41,7 +41,6 @@ Modelling choices (ports are synchronous):
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from typing import Callable
 
@@ -54,7 +53,7 @@ from engine.ports import EngineContext, MaxReadListener, RecoveryStats, Transact
 from engine.records import EARLIEST, EntryData, MarkerKind, Position
 from legacy_v4.codec import previous
 from legacy_v4.options import V4Options
-from legacy_v4.snapshot import SnapshotService, TBSnapshot
+from legacy_v4.snapshot import SnapshotService, TBSnapshot, snapshot_ledger_name
 
 
 class TBState(str, Enum):
@@ -100,9 +99,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ledger = ledger
         self._scope = Scope(ctx.scheduler)
         self._request = ctx.request
-        self._read_us = ctx.latency.of("ledger.read")
-        self._rpc_us = ctx.latency.of("rpc")
-        self._append_us = ctx.latency.of("ledger.append")
+        self._meter = ctx.meter  # bills the snapshot sends, lookups and recovery reads
         self._snapshots = snapshots
         self._opts = options
         self._is_live = is_live
@@ -163,7 +160,8 @@ class TopicTransactionBuffer(TransactionBuffer):
             # found no snapshot, until the first snapshot is written too)
             wait = self._ready_at_us - self._scope.now_us()
             if self.state is TBState.INITIALIZING and self._found_no_snapshot:
-                wait += self._rpc_us + self._append_us
+                # then the first snapshot's send, billed when it is taken (_take_first_snapshot)
+                wait += self._meter.of("rpc") + self._meter.of("ledger.append")
             self._request.us += max(0, wait)
         lwm = self._lwm.get(txn.most_bits)
         if lwm is not None and lwm >= txn.least_bits:  # internalAppendBufferToTxn
@@ -289,15 +287,20 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     # -- snapshots -----------------------------------------------------------------------------
 
-    def _take_snapshot(self, why: str) -> None:
+    def _take_snapshot(self, why: str) -> int:
+        """Write a snapshot: a send to __transaction_buffer_snapshot (an RPC and that topic's
+        append, D18); returns its time."""
         self._snapshots.write(TBSnapshot(self._ledger.name, self._max_read, tuple(self._aborts.items())))
         self.stats["snapshot_writes"] += 1
         self.stats[f"snapshot_writes.{why}"] += 1
+        with self._meter.tab() as took:
+            self._meter.bill("rpc")
+            self._meter.bill("ledger.append", "bookie", snapshot_ledger_name(self._ledger.name))
+        return took.us
 
     def _take_first_snapshot(self) -> None:
         self.state = TBState.FIRST_SNAPSHOTTING
-        self._take_snapshot("first")
-        wait = self._rpc_us + self._append_us  # the send to __transaction_buffer_snapshot (D18)
+        wait = self._take_snapshot("first")  # appends wait for it
         self._ready_at_us = self._scope.now_us() + wait
         self.stats["first_snapshot_blocked_us"] += wait
         self._scope.call_later(wait, self._first_snapshot_written)
@@ -340,7 +343,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self.state = TBState.INITIALIZING
         snap = self._snapshots.latest(self._ledger.name)
         # TableView.readLatest: at least one hasMoreEventsAsync round trip before the answer (D17)
-        lookup = self._rpc_us
+        lookup = self._meter.took("rpc")
         self.stats["snapshot_lookups"] += 1
         if snap is None:  # noNeedToRecover, once the lookup has answered
             self._found_no_snapshot = True
@@ -370,7 +373,7 @@ class TopicTransactionBuffer(TransactionBuffer):
                     self._handle_transaction_message(data.txn, entry.position)
             replayed += len(entries)
             start = self._ledger.next_position(entries[-1].position)
-        modelled = lookup + (math.ceil(replayed / batch) * self._read_us if replayed else 0)
+        modelled = lookup + (self._meter.took("ledger.read", "bookie", self._ledger.name, times=reads) if reads else 0)
         self.stats["recovery_entries_replayed"] += replayed
         self.stats["recovery_reads"] += reads
         self._recovery = RecoveryStats("tb", entries_replayed=replayed + 1, modelled_us=modelled)

@@ -100,9 +100,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
         self._ctx = ctx
         self._scope = Scope(ctx.scheduler)
         self._opts = options
-        self._append_us = ctx.latency.of("ledger.append")
-        self._read_us = ctx.latency.of("ledger.read")
-        self._rpc_us = ctx.latency.of("rpc")
+        self._meter = ctx.meter  # bills every log append/read and RPC hop (engine/metering.py)
         self.stats = Counters()
         self._log: ManagedLedger | None = None
         self._log_cursor: Cursor | None = None
@@ -134,6 +132,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
         log_stats = self._log.stats
         trimmed = log_stats["trimmed_entries"]
         pos = self._log.append(EntryData(size=48, publish_ts_us=now, payload=record))
+        self._meter.bill("ledger.append", "bookie", self._log.name)
         if log_stats["trimmed_entries"] != trimmed:  # a rollover trimmed consumed ledgers (trims_consumed)
             self.stats["log_trimmed_entries"] += log_stats["trimmed_entries"] - trimmed
         meta.log_positions.append(pos)
@@ -197,12 +196,14 @@ class V4TransactionCoordinator(TransactionCoordinator):
             raise self._not_open(meta, f"publish to {ledger}")
         if ledger in meta.partitions:  # the client registers each partition once per txn
             return
-        self._append(meta, "add_partition", partition=ledger)
-        meta.partitions.append(ledger)
         # The producer's send waits for addPublishPartitionToTxn: a round trip to the TC and
-        # its log append.
-        self._ctx.request.charge("rpc", 2)
-        self._ctx.request.charge("ledger.append")
+        # its log append (billed to the publish's open request).
+        bill = self._meter.bill
+        bill("rpc")
+        self._meter.serve("coordinator")  # the TC's single thread handles the request
+        self._append(meta, "add_partition", partition=ledger)
+        bill("rpc")
+        meta.partitions.append(ledger)
 
     def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
         meta = self._get(txn)
@@ -227,16 +228,18 @@ class V4TransactionCoordinator(TransactionCoordinator):
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         meta = self._get(txn)
         ending = _ENDING[TxnAction(action)]
-        if meta.status is TxnStatus.OPEN:
-            self._append(meta, "update", expected=TxnStatus.OPEN.value, new=ending.value)
-            meta.status = ending
-        elif meta.status is not ending:  # fakeAsyncCheckTxnStatus
-            raise self._not_open(meta, action.value)
+        with self._meter.tab() as took:  # the end step waits for the TC and its log update
+            self._meter.serve("coordinator")
+            if meta.status is TxnStatus.OPEN:
+                self._append(meta, "update", expected=TxnStatus.OPEN.value, new=ending.value)
+                meta.status = ending
+            elif meta.status is not ending:  # fakeAsyncCheckTxnStatus
+                raise self._not_open(meta, action.value)
         if on_done is not None:
             meta.waiters.append(on_done)
         if not meta.ending:  # a repeated request joins the end step in flight
             meta.ending = True
-            self._scope.call_later(self._append_us, self._end_step, meta)
+            self._scope.call_later(took.us, self._end_step, meta)
 
     # -- the end step ---------------------------------------------------------------------------
 
@@ -255,9 +258,11 @@ class V4TransactionCoordinator(TransactionCoordinator):
         for ledger, sub in targets:
             self.stats["end_txn.rpcs_sent"] += 1
             self.stats["end_txn.rpcs_sent." + ("partition" if sub is None else "subscription")] += 1
-            self._scope.call_later(
-                self._rpc_us + self._append_us, self._rpc, meta, rnd, ledger, sub, action, lwm, deadline
-            )
+            # the END_TXN RPC and the participant's marker (or pending-ack log) append
+            with self._meter.tab() as took:
+                self._meter.bill("rpc")
+                self._meter.bill("ledger.append", "bookie", ledger)
+            self._scope.call_later(took.us, self._rpc, meta, rnd, ledger, sub, action, lwm, deadline)
 
     def _rpc(
         self, meta: TxnMeta, rnd: _Round, ledger: str, sub: str | None, action: TxnAction, lwm: int, deadline: int
@@ -277,9 +282,9 @@ class V4TransactionCoordinator(TransactionCoordinator):
                 self._scope.call_at(deadline, self._answer, meta, rnd, False)
             return
         except TxnbenchError:
-            self._scope.call_later(self._rpc_us, self._answer, meta, rnd, False)
+            self._scope.call_later(self._meter.took("rpc"), self._answer, meta, rnd, False)
             return
-        self._scope.call_later(self._rpc_us, self._answer, meta, rnd, True)
+        self._scope.call_later(self._meter.took("rpc"), self._answer, meta, rnd, True)
 
     def _answer(self, meta: TxnMeta, rnd: _Round, ok: bool) -> None:
         rnd.pending -= 1
@@ -303,17 +308,20 @@ class V4TransactionCoordinator(TransactionCoordinator):
 
     def _finish(self, meta: TxnMeta) -> None:
         final = _FINAL[meta.status]
-        self._append(meta, "update", expected=meta.status.value, new=final.value)
+        with self._meter.tab() as took:
+            self._append(meta, "update", expected=meta.status.value, new=final.value)
         meta.status = final
         del self._txns[meta.id.least_bits]
         self._delete_positions(meta.log_positions)
         self.stats["txns.committed" if final is TxnStatus.COMMITTED else "txns.aborted"] += 1
-        self._answer_client(meta, final)
+        self._answer_client(meta, final, took.us)
 
-    def _answer_client(self, meta: TxnMeta, status: TxnStatus) -> None:
+    def _answer_client(self, meta: TxnMeta, status: TxnStatus, logged_us: int = 0) -> None:
+        """Answer every waiter once the final log update (``logged_us``, none when giving up)
+        is written: one answer hop each."""
         waiters, meta.waiters = meta.waiters, []
         for cb in waiters:
-            self._scope.call_later(self._append_us + self._rpc_us, cb, meta.id, status)
+            self._scope.call_later(logged_us + self._meter.took("rpc"), cb, meta.id, status)
 
     # -- timeouts -------------------------------------------------------------------------------
 
@@ -373,7 +381,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
                 assert entry.data.payload is not None
                 self._replay(entry.position, dict(entry.data.payload))
             start = log.next_position(entries[-1].position)
-        modelled = reads * self._read_us
+        modelled = self._meter.took("ledger.read", "bookie", log.name, times=reads) if reads else 0
         self.stats["recovery_entries_replayed"] += replayed
         self._recovery = RecoveryStats("tc", entries_replayed=replayed, modelled_us=modelled)
         for meta in list(self._txns.values()):  # TransactionRecoverTracker

@@ -13,7 +13,6 @@ The conflict rules and the in-memory state are :class:`engine.pending_acks.Pendi
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 from engine.counters import Counters
@@ -54,7 +53,7 @@ class MLPendingAckStore(PendingAckStore):
         self._where = f"{ledger.name} [{subscription}]"
         self._ledgers: LedgerFactory = ctx.ledgers
         self._sched = ctx.scheduler
-        self._read_us = ctx.latency.of("ledger.read")
+        self._meter = ctx.meter  # bills the recovery reads
         self._log_name = pending_ack_ledger_name(ledger.name, subscription)
         self._cursor = cursor
         self._opts = options
@@ -199,9 +198,10 @@ class MLPendingAckStore(PendingAckStore):
         lac = log.last_confirmed()
         start = log.next_position(log_cursor.mark_delete)
         batch = self._opts.recovery_read_batch
-        replayed = 0
+        replayed = reads = 0
         while start <= lac:
             entries = log.read(start, lac, batch)
+            reads += 1
             if not entries:
                 break
             for entry in entries:
@@ -213,7 +213,8 @@ class MLPendingAckStore(PendingAckStore):
                 self._replay(entry.position, dict(payload))
             start = log.next_position(entries[-1].position)
         self.stats["recovery_entries_replayed"] += replayed
-        modelled = math.ceil(replayed / batch) * self._read_us if replayed else 0
+        # each read of the log, as the loop issues them (skipped, acked entries are read too)
+        modelled = self._meter.took("ledger.read", "bookie", self._log_name, times=reads) if reads else 0
         self._recovery = RecoveryStats("pending-ack", entries_replayed=replayed, modelled_us=modelled)
         self._clear_useless_log_data()
 

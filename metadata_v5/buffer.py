@@ -27,15 +27,14 @@ def _before(p: Position) -> Position:
 class MetadataTransactionBuffer(TransactionBuffer):
     def __init__(self, ctx: EngineContext, records: TxnRecords, ledger: ManagedLedger, opts: V5Options) -> None:
         self._sched = ctx.scheduler
-        self._lat = ctx.latency
+        self._meter = ctx.meter  # bills every store call (the records are metered)
         self._records = records
         self._ledger = ledger
         self._segment = ledger.name
         self._opts = opts
         self.stats = Counters()
-        self._request = ctx.request
         self._headers = HeaderCache(records, self, self._segment, self.stats, self._materialise,
-                                    watch=opts.variant is Variant.PIP, request=ctx.request)
+                                    watch=opts.variant is Variant.PIP)
         # OPEN txns in first-append order -> their first position here (append order is
         # position order, so the first item holds the smallest position).
         self._ongoing: dict[TxnID, Position] = {}
@@ -70,7 +69,6 @@ class MetadataTransactionBuffer(TransactionBuffer):
             pos = self._ledger.append(data)
             rec = self._records.add_op(txn, Op("write", self._segment, pos))
         self.stats["op_writes"] += 1
-        self._request.charge("meta.write")  # the op record is on the publish's path (before or after the append)
         self._owned.setdefault(txn, []).append(rec)
         self._last[txn] = pos
         if txn not in self._ongoing:
@@ -174,36 +172,37 @@ class MetadataTransactionBuffer(TransactionBuffer):
     def recover(self) -> None:
         """Rebuild from the store only: one index query for this segment's write records, the
         headers of the txns found (read at once), and (safe GC) one query for the abort ranges."""
-        records = self._records.writes_on(self._segment)
-        queries = 1
-        by_txn: dict[TxnID, list[OpRecord]] = {}
-        for rec in records:
-            by_txn.setdefault(rec.txn, []).append(rec)
-        headers_read = 0
-        decided: list[tuple[TxnID, TxnStatus]] = []
-        for txn, recs in sorted(by_txn.items(), key=lambda kv: min(r.op.position for r in kv[1])):
-            header = self._records.get_header(txn)
-            headers_read += 1
-            recs.sort(key=lambda r: r.op.position)
-            self._owned[txn] = recs
-            self._last[txn] = recs[-1].op.position
-            self._ongoing[txn] = recs[0].op.position
-            if header is None:
-                decided.append((txn, TxnStatus.COMMITTED if self._opts.keeps_abort_ranges else TxnStatus.ABORTED))
-            elif header.state is TxnStatus.OPEN:
-                self._headers.track(txn)
-            else:
-                decided.append((txn, header.state))
-        if self._opts.keeps_abort_ranges:
-            self._aborted.update(r.txn for r in self._records.aborted_on(self._segment))
-            queries += 1
-        if self._opts.variant is Variant.STATE_EVENTS:
-            self._records.watch_events(self._segment, None, self, self._on_event)
-            for txn, state in self._records.events_for(self._segment, None):
-                decided.append((txn, state))
-            queries += 1
-        # master reads every header it found at once, after the scans (FutureUtil.waitForAll)
-        modelled = queries * self._lat.of("meta.list") + self._lat.concurrent("meta.read", headers_read)
+        with self._meter.tab() as took:  # the scans, then the headers at once, then the rest
+            records = self._records.writes_on(self._segment)
+            queries = 1
+            by_txn: dict[TxnID, list[OpRecord]] = {}
+            for rec in records:
+                by_txn.setdefault(rec.txn, []).append(rec)
+            headers_read = 0
+            decided: list[tuple[TxnID, TxnStatus]] = []
+            with self._meter.batch():  # every header at once (FutureUtil.waitForAll)
+                for txn, recs in sorted(by_txn.items(), key=lambda kv: min(r.op.position for r in kv[1])):
+                    header = self._records.get_header(txn)
+                    headers_read += 1
+                    recs.sort(key=lambda r: r.op.position)
+                    self._owned[txn] = recs
+                    self._last[txn] = recs[-1].op.position
+                    self._ongoing[txn] = recs[0].op.position
+                    if header is None:
+                        decided.append((txn, TxnStatus.COMMITTED if self._opts.keeps_abort_ranges else TxnStatus.ABORTED))
+                    elif header.state is TxnStatus.OPEN:
+                        self._headers.track(txn)
+                    else:
+                        decided.append((txn, header.state))
+            if self._opts.keeps_abort_ranges:
+                self._aborted.update(r.txn for r in self._records.aborted_on(self._segment))
+                queries += 1
+            if self._opts.variant is Variant.STATE_EVENTS:
+                self._records.watch_events(self._segment, None, self, self._on_event)
+                for txn, state in self._records.events_for(self._segment, None):
+                    decided.append((txn, state))
+                queries += 1
+        modelled = took.us
         self._recovery = RecoveryStats(f"tb-v5:{self._segment}", records_read=len(records) + headers_read,
                                        queries=queries, modelled_us=modelled)
         self.stats["recovery_records_read"] += len(records) + headers_read

@@ -25,7 +25,7 @@ class CoordinatorV5(TransactionCoordinator):
                  observe_query: Callable[[float], None] | None = None) -> None:
         self._ctx = ctx
         self._sched = ctx.scheduler
-        self._lat = ctx.latency
+        self._meter = ctx.meter  # bills every store call through the metered records
         self._records = records
         self._opts = opts
         self._leftovers = policy_of(opts)
@@ -65,15 +65,16 @@ class CoordinatorV5(TransactionCoordinator):
 
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         self._live()
-        header = self._open_header(txn)
-        final = self._finalize(header, FINAL[action])
-        if final is None:
-            raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
-        delay = self._lat.of("meta.read") + self._lat.of("meta.cas")
-        if self._opts.variant is Variant.STATE_EVENTS:
-            delay += self._write_events(txn, final.state)
+        with self._meter.tab() as took:  # the header read, the CAS (a conflict re-reads, re-CASes)
+            self._meter.serve("coordinator")
+            header = self._open_header(txn)
+            final = self._finalize(header, FINAL[action])
+            if final is None:
+                raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
+            if self._opts.variant is Variant.STATE_EVENTS:
+                self._write_events(txn, final.state)
         if on_done is not None:
-            self._sched.call_later(delay + self._lat.of("rpc"), on_done, txn, final.state)
+            self._sched.call_later(took.us + self._meter.took("rpc"), on_done, txn, final.state)
 
     def _finalize(self, header: Header, state: TxnStatus) -> Header | None:
         """The commit point: CAS OPEN -> final. Counts ok / conflict / reject."""
@@ -92,9 +93,8 @@ class CoordinatorV5(TransactionCoordinator):
         self.stats["ended." + state.value] += 1
         return new
 
-    def _write_events(self, txn: TxnID, state: TxnStatus) -> int:
-        """Events variant: list the txn's ops, write one event per participant. Returns the
-        modelled time it adds to end-txn."""
+    def _write_events(self, txn: TxnID, state: TxnStatus) -> None:
+        """Events variant: list the txn's ops, write one event per participant (one batch)."""
         ops = self._records.ops_of_txn(txn)
         self.stats["op_lists"] += 1
         participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
@@ -102,7 +102,6 @@ class CoordinatorV5(TransactionCoordinator):
         if participants:
             self._records.put_events(txn, state, participants)
             self.stats["event_writes"] += len(participants)
-        return self._lat.of("meta.list") + (self._lat.of("meta.write") if participants else 0)
 
     def status(self, txn: TxnID) -> TxnStatus:
         return self._open_header(txn).state
@@ -150,8 +149,9 @@ class CoordinatorV5(TransactionCoordinator):
             # The query's latency by the injected clock: measured in wall time, where the model
             # is all zeros; the modelled list latency in virtual time, where a call takes none.
             start = self._sched.now_us()
-            txns, after = page(after)
-            took_us = max(self._sched.now_us() - start, self._lat.of("meta.list"))
+            with self._meter.unit() as took:  # part of a recovery's time when one is open
+                txns, after = page(after)
+            took_us = max(self._sched.now_us() - start, took.us)
             self._observe(took_us / 1e6)
             self.stats["index_queries"] += 1
             yield from txns
@@ -163,9 +163,10 @@ class CoordinatorV5(TransactionCoordinator):
     def recover(self) -> None:
         """No log to replay: state is in the store. Cold start is one deadline-index scan (the
         first timeout sweep, run now) and arming the sweeps."""
-        self._timeout_sweep()
+        with self._meter.tab() as took:
+            self._timeout_sweep()
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)
-        self._recovery = RecoveryStats("tc-v5", queries=1, modelled_us=self._lat.of("meta.list"))
+        self._recovery = RecoveryStats("tc-v5", queries=1, modelled_us=took.us)
 
     def recovery_stats(self) -> RecoveryStats | None:
         return self._recovery

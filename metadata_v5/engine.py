@@ -18,6 +18,7 @@ from engine.ports import (
     CursorPort, Engine, EngineContext, EngineFactory, PendingAckStore, TransactionBuffer, TransactionCoordinator,
 )
 from metadata_v5.coordinator import CoordinatorV5
+from metadata_v5.metered import MeteredTxnRecords
 from metadata_v5.options import V5Options
 from metadata_v5.variants import parts_of
 from metadata_v5.store.port import MetadataStore
@@ -45,12 +46,16 @@ class V5Engine(Engine):
         self._ctx = ctx
         self._opts = opts
         self.store = store
-        delay = ctx.latency.of("meta.write") + ctx.latency.of("meta.watch")
+        meter = ctx.meter
 
         def notify(deliver: Callable[[], None]) -> None:
-            ctx.scheduler.call_later(delay, deliver)
+            # a watch delivery: the write commits (its meta.write, billed by the writer), then
+            # the store notifies the watcher (meta.watch, billed here per delivery)
+            ctx.scheduler.call_later(meter.of("meta.write") + meter.took("meta.watch"), deliver)
 
         self.records = StoreTxnRecords(store, notify)
+        # the components' port: every call billed and counted by the broker's meter
+        self.metered = MeteredTxnRecords(self.records, ctx.meter)
         store.set_notifier(notify)
         self.metrics = V5Metrics()
         self._parts = parts_of(opts)
@@ -64,7 +69,7 @@ class V5Engine(Engine):
 
     def coordinator(self) -> TransactionCoordinator:
         if self._tc is None:
-            self._tc = self._parts.coordinator(self._ctx, self.records, self._opts, self.metrics.index_query.observe)
+            self._tc = self._parts.coordinator(self._ctx, self.metered, self._opts, self.metrics.index_query.observe)
             self._tc.recover()
         return self._tc
 
@@ -80,12 +85,12 @@ class V5Engine(Engine):
         self.coordinator()
 
     def transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
-        tb = self._parts.buffer(self._ctx, self.records, ledger, self._opts)
+        tb = self._parts.buffer(self._ctx, self.metered, ledger, self._opts)
         self._buffers.append(tb)
         return tb
 
     def pending_ack_store(self, ledger: ManagedLedger, subscription: str, cursor: CursorPort) -> PendingAckStore:
-        store = self._parts.pending_ack(self._ctx, self.records, ledger, subscription, cursor, self._opts)
+        store = self._parts.pending_ack(self._ctx, self.metered, ledger, subscription, cursor, self._opts)
         self._acks.append(store)
         return store
 

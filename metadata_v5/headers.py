@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.clock import RequestCost
 from engine.counters import Counters
 from engine.errors import TxnNotFound, TxnNotOpen
 from engine.ids import Design, TxnID
@@ -15,9 +14,8 @@ from metadata_v5.txnrecords import Header, TxnRecords
 
 class HeaderCache:
     def __init__(self, records: TxnRecords, owner: object, where: str, stats: Counters,
-                 on_final: Callable[[TxnID, TxnStatus], None], watch: bool, request: RequestCost | None = None) -> None:
+                 on_final: Callable[[TxnID, TxnStatus], None], watch: bool) -> None:
         self._records = records
-        self._request = request  # the client request a cache miss's header read holds up
         self._owner = owner
         self._where = where
         self._stats = stats
@@ -30,10 +28,10 @@ class HeaderCache:
         txn.require(Design.V5)
         state = self.states.get(txn)
         if state is None:
+            # on a publish's path the read holds the request up: the metered records bill it to
+            # the request in progress
             header = self._records.get_header(txn)
             self._stats["header_reads"] += 1
-            if self._request is not None:
-                self._request.charge("meta.read")
             if header is None:
                 raise TxnNotFound(f"{self._where}: no header for {txn}")
             state = header.state

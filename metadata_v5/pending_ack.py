@@ -21,7 +21,7 @@ from metadata_v5.txnrecords import Op, OpRecord, TxnRecords
 class MetadataPendingAckStore(PendingAckStore):
     def __init__(self, ctx: EngineContext, records: TxnRecords, ledger: ManagedLedger, subscription: str,
                  cursor: CursorPort, opts: V5Options) -> None:
-        self._lat = ctx.latency
+        self._meter = ctx.meter  # bills every store call (the records are metered)
         self._sched = ctx.scheduler
         self._records = records
         self._segment = ledger.name
@@ -81,40 +81,41 @@ class MetadataPendingAckStore(PendingAckStore):
             self._records.delete_event(self._segment, self._sub, txn)
 
     def recover(self) -> None:
-        records = self._records.acks_on(self._segment, self._sub)
-        queries = 1
-        by_txn: dict[TxnID, list[OpRecord]] = {}
-        for rec in records:
-            by_txn.setdefault(rec.txn, []).append(rec)
-        headers_read = 0
-        decided: list[tuple[TxnID, TxnStatus]] = []
-        for txn, recs in sorted(by_txn.items()):
-            recs.sort(key=lambda r: r.seq)
-            self._owned[txn] = recs
-            for rec in recs:
-                assert rec.op.ack_kind is not None
-                self._pending.apply(txn, [rec.op.position], rec.op.ack_kind)
-            header = self._records.get_header(txn)
-            headers_read += 1
-            if header is None:
-                # Collected while we were away: the PIP's sweep force-deleted our records too,
-                # so this only happens mid-sweep; nothing is known, drop the acks.
-                decided.append((txn, TxnStatus.ABORTED))
-            elif header.state is TxnStatus.OPEN:
-                self._headers.track(txn)
-            else:
-                decided.append((txn, header.state))
-        if self._opts.variant is Variant.STATE_EVENTS:
-            self._records.watch_events(self._segment, self._sub, self, self._on_event)
-            decided.extend(self._records.events_for(self._segment, self._sub))
-            queries += 1
+        with self._meter.tab() as took:  # the scan(s), the headers at once
+            records = self._records.acks_on(self._segment, self._sub)
+            queries = 1
+            by_txn: dict[TxnID, list[OpRecord]] = {}
+            for rec in records:
+                by_txn.setdefault(rec.txn, []).append(rec)
+            headers_read = 0
+            decided: list[tuple[TxnID, TxnStatus]] = []
+            with self._meter.batch():  # every header at once, as master's replayAsync does
+                for txn, recs in sorted(by_txn.items()):
+                    recs.sort(key=lambda r: r.seq)
+                    self._owned[txn] = recs
+                    for rec in recs:
+                        assert rec.op.ack_kind is not None
+                        self._pending.apply(txn, [rec.op.position], rec.op.ack_kind)
+                    header = self._records.get_header(txn)
+                    headers_read += 1
+                    if header is None:
+                        # Collected while we were away: the PIP's sweep force-deleted our records too,
+                        # so this only happens mid-sweep; nothing is known, drop the acks.
+                        decided.append((txn, TxnStatus.ABORTED))
+                    elif header.state is TxnStatus.OPEN:
+                        self._headers.track(txn)
+                    else:
+                        decided.append((txn, header.state))
+            if self._opts.variant is Variant.STATE_EVENTS:
+                self._records.watch_events(self._segment, self._sub, self, self._on_event)
+                decided.extend(self._records.events_for(self._segment, self._sub))
+                queries += 1
         for txn, state in decided:
             self._headers.states.setdefault(txn, TxnStatus.OPEN)
             self._headers.final(txn, state)
         self._recovery = RecoveryStats(
             f"pending-ack-v5:{self._segment}[{self._sub}]", records_read=len(records) + headers_read, queries=queries,
-            # the headers are read at once after the scan, as master's replayAsync does
-            modelled_us=queries * self._lat.of("meta.list") + self._lat.concurrent("meta.read", headers_read),
+            modelled_us=took.us,
         )
 
     def recovery_stats(self) -> RecoveryStats | None:

@@ -52,8 +52,7 @@ def _before(p: Position) -> Position:
 class ShippedTransactionBuffer(TransactionBuffer):
     def __init__(self, ctx: EngineContext, records: TxnRecords, ledger: ManagedLedger, opts: V5Options) -> None:
         self._sched = ctx.scheduler
-        self._lat = ctx.latency
-        self._request = ctx.request
+        self._meter = ctx.meter  # bills every store call (the records are metered)
         self._records = records
         self._ledger = ledger
         self._segment = ledger.name
@@ -82,9 +81,8 @@ class ShippedTransactionBuffer(TransactionBuffer):
         txn.require(Design.V5)
         state = self._txns.get(txn)
         if state is None:  # (txn, segment) cache miss: one header read on the publish's path
-            header = self._records.get_header(txn)
+            header = self._records.get_header(txn)  # billed to the publish's open request
             self.stats["header_reads"] += 1
-            self._request.charge("meta.read")
             if header is None or header.state is not TxnStatus.OPEN:
                 state = TxnStatus.ABORTED if header is None else header.state  # missing = aborted (L352-355)
             else:
@@ -96,7 +94,6 @@ class ShippedTransactionBuffer(TransactionBuffer):
             self._ledger.append(data)  # raises LedgerSealed before any record is written
         self._records.add_op(txn, Op("write", self._segment, PLACEHOLDER))  # before the append (L361-364)
         self.stats["op_writes"] += 1
-        self._request.charge("meta.write")
         pos = self._ledger.append(data)
         self._last[txn] = pos
         if txn not in self._first and not self._recovered_open:  # trackPosition ignores it meanwhile (L409)
@@ -127,14 +124,15 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self.stats["events"] += 1
         tracked = [t for t, s in self._txns.items() if s is TxnStatus.OPEN]
         decided: list[tuple[TxnID, TxnStatus]] = []
-        for txn in tracked:
-            header = self._records.get_header(txn)
-            state = TxnStatus.ABORTED if header is None else header.state
-            if state is not TxnStatus.OPEN:
-                decided.append((txn, state))
+        with self._meter.batch() as took:  # the reads issued at once (FutureUtil.waitForAll)
+            for txn in tracked:
+                header = self._records.get_header(txn)
+                state = TxnStatus.ABORTED if header is None else header.state
+                if state is not TxnStatus.OPEN:
+                    decided.append((txn, state))
         self.stats["reconcile_header_reads"] += len(tracked)
         if decided:
-            self._sched.call_later(self._lat.concurrent("meta.read", len(tracked)), self._enqueue_terminal, decided)
+            self._sched.call_later(took.us, self._enqueue_terminal, decided)
 
     def _enqueue_terminal(self, decided: list[tuple[TxnID, TxnStatus]]) -> None:
         for txn, state in decided:
@@ -157,19 +155,21 @@ class ShippedTransactionBuffer(TransactionBuffer):
             return
         item = self._tail.popleft()
         self._busy = True
-        if isinstance(item, str):
-            self._watermark_queued = False
-            took = self._persist_watermark()
-        else:
-            took = self._apply_terminal_now(*item)
-        self._sched.call_later(took, self._tail_done)
+        with self._meter.tab() as took:  # the tail is held for the item's store calls
+            if isinstance(item, str):
+                self._watermark_queued = False
+                self._persist_watermark()
+            else:
+                self._apply_terminal_now(*item)
+        self._sched.call_later(took.us, self._tail_done)
 
     def _tail_done(self) -> None:
         self._busy = False
         self._pump()
 
-    def _apply_terminal_now(self, txn: TxnID, state: TxnStatus) -> int:
-        """State change first, then the durable steps; returns how long they hold the tail."""
+    def _apply_terminal_now(self, txn: TxnID, state: TxnStatus) -> None:
+        """State change first, then the durable steps (billed to the tail's tab, one after
+        another)."""
         self._queued.discard(txn)
         self._txns[txn] = state
         self._first.pop(txn, None)
@@ -179,47 +179,39 @@ class ShippedTransactionBuffer(TransactionBuffer):
             self._aborted.add(txn)
         self.stats["materialised." + state.value] += 1
         self._recompute()
-        took = 0
         if state is TxnStatus.ABORTED:  # persistAbortedRecord: the last position, or the LAC if unknown
             at = last if last is not None else self._ledger.last_confirmed()
             self._records.put_aborted(self._segment, [AbortedRange(txn, at, at)])
             self.stats["aborted_record_writes"] += 1
-            took += self._lat.of("meta.write")
-        took += self._persist_watermark()
+        self._persist_watermark()
         mine = self._records.writes_scan(self._segment, txn)  # deleteWriteOpsForSegmentAndTxn
         self.stats["cleanup_scans"] += 1
-        took += self._lat.of("meta.list") + self._records.last_scan_gets * self._lat.of("meta.read")
-        for rec in mine:
-            self._records.delete_op(rec)
+        with self._meter.batch(None):  # the deletes are issued together
+            for rec in mine:
+                self._records.delete_op(rec)
         self.stats["op_deletes"] += len(mine)
-        if mine:
-            took += self._lat.of("meta.write")  # the deletes are issued together
         if last is not None:
             self._decided.append((last, txn))
         self._forget_trimmed()
-        return took
 
-    def _persist_watermark(self) -> int:
+    def _persist_watermark(self) -> None:
         """``persistWatermarkIfAdvanced``: CAS the watermark if maxReadPosition passed it; on
-        BadVersion read it back and try once more (L591-607). Returns the modelled time."""
+        BadVersion read it back and try once more (L591-607)."""
         if self._durable is not None and self._max_read <= self._durable:
-            return 0
-        took = self._lat.of("meta.cas")
+            return
         self.stats["watermark_cas"] += 1
         version = self._records.cas_watermark(self._segment, self._max_read, self._wm_version)
         if version is None:
             durable, self._wm_version = self._records.get_watermark(self._segment)
             self.stats["watermark_rereads"] += 1
-            took += self._lat.of("meta.read") + self._lat.of("meta.cas")
             if durable is not None and self._max_read <= durable:
                 self._durable = durable
-                return took
+                return
             self.stats["watermark_cas"] += 1
             version = self._records.cas_watermark(self._segment, self._max_read, self._wm_version)
             if version is None:
-                return took
+                return
         self._durable, self._wm_version = self._max_read, version
-        return took
 
     def _recompute(self) -> None:
         """``recomputeMaxReadPositionLocked`` (L620-623)."""
@@ -263,21 +255,19 @@ class ShippedTransactionBuffer(TransactionBuffer):
         """Subscribe to the segment's events, then (asynchronously, dispatch not waiting) the
         watermark, the aborted scan, the writes scan and each found txn's header at once."""
         self._records.watch_participant_events(self._segment, None, self, self._on_event)
-        lat = self._lat
-        durable, version = self._records.get_watermark(self._segment)
-        aborted = self._records.aborted_scan(self._segment)
-        took = lat.of("meta.read") + lat.of("meta.list") + self._records.last_scan_gets * lat.of("meta.read")
-        writes = self._records.writes_scan(self._segment)
-        took += lat.of("meta.list") + self._records.last_scan_gets * lat.of("meta.read")
-        txns = sorted({r.txn for r in writes})
-        states: dict[TxnID, TxnStatus] = {}
-        for txn in txns:
-            header = self._records.get_header(txn)
-            states[txn] = TxnStatus.ABORTED if header is None else header.state
-        took += lat.concurrent("meta.read", len(txns))
+        with self._meter.tab() as took:  # in turn: the watermark, the two scans, the headers
+            durable, version = self._records.get_watermark(self._segment)
+            aborted = self._records.aborted_scan(self._segment)
+            writes = self._records.writes_scan(self._segment)
+            txns = sorted({r.txn for r in writes})
+            states: dict[TxnID, TxnStatus] = {}
+            with self._meter.batch():  # every header at once (D13: FutureUtil.waitForAll)
+                for txn in txns:
+                    header = self._records.get_header(txn)
+                    states[txn] = TxnStatus.ABORTED if header is None else header.state
         self.stats["recovery_header_reads"] += len(txns)
         self._recovery = RecoveryStats(f"tb-v5:{self._segment}", records_read=(durable is not None) + len(aborted) + len(writes) + len(txns),
-                                       queries=2, modelled_us=took)
+                                       queries=2, modelled_us=took.us)
 
         def landed() -> None:
             if self._closed:
@@ -299,7 +289,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             self._enqueue_terminal(decided)
             self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._prune_aborted)
 
-        self._sched.call_later(took, landed)
+        self._sched.call_later(took.us, landed)
 
     def recovery_stats(self) -> RecoveryStats | None:
         return self._recovery

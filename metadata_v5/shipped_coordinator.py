@@ -62,10 +62,12 @@ class ShippedCoordinator(CoordinatorV5):
         done = self._registered.setdefault(txn, set())
         if (ledger, subscription) in done:  # the client registers each participant once
             return
-        request = self._ctx.request
-        request.charge("rpc", 2)  # client -> broker -> client, waited for before the send or ack
-        request.charge("meta.read")
+        # client -> broker -> client around the ownership read, waited for before the send or
+        # ack (billed to the request in progress by the meter)
+        self._meter.bill("rpc")
+        self._meter.serve("coordinator")
         header = self._verify_ownership(txn)
+        self._meter.bill("rpc")
         if header.state is not TxnStatus.OPEN:  # the client's own state check refuses it too
             raise InvalidTxnState(f"{txn} is {header.state.value}; cannot add {ledger} to it")
         done.add((ledger, subscription))
@@ -81,26 +83,26 @@ class ShippedCoordinator(CoordinatorV5):
         self._live()
         if txn in self._answered:
             raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
-        self._verify_ownership(txn)
-        header = self._open_header(txn)
-        state = FINAL[action]
-        delay = 2 * self._lat.of("meta.read")
-        if header.state is state:  # a repeated END_TXN: no CAS, the fan-out again (D7)
-            self.stats["end_txn.repeated"] += 1
-        elif header.state is TxnStatus.OPEN:
-            new = self._records.finalize(header, state, self._sched.now_us())
-            if new is None:  # BadVersion goes back to the client (L456)
-                self.stats["header_cas.conflict"] += 1
-                raise TxnConflict(f"{txn}: the header changed under END_TXN (BadVersion)")
-            self.stats["header_cas.ok"] += 1
-            self.stats["ended." + state.value] += 1
-            delay += self._lat.of("meta.cas")
-        else:
-            self.stats["header_cas.reject"] += 1
-            raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
+        with self._meter.tab() as took:  # the ownership read, the header read, the CAS
+            self._meter.serve("coordinator")
+            self._verify_ownership(txn)
+            header = self._open_header(txn)
+            state = FINAL[action]
+            if header.state is state:  # a repeated END_TXN: no CAS, the fan-out again (D7)
+                self.stats["end_txn.repeated"] += 1
+            elif header.state is TxnStatus.OPEN:
+                new = self._records.finalize(header, state, self._sched.now_us())
+                if new is None:  # BadVersion goes back to the client (L456)
+                    self.stats["header_cas.conflict"] += 1
+                    raise TxnConflict(f"{txn}: the header changed under END_TXN (BadVersion)")
+                self.stats["header_cas.ok"] += 1
+                self.stats["ended." + state.value] += 1
+            else:
+                self.stats["header_cas.reject"] += 1
+                raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
         self._registered.pop(txn, None)
         # The fan-out is a later step of its own: a crash before it runs loses the events (D8).
-        self._sched.call_later(delay, self._fan_out_and_answer, txn, state, on_done)
+        self._sched.call_later(took.us, self._fan_out_and_answer, txn, state, on_done)
 
     def _check(self) -> None:
         """The base's sweep timers, and the client's sets: no txn both still registering and
@@ -112,31 +114,26 @@ class ShippedCoordinator(CoordinatorV5):
     def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, on_done: EndTxnCallback | None) -> None:
         if self._closed:
             return
-        took = self._fan_out(txn, state, self._records.ops_by_txn(txn))
+        with self._meter.tab() as took:
+            self._fan_out(txn, state, self._records.ops_by_txn(txn))
         if on_done is not None:
-            self._sched.call_later(took + self._lat.of("rpc"), self._answer, on_done, txn, state)
+            self._sched.call_later(took.us + self._meter.took("rpc"), self._answer, on_done, txn, state)
 
     def _answer(self, on_done: EndTxnCallback, txn: TxnID, state: TxnStatus) -> None:
         if not self._closed:
             self._answered.add(txn)
             on_done(txn, state)
 
-    def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> int:
-        """One event per segment written and per (segment, subscription) acked; returns the
-        modelled time of the scan that found them and of the (concurrent) event appends."""
+    def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> None:
+        """One event per segment written and per (segment, subscription) acked (after the scan
+        that found them, ``ops``), the appends issued at once (``fanOutEvents`` L475-508)."""
         self.stats["op_lists"] += 1
-        took = self._lat.of("meta.list") + self._records.last_scan_gets * self._lat.of("meta.read")
         participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
                               key=lambda p: (p[0], p[1] or ""))
-        for segment, subscription in participants:
-            self._records.put_participant_event(segment, subscription, txn, state)
+        with self._meter.batch(None):  # concurrent appends: the slowest one's time
+            for segment, subscription in participants:
+                self._records.put_participant_event(segment, subscription, txn, state)
         self.stats["event_writes"] += len(participants)
-        if participants:
-            # a sequence key: one put natively; a counter GET + CAS, then the create, emulated
-            native = self._records.store_native_sequences()
-            took += self._lat.of("meta.write") if native else (
-                self._lat.of("meta.read") + self._lat.of("meta.cas") + self._lat.of("meta.write"))
-        return took
 
     # -- sweeps -------------------------------------------------------------------------------------
 
@@ -145,19 +142,19 @@ class ShippedCoordinator(CoordinatorV5):
             return
         now = self._sched.now_us()
         for txn in self._scan(lambda after: self._records.expired(now, self._opts.sweep_limit, after)):
-            header = self._records.get_header(txn)  # END_TXN without the ownership read
-            self.stats["header_reads"] += 1
-            if header is None or header.state is not TxnStatus.OPEN:
-                continue
-            if self._records.finalize(header, TxnStatus.ABORTED, now) is None:
-                self.stats["header_cas.conflict"] += 1
-                continue
+            with self._meter.tab() as took:
+                header = self._records.get_header(txn)  # END_TXN without the ownership read
+                self.stats["header_reads"] += 1
+                if header is None or header.state is not TxnStatus.OPEN:
+                    continue
+                if self._records.finalize(header, TxnStatus.ABORTED, now) is None:
+                    self.stats["header_cas.conflict"] += 1
+                    continue
             self.stats["header_cas.ok"] += 1
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1
             self._registered.pop(txn, None)
-            delay = self._lat.of("meta.read") + self._lat.of("meta.cas")
-            self._sched.call_later(delay, self._fan_out_and_answer, txn, TxnStatus.ABORTED, None)
+            self._sched.call_later(took.us, self._fan_out_and_answer, txn, TxnStatus.ABORTED, None)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
     def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:

@@ -32,7 +32,7 @@ from metadata_v5.txnrecords import Op, TxnRecords
 class ShippedPendingAckStore(PendingAckStore):
     def __init__(self, ctx: EngineContext, records: TxnRecords, ledger: ManagedLedger, subscription: str,
                  cursor: CursorPort, opts: V5Options) -> None:
-        self._lat = ctx.latency
+        self._meter = ctx.meter  # bills every store call (the records are metered)
         self._sched = ctx.scheduler
         self._records = records
         self._segment = ledger.name
@@ -66,15 +66,16 @@ class ShippedPendingAckStore(PendingAckStore):
         self.stats["events"] += 1
         tracked = [t for t, s in self._txns.items() if s is TxnStatus.OPEN]
         decided = []
-        for txn in tracked:
-            header = self._records.get_header(txn)
-            state = TxnStatus.ABORTED if header is None else header.state
-            if state is not TxnStatus.OPEN and txn not in self._applying:
-                decided.append((txn, state))
-                self._applying.add(txn)
+        with self._meter.batch() as took:  # triggerReconcile L259-284: the reads issued at once
+            for txn in tracked:
+                header = self._records.get_header(txn)
+                state = TxnStatus.ABORTED if header is None else header.state
+                if state is not TxnStatus.OPEN and txn not in self._applying:
+                    decided.append((txn, state))
+                    self._applying.add(txn)
         self.stats["reconcile_header_reads"] += len(tracked)
         if decided:
-            self._sched.call_later(self._lat.concurrent("meta.read", len(tracked)), self._apply_all, decided)
+            self._sched.call_later(took.us, self._apply_all, decided)
 
     def _apply_all(self, decided: list[tuple[TxnID, TxnStatus]]) -> None:
         for txn, state in decided:
@@ -98,23 +99,23 @@ class ShippedPendingAckStore(PendingAckStore):
 
     def recover(self) -> None:
         self._records.watch_participant_events(self._segment, self._sub, self, self._on_event)
-        recs = self._records.acks_scan(self._segment, self._sub)
-        took = self._lat.of("meta.list") + self._records.last_scan_gets * self._lat.of("meta.read")
-        txns = sorted({r.txn for r in recs})  # txn ids only: the positions stay behind
-        states = {}
-        for txn in txns:
-            header = self._records.get_header(txn)
-            states[txn] = TxnStatus.ABORTED if header is None else header.state
-            self._txns.setdefault(txn, TxnStatus.OPEN)
-        took += self._lat.concurrent("meta.read", len(txns))
+        with self._meter.tab() as took:  # replayAsync: the scan, then every header at once
+            recs = self._records.acks_scan(self._segment, self._sub)
+            txns = sorted({r.txn for r in recs})  # txn ids only: the positions stay behind
+            states = {}
+            with self._meter.batch():  # FutureUtil.waitForAll
+                for txn in txns:
+                    header = self._records.get_header(txn)
+                    states[txn] = TxnStatus.ABORTED if header is None else header.state
+                    self._txns.setdefault(txn, TxnStatus.OPEN)
         self.stats["recovery_header_reads"] += len(txns)
         self.stats["recovered_txns"] += len(txns)
         self._recovery = RecoveryStats(f"pending-ack-v5:{self._segment}[{self._sub}]",
-                                       records_read=len(recs) + len(txns), queries=1, modelled_us=took)
+                                       records_read=len(recs) + len(txns), queries=1, modelled_us=took.us)
         decided = [(t, s) for t, s in states.items() if s is not TxnStatus.OPEN]
         self._applying.update(t for t, _ in decided)
         if decided:
-            self._sched.call_later(took, self._apply_all, decided)
+            self._sched.call_later(took.us, self._apply_all, decided)
 
     def recovery_stats(self) -> RecoveryStats | None:
         return self._recovery

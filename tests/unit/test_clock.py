@@ -51,10 +51,3 @@ def test_latency_model_rejects_unknown_kinds() -> None:
     with pytest.raises(ConfigError):
         LatencyModel().with_overrides(nope_x=1)
     assert set(LatencyModel.zero().latencies_us.values()) == {0}
-
-
-def test_requests_issued_at_once_cost_one_round_trip_plus_service_time() -> None:
-    model = LatencyModel()
-    assert model.concurrent("meta.read", 0) == 0
-    assert model.concurrent("meta.read", 1) == model.of("meta.read") == 300
-    assert model.concurrent("meta.read", 5) == 300 + 4 * model.of("meta.pipelined") == 380

@@ -1,0 +1,219 @@
+"""Metering: the one place virtual time is billed, and counted.
+
+Engine code does not add latencies up itself. Each port call (a ledger append or read, a metadata
+get/put/CAS/scan/delete, an RPC hop, a delivery) is billed to a :class:`Meter`, by a metered
+wrapper around the port (``metadata_v5/metered.py``) or right at the call (``Meter.bill``), and
+the same call increments ``billed[kind]``: what was billed and what was counted are one number.
+
+What a caller waits for is a :class:`Tab`: engine code opens one around the calls a continuation
+waits on (``with meter.tab() as tab: ...``; then ``call_later(tab.us, ...)``); every billed call
+while it is open adds to the innermost open tab. A tab opened with ``meter.batch()`` holds calls
+issued at once: it costs the slowest one's round trip plus, per further call, the store's service
+time ``each_further`` (``meta.pipelined``; ``None``: nothing, the calls overlap completely). The
+client request a broker is serving (a publish) is a tab too (:class:`RequestCost`):
+what engine code does on the request's path is billed to it by the same wrappers.
+
+Calls outside any tab are billed and counted but delay nothing (background work: sweeps).
+
+With ``LatencyModel.resources`` a billed call also goes through its shared resource
+(:mod:`engine.capacity`) and waits for a slot in virtual time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.capacity import Capacity, Resource, run_capacity
+from engine.clock import LatencyModel, Scheduler, VirtualScheduler, Scope
+from engine.counters import Counters
+
+
+class Tab:
+    """What one waiter waits for, in microseconds (``us``). Serial unless a batch. A tab that
+    ``joins`` adds its total to the enclosing tab when it closes, as one call (a unit of several
+    serial calls inside a batch, or a batch inside a serial sequence)."""
+
+    __slots__ = ("us", "_meter", "_further_us", "_n", "_join", "start_us")
+
+    def __init__(self, meter: Meter | None = None, further_us: int | None = -1, join: bool = False) -> None:
+        self.us = 0
+        self._meter = meter
+        self._further_us = further_us  # -1: serial; None: overlapping; else per further call
+        self._n = 0
+        self._join = join
+        self.start_us = 0  # when its first call is issued (for the resources' queues)
+
+    def add(self, took_us: int) -> None:
+        f = self._further_us
+        if f == -1:
+            self.us += took_us
+        else:
+            n = self._n
+            self._n = n + 1
+            if n == 0:
+                self.us = took_us
+            else:
+                us = self.us + (f or 0)
+                self.us = us if us > took_us else took_us
+
+    def issue_at(self) -> int:
+        """When its next call is issued: serial calls one after another, a batch's at once."""
+        return self.start_us + self.us if self._further_us == -1 else self.start_us
+
+    def __enter__(self) -> Tab:
+        meter: Meter = self._meter  # type: ignore[assignment]  # a tab is entered through its meter
+        tabs = meter._tabs
+        if meter._run is not None:  # only the resources' queues need to know when
+            self.start_us = tabs[-1].issue_at() if self._join and tabs else meter._now()
+        tabs.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        tabs = self._meter._tabs  # type: ignore[union-attr]
+        tabs.pop()
+        if self._join and tabs:
+            tabs[-1].add(self.us)
+
+
+class RequestCost(Tab):
+    """The modelled latency of the client request a broker is serving (a publish), for what the
+    client waits in virtual time: the broker opens it per request (``with request.opened(): ...``)
+    and bills its own part (request and answer hops, the ledger append); every call engine code
+    makes on the way, billed while it is open, adds to it (a coordinator round trip, a header
+    read, an op-record write)."""
+
+    __slots__ = ()
+
+    def opened(self) -> RequestCost:
+        self.us = 0
+        return self
+
+    def charge(self, kind: str, times: int = 1, resource: str | None = None, key: str = "") -> None:
+        """Bill ``times`` calls of ``kind`` on the request's path (the request must be open
+        or this adds to whatever tab is)."""
+        assert self._meter is not None
+        if self._meter._tabs and self._meter._tabs[-1] is self:
+            self._meter.bill(kind, resource, key, times)
+        else:  # outside a request (a unit test calling the engine directly): bill it to this tab
+            with self:
+                self._meter.bill(kind, resource, key, times)
+
+
+class Meter:
+    """Bills port calls of one broker (its engine and dispatchers) in virtual time."""
+
+    def __init__(self, latency: LatencyModel, scheduler: Scheduler) -> None:
+        self.latency = latency
+        self._of = latency.of  # the model's next cost of one call (a constant, or a draw)
+        self._now = scheduler.now_us
+        self._tabs: list[Tab] = []
+        self.billed = Counters()
+        # Wall time: no queueing here, the real service queues (and latencies are zero).
+        root = scheduler.parent if isinstance(scheduler, Scope) else scheduler
+        queues = bool(latency.resources) and isinstance(root, VirtualScheduler)
+        self._run: Capacity | None = run_capacity(root, latency.resources) if queues else None
+        self._local: Capacity | None = Capacity(latency.resources) if queues else None
+        self.request = RequestCost(self)
+
+    def of(self, kind: str) -> int:
+        return self._of(kind)
+
+    def _resource(self, name: str, key: str) -> Resource | None:
+        cap = self._run if name in ("metadata", "bookie") else self._local
+        return cap.resource(name, key) if cap is not None else None
+
+    def bill(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
+        """Bill ``times`` calls of ``kind`` issued now, one after another (through ``resource``
+        instance ``key`` when it has a capacity): adds each to the open tab and returns the
+        time they took."""
+        of = self._of
+        self.billed[kind] += times
+        tabs = self._tabs
+        if self._run is None or resource is None:  # no queueing: the hot path
+            if times == 1:
+                lat = of(kind)
+                if tabs:
+                    tab = tabs[-1]
+                    if tab._further_us == -1:  # a serial tab: Tab.add inlined (the publish path)
+                        tab.us += lat
+                    else:
+                        tab.add(lat)
+                return lat
+            took = 0
+            for _ in range(times):
+                lat = of(kind)  # one draw per call
+                if tabs:
+                    tabs[-1].add(lat)
+                took += lat
+            return took
+        top = tabs[-1] if tabs else None
+        res = self._resource(resource, key)
+        took = 0
+        for _ in range(times):
+            lat = of(kind)
+            if res is not None:
+                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat)
+            if top is not None:
+                top.add(lat)
+            took += lat
+        return took
+
+    def serve(self, resource: str, key: str = "") -> int:
+        """A request a resource processes itself (no operation kind: the coordinator handling a
+        client request): its wait for a slot plus its service time, added to the open tab; 0
+        when the resource has no capacity set (no time, as before capacity)."""
+        res = self._resource(resource, key) if self._run is not None else None
+        if res is None:
+            return 0
+        tabs = self._tabs
+        tab = tabs[-1] if tabs else None
+        took = res.admit(tab.issue_at() if tab is not None else self._now(), res.spec.service_us)
+        if tab is not None:
+            tab.add(took)
+        return took
+
+    def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
+        """Bill calls a continuation of their own waits for, one after another (not added to
+        whatever tab is open: a recovery started on a request's path does not delay the
+        request): their time."""
+        of = self._of
+        self.billed[kind] += times
+        if times == 1 and (self._run is None or resource is None):
+            return of(kind)
+        res = self._resource(resource, key) if resource is not None and self._run is not None else None
+        took = 0
+        for _ in range(times):
+            lat = of(kind)
+            took += res.admit(self._now() + took, lat) if res is not None else lat
+        return took
+
+    def tab(self) -> Tab:
+        """A serial tab of its own: ``with meter.tab() as t: ...`` then wait ``t.us`` (not
+        added to an enclosing tab)."""
+        return Tab(self)
+
+    def unit(self) -> Tab:
+        """Serial calls that count as one call of the enclosing tab (a store call made of
+        several requests, inside a batch)."""
+        return Tab(self, join=True)
+
+    def batch(self, each_further: str | None = "meta.pipelined") -> Tab:
+        """Calls issued at once (see the module doc), one call of the enclosing tab."""
+        return Tab(self, None if each_further is None else self.of(each_further), join=True)
+
+
+    def capacity_stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for cap in (self._run, self._local):
+            if cap is not None:
+                for k, v in cap.stats().items():
+                    out[k] = out.get(k, 0) + v
+        return out
+
+
+def billed_counts(meters: Any) -> Counters:
+    """The billed op counts of several meters, summed, as ``billed.<kind>``."""
+    total = Counters()
+    for m in meters:
+        total.update(m.billed)
+    return Counters({f"billed.{k}": v for k, v in total.items()})

@@ -1,0 +1,237 @@
+"""The v5 metadata port, metered: every call the engine makes on :class:`TxnRecords` is billed
+(and counted) by the broker's :class:`~engine.metering.Meter`, through the ``metadata`` resource.
+
+What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PULSAR5_CODE.md
+§1.9 for emulated indexes and sequences):
+
+* a point read (``getHeader``, the watermark): ``meta.read``; a create/put/delete: ``meta.write``;
+  a versioned put (``finalize``, the watermark CAS): ``meta.cas``;
+* an index scan: ``meta.list``, plus on a store without native indexes one ``meta.read`` per
+  record it GETs, serially (``AbstractMetadataStore.storeScanByIndex`` M1 L624-660, a
+  ``thenCompose`` chain): ``TxnRecords.last_scan_gets``;
+* ``nextTxnSequence`` (L569-585): a GET and a CAS of the counter;
+* a sequence-key append (``fanOutEvents`` L475-508): one put on Oxia; a counter GET + CAS, then
+  the create, on an emulated store;
+* a batch of records written or deleted together (``delete_ops``, ``put_events``,
+  ``delete_aborted``): one ``meta.write``.
+
+Watch registrations cost nothing here (the delivery delay is the engine's notifier's).
+Calls issued at once by the caller are billed as one batch by the caller's
+``meter.batch()`` (e.g. recovery's header reads: ``FutureUtil.waitForAll``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from engine.ids import TxnID
+from engine.metering import Meter
+from engine.ports import TxnStatus
+from engine.records import Position
+from metadata_v5.txnrecords import AbortedRange, Header, Op, OpRecord, SweepCursor, TxnRecords
+
+_M = "metadata"  # the resource every call goes through (one store per run)
+
+
+class MeteredTxnRecords(TxnRecords):
+    """Delegates to ``inner``; bills each call to ``meter`` before returning its answer."""
+
+    def __init__(self, inner: TxnRecords, meter: Meter) -> None:
+        self.inner = inner
+        self._meter = meter
+        self._bill = meter.bill
+
+    def _scanned(self) -> None:
+        gets = self.inner.last_scan_gets
+        if not gets:
+            self._bill("meta.list", _M)
+            return
+        with self._meter.unit():
+            self._bill("meta.list", _M)
+            self._bill("meta.read", _M, times=gets)
+
+    @property
+    def last_scan_gets(self) -> int:  # type: ignore[override]  # the inner store's, read-only
+        return self.inner.last_scan_gets
+
+    # -- headers ----------------------------------------------------------------------------------
+
+    def next_txn_seq(self, tc_id: int) -> int:
+        # the PIP's coordinator reserves ids in blocks (one GET + CAS per block, storerecords
+        # ID_BLOCK) and no waiter waits on it: not billed
+        return self.inner.next_txn_seq(tc_id)
+
+    def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
+        out = self.inner.create_header(txn, timeout_us, created_us)
+        self._bill("meta.write", _M)
+        return out
+
+    def get_header(self, txn: TxnID) -> Header | None:
+        out = self.inner.get_header(txn)
+        self._bill("meta.read", _M)
+        return out
+
+    def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
+        out = self.inner.finalize(header, state, finalized_us)
+        self._bill("meta.cas", _M)
+        return out
+
+    def delete_header(self, txn: TxnID) -> None:
+        self.inner.delete_header(txn)
+        self._bill("meta.write", _M)
+
+    def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        out = self.inner.expired(now_us, limit, after)
+        self._bill("meta.list", _M)
+        return out
+
+    def finalized_before(self, before_us: int, limit: int,
+                         after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
+        out = self.inner.finalized_before(before_us, limit, after)
+        self._bill("meta.list", _M)
+        return out
+
+    def count_headers(self) -> int:  # end-of-run accounting, not a modelled call
+        return self.inner.count_headers()
+
+    def count_finished(self) -> int:
+        return self.inner.count_finished()
+
+    # -- op records ---------------------------------------------------------------------------------
+
+    def add_op(self, txn: TxnID, op: Op) -> OpRecord:
+        out = self.inner.add_op(txn, op)
+        self._bill("meta.write", _M)
+        return out
+
+    def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
+        out = self.inner.ops_of_txn(txn)
+        self._bill("meta.list", _M)
+        return out
+
+    def writes_on(self, segment: str) -> list[OpRecord]:
+        out = self.inner.writes_on(segment)
+        self._bill("meta.list", _M)
+        return out
+
+    def acks_on(self, segment: str, subscription: str) -> list[OpRecord]:
+        out = self.inner.acks_on(segment, subscription)
+        self._bill("meta.list", _M)
+        return out
+
+    def delete_ops(self, records: list[OpRecord]) -> None:
+        self.inner.delete_ops(records)
+        self._bill("meta.write", _M)
+
+    def count_ops(self) -> int:
+        return self.inner.count_ops()
+
+    # -- watches (no cost: the notifier models the delivery) -----------------------------------------
+
+    def watch_header(self, txn: TxnID, owner: object, listener: Any) -> None:
+        self.inner.watch_header(txn, owner, listener)
+
+    def unwatch_header(self, txn: TxnID, owner: object) -> None:
+        self.inner.unwatch_header(txn, owner)
+
+    def watch_events(self, segment: str, subscription: str | None, owner: object, listener: Any) -> None:
+        self.inner.watch_events(segment, subscription, owner, listener)
+
+    def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
+                                 listener: Callable[[], None]) -> None:
+        self.inner.watch_participant_events(segment, subscription, owner, listener)
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
+        self.inner.put_events(txn, state, participants)
+        self._bill("meta.write", _M)
+
+    def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
+        out = self.inner.events_for(segment, subscription)
+        self._bill("meta.list", _M)
+        return out
+
+    def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None:
+        self.inner.delete_event(segment, subscription, txn)
+        self._bill("meta.write", _M)
+
+    # -- aborted ranges -----------------------------------------------------------------------------
+
+    def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None:
+        self.inner.put_aborted(segment, ranges)
+        self._bill("meta.write", _M)
+
+    def aborted_on(self, segment: str) -> list[AbortedRange]:
+        out = self.inner.aborted_on(segment)
+        self._bill("meta.list", _M)
+        return out
+
+    def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
+        self.inner.delete_aborted(segment, txns)
+        self._bill("meta.write", _M)
+
+    # -- the shipped design -------------------------------------------------------------------------
+
+    def next_txn_seq_each(self, tc_id: int) -> int:
+        out = self.inner.next_txn_seq_each(tc_id)
+        with self._meter.unit():
+            self._bill("meta.read", _M)
+            self._bill("meta.cas", _M)
+        return out
+
+    def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
+        out = self.inner.ops_by_txn(txn)
+        self._scanned()
+        return out
+
+    def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
+        out = self.inner.writes_scan(segment, txn)
+        self._scanned()
+        return out
+
+    def acks_scan(self, segment: str, subscription: str, txn: TxnID | None = None) -> list[OpRecord]:
+        out = self.inner.acks_scan(segment, subscription, txn)
+        self._scanned()
+        return out
+
+    def aborted_scan(self, segment: str) -> list[AbortedRange]:
+        out = self.inner.aborted_scan(segment)
+        self._scanned()
+        return out
+
+    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
+        self.inner.put_participant_event(segment, subscription, txn, state)
+        if self.inner.store_native_sequences():
+            self._bill("meta.write", _M)
+            return
+        with self._meter.unit():
+            self._bill("meta.read", _M)
+            self._bill("meta.cas", _M)
+            self._bill("meta.write", _M)
+
+    def get_watermark(self, segment: str) -> tuple[Position | None, int]:
+        out = self.inner.get_watermark(segment)
+        self._bill("meta.read", _M)
+        return out
+
+    def cas_watermark(self, segment: str, position: Position, version: int) -> int | None:
+        out = self.inner.cas_watermark(segment, position, version)
+        self._bill("meta.cas", _M)
+        return out
+
+    def delete_op(self, record: OpRecord) -> None:
+        self.inner.delete_op(record)
+        self._bill("meta.write", _M)
+
+    def count_events(self) -> int:
+        return self.inner.count_events()
+
+    def store_native_sequences(self) -> bool:
+        return self.inner.store_native_sequences()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def stats(self) -> dict[str, int]:
+        return self.inner.stats()

@@ -1,0 +1,125 @@
+"""Billing at the ports (engine/metering.py) and capacity (engine/capacity.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.config import RunConfig
+from bench.replay import Replayer
+from bench.trace import read_events
+from bench.workloads import generate, load_profile
+from engine.capacity import Capacity, Resource
+from engine.clock import LatencyModel, ResourceSpec, VirtualScheduler, WallScheduler
+from engine.errors import ConfigError
+from engine.metering import Meter
+
+
+def _meter(**resources: ResourceSpec) -> Meter:
+    return Meter(LatencyModel(resources=resources), VirtualScheduler())
+
+
+def test_a_tab_adds_serial_calls_and_counts_each() -> None:
+    m = _meter()
+    with m.tab() as t:
+        m.bill("rpc")
+        m.bill("meta.read", "metadata")
+        m.bill("rpc")
+    assert t.us == 200 + 300 + 200
+    assert m.billed == {"rpc": 2, "meta.read": 1}
+
+
+def test_requests_issued_at_once_cost_one_round_trip_plus_service_time() -> None:
+    m = _meter()
+    for n, expected in ((0, 0), (1, 300), (5, 300 + 4 * 20)):
+        with m.tab() as t, m.batch():
+            for _ in range(n):
+                m.bill("meta.read")
+        assert t.us == expected
+    # overlapping calls (each_further=None): the slowest one; a unit of serial calls is one call
+    with m.tab() as t, m.batch(None):
+        m.bill("meta.write")
+        with m.unit():
+            m.bill("meta.read")
+            m.bill("meta.cas")
+            m.bill("meta.write")
+    assert t.us == 300 + 1_000 + 1_000
+
+
+def test_a_tab_of_its_own_does_not_add_to_the_enclosing_one() -> None:
+    m = _meter()
+    with m.tab() as outer:
+        m.bill("rpc")
+        assert m.took("ledger.read", "bookie", "l", times=3) == 300
+    assert outer.us == 200 and m.billed["ledger.read"] == 3
+
+
+def test_a_resource_queues_work_beyond_its_concurrency() -> None:
+    res = Resource(ResourceSpec(service_us=100, concurrency=2))
+    # four requests at t=0, latency 50: two start at once, two wait for a slot (100 us)
+    assert [res.admit(0, 50) for _ in range(4)] == [50, 50, 150, 150]
+    assert res.admit(1_000, 50) == 50  # idle again
+    assert (res.requests, res.busy_us, res.queued_us) == (5, 500, 200)
+
+
+def test_serial_calls_queue_behind_each_other_and_batches_queue_at_once() -> None:
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    with m.tab() as serial:
+        m.bill("meta.read", "metadata")  # 0..300, slot busy until 400
+        m.bill("meta.read", "metadata")  # issued at 300, starts at 400: 400 + 300 - 300
+    assert serial.us == 300 + 400
+    m2 = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    with m2.tab() as t, m2.batch():
+        for _ in range(3):
+            m2.bill("meta.read", "metadata")  # start at 0, 400, 800
+    assert t.us == 800 + 300
+    assert m2.capacity_stats() == {"metadata.busy_us": 1_200, "metadata.queued_us": 1_200, "metadata.requests": 3}
+
+
+def test_no_resources_or_wall_time_means_no_queueing() -> None:
+    m = _meter()
+    assert [m.took("meta.cas", "metadata") for _ in range(3)] == [1_000] * 3
+    wall = Meter(LatencyModel(resources={"metadata": ResourceSpec(1_000, 1)}), WallScheduler())
+    assert [wall.took("meta.cas", "metadata") for _ in range(3)] == [1_000] * 3
+    assert Capacity({}).resource("metadata") is None
+
+
+def test_resource_specs_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown resource 'disk'"):
+        LatencyModel(resources={"disk": ResourceSpec(1, 1)})
+    with pytest.raises(ConfigError, match="concurrency >= 1"):
+        ResourceSpec(service_us=10, concurrency=0)
+
+
+def _small(tmp_path: Path) -> Path:
+    trace = tmp_path / "t.parquet"
+    generate(load_profile("small"), 500, 4, trace)
+    return trace
+
+
+@pytest.mark.parametrize("engine,variant", [("v4", "shipped"), ("v5", "shipped"), ("v5", "pip")])
+def test_what_was_billed_is_what_was_counted(tmp_path: Path, engine: str, variant: str) -> None:
+    """The meter's counts (``billed.*`` in counts.json) against the counts the ledgers, the
+    dispatchers, the coordinator and the store keep on their own."""
+    counts = Replayer(RunConfig(engine=engine, v5_variant=variant)).run(read_events(_small(tmp_path))).counts
+    # every dispatcher read is billed: a ledger read, or an empty read at maxReadPosition
+    assert counts["billed.ledger.read"] == counts["ledger.reads"] > 0
+    assert counts["billed.ledger.read"] + counts["billed.cursor.empty_read"] == counts["dispatch.reads"]
+    assert counts["billed.rpc"] > 2 * counts["ledger.appends.data"]  # each publish's two hops, and more
+    if engine == "v4":  # the publishes, the TC log, each END_TXN's marker, the snapshots
+        assert counts["billed.ledger.append"] == (counts["ledger.appends.data"] + counts["tc.log_appends"]
+                                                  + counts["tc.end_txn.rpcs_sent"] + counts["tb.snapshot_writes"])
+    else:  # the publishes; every index scan the store served; every watch delivery
+        assert counts["billed.ledger.append"] == counts["ledger.appends.data"]
+        assert counts["billed.meta.list"] == counts["meta.index_queries"] > 0
+        assert counts["billed.meta.watch"] == counts["meta.watch_events"] > 0
+
+
+def test_same_trace_profile_and_seed_give_identical_results(tmp_path: Path) -> None:
+    trace = _small(tmp_path)
+    lat = LatencyModel(resources={"metadata": ResourceSpec(200, 1), "bookie": ResourceSpec(300, 1),
+                                  "coordinator": ResourceSpec(50, 1), "dispatch": ResourceSpec(30, 1)})
+    runs = [Replayer(RunConfig(engine="v5", latency=lat)).run(read_events(trace)) for _ in range(2)]
+    assert runs[0].counts == runs[1].counts
+    assert runs[0].latency == runs[1].latency
