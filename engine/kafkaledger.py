@@ -473,6 +473,11 @@ class KafkaLedgerFactory(LedgerFactory):
             try:
                 self._admin.create_topics(spec, wait_for_metadata=wait)
             except kerrors.TopicAlreadyExistsError:
+                # another process (a second run or test worker on this broker) is creating it:
+                # its leader may not be known yet, and a read before then fails
+                if wait:
+                    self._rt()
+                    self._admin.wait_for_topics([topic], timeout_ms=int(self._timeout_s * 1000))
                 return False
         return True
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import bench.engines
+import metadata_v5.spec
 from bench.config import RunConfig
 from bench.runner import replay_trace
 
@@ -52,7 +53,7 @@ def test_two_v5_runs_on_one_redis(redis_url: str, tmp_path: Path, monkeypatch: p
     first, second = RunConfig(engine="v5", metadata_url=redis_url), RunConfig(engine="v5", metadata_url=redis_url)
     assert first.namespace != second.namespace and first.namespace.startswith("run-")
     with monkeypatch.context() as m:  # the first run leaves everything behind, as if killed
-        m.setattr(bench.engines, "purge_metadata", lambda url: 0)
+        m.setattr(metadata_v5.spec, "purge_metadata", lambda url: 0)
         _same(_replay(first, tmp_path / "first"), embedded)
     client = redislib.Redis.from_url(redis_url)
     try:
