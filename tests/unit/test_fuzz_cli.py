@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from bench.cli import main
 from tests.unit.test_trace import GOOD, T, row_st, write
@@ -31,6 +31,8 @@ mutated = st.tuples(st.integers(0, len(GOOD)), row_st)
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutated, st.sampled_from(["replay", "check"]))
+@example((7, {"ts_us": 74_220, "op": "crash_broker", "target": None, "ack_kind": None, "msg": None, "timeout_ms": None,
+              "key": None, "topic": None, "size": None, "subscription": None, "txn": None}), "replay")
 def test_a_fuzzed_trace_is_replayed_or_refused_by_row(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
                                                       cut: tuple[int, dict], verb: str) -> None:  # type: ignore[type-arg]
     n, row = cut
@@ -45,6 +47,11 @@ def test_a_fuzzed_trace_is_replayed_or_refused_by_row(tmp_path_factory: pytest.T
         m = re.search(r"row (\d+)", err)
         assert m is not None and int(m.group(1)) < len(rows), err
         assert not out.exists()
+    elif code == 1 and verb == "replay":
+        # the shipped v5 (the default) can strand an END_TXN a broker crash cut off: the client
+        # never hears the outcome (PULSAR5_CODE.md D8), and replay says so in one warning
+        assert err.count("\n") == 1 and "not quiescent" in err and "txns still ending" in err, err
+        assert any(r.get("op") == "crash_broker" for r in rows) and out.exists()
     else:
         assert code == 0, err
         assert out.exists()
