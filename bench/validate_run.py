@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.config import RunConfig
+from bench.config import DEFAULT_LATENCY_PROFILE, RunConfig
 from engine.clock import LatencyModel
-from engine.errors import ConfigError
+from engine.profile import LatencyProfile, resolve
 
 # The standalone keeps its metadata in RocksDB, which has no native index scan or sequence keys:
 # AbstractMetadataStore emulates them (pulsar-metadata M1 L624-660, L725-765); so does this store.
@@ -25,26 +25,20 @@ EMULATED_STORE = "memory://?emulated=1"
 
 
 def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:
-    """The model's latencies and a sentence saying which they are. A profile needs calib's
-    loader (``engine/profile.py``, issue 17 item 2); without it, today's constants are used and
-    the sentence says so (the lead wires the loader in at merge)."""
-    if profile is None:
-        return LatencyModel(), "today's hand-written constants (engine/clock.py DEFAULT_LATENCIES_US); no --latency-profile"
-    if not Path(profile).is_file():
-        raise ConfigError(f"--latency-profile {profile}: no such file")
-    try:
-        from engine.profile import LatencyProfile  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return LatencyModel(), (f"today's hand-written constants (engine/clock.py DEFAULT_LATENCIES_US): "
-                                f"--latency-profile {profile} was given but this build has no profile loader "
-                                "(engine/profile.py)")
-    prof = LatencyProfile.load(profile)
-    return prof.to_latency_model(seed), f"latency profile {prof.name} ({profile}, sha256 {str(prof.sha256)[:12]})"
+    """The model's latencies and a sentence saying which they are: a latency profile (a file, or
+    a shipped one's name, ``datasets/latency/``), by default the project's default profile."""
+    prof = model_profile(profile)
+    where = prof.path or "built in"
+    return prof.to_latency_model(seed), f"latency profile {prof.name} ({where}, sha256 {prof.sha256[:12]})"
 
 
-def model_configs(latency: LatencyModel) -> list[RunConfig]:
-    return [RunConfig(engine="v4", latency=latency),
-            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency)]
+def model_profile(profile: str | Path | None) -> LatencyProfile:
+    return LatencyProfile.load(resolve(str(profile if profile is not None else DEFAULT_LATENCY_PROFILE)))
+
+
+def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None) -> list[RunConfig]:
+    return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile)]
 
 
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
@@ -63,11 +57,12 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     check_out(out, force=force)
     validate(trace)  # a bad trace, a missing profile or an unreachable broker: refused before anything runs
     seed = int(trace_metadata(trace).get("seed") or 0)
+    prof = model_profile(profile)
     latency, note = model_latency(profile, seed)
     probe(target)
     with staged_dir(out, force=force) as tmp:
         shown = {str(tmp): str(out)}
-        replay_trace(trace, model_configs(latency), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
+        replay_trace(trace, model_configs(latency, prof), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
                      shown=shown)
         say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
         runs = [("broker", "trace")] + ([("broker-asap", "asap")] if saturation else [])
