@@ -743,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="at most this long waiting for deliveries after the last row (default 30000)")
     p.add_argument("--latency-profile", default=None, metavar="FILE",
-                   help="the model's latency profile (datasets/latency/*.json; default: today's constants)")
+                   help="the model's latency profile, a file or a shipped name (datasets/latency/; default: constants)")
     p.add_argument("--no-saturation", action="store_true",
                    help="leave out the broker's as-fast-as-possible run (no throughput-at-saturation figure)")
     p.add_argument("--out", default="txnbench-out/validate")
@@ -792,7 +792,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_stream_run)
     p = sub.add_parser("scenarios", help="answer the PIP-473 review questions: scripted scenarios, both engines")
     p.add_argument("names", nargs="*", metavar="NAME",
-                   help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, restart, migration (default: all)")
+                   help="sealed, polling, endtxn, recovery, recovery-open, gc, interop, restart, migration, throughput (default: all)")
     p.add_argument("--out", default="txnbench-out/scenarios")
     p.add_argument("--large", action="store_true", help="recovery also at 10^6 and 10^7 entries (slow: see the report)")
     p.add_argument("--window-s", type=_int_in(1, MAX_SCENARIO_S), default=30, help="sealed: seconds of virtual time after the commit")
