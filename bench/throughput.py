@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import registry
 from bench.config import RunConfig
 from bench.replay import Replayer
 from bench.trace import read_events
@@ -39,7 +40,8 @@ RESOURCES = {
 SHAPE = Profile(name="throughput", description="4-message txns, 4 partitions, commits only",
                 topics=1, partitions=4, message_size=1024, txn_fraction=1.0, txn_messages=(4, 4),
                 txn_partitions=(1, 2), concurrent_txns=4, abort_ratio=0.0, subscriptions=1, ack_delay_ms=5.0)
-DESIGNS = {"v4": dict(engine="v4"), "v5-shipped": dict(engine="v5", v5_variant="shipped")}
+# each registered design as it runs by default (v4; v5 as shipped)
+DESIGNS = {RunConfig(engine=name).label: {"engine": name} for name in registry.designs()}
 
 
 def _point(trace: Path, design: str, latency: LatencyModel) -> dict[str, float | None]:

@@ -45,6 +45,8 @@ def test_replay_gc_raises_young_threshold_and_restores_everything() -> None:
         with replay_gc(young=5_000):  # nested: the inner one puts the outer's settings back
             assert gc.get_threshold()[0] == 5_000
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
-        assert gc.get_freeze_count() == frozen  # ... and leaves the outer's heap frozen
+        # ... and leaves the outer's heap frozen, freezing nothing more (a frozen object freed by its
+        # refcount leaves the permanent generation, so the count may drop by a few)
+        assert frozen - 1_000 < gc.get_freeze_count() <= frozen
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0

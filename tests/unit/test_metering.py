@@ -102,7 +102,7 @@ def _small(tmp_path: Path) -> Path:
 def test_what_was_billed_is_what_was_counted(tmp_path: Path, engine: str, variant: str) -> None:
     """The meter's counts (``billed.*`` in counts.json) against the counts the ledgers, the
     dispatchers, the coordinator and the store keep on their own."""
-    counts = Replayer(RunConfig(engine=engine, v5_variant=variant)).run(read_events(_small(tmp_path))).counts
+    counts = Replayer(RunConfig(engine=engine, options={"variant": variant} if engine == "v5" else {})).run(read_events(_small(tmp_path))).counts
     # every dispatcher read is billed: a ledger read, or an empty read at maxReadPosition
     assert counts["billed.ledger.read"] == counts["ledger.reads"] > 0
     assert counts["billed.ledger.read"] + counts["billed.cursor.empty_read"] == counts["dispatch.reads"]
