@@ -34,7 +34,7 @@ from typing import Any, Callable
 from bench.calibrate import Measurement
 from bench.pulsar.metrics import scrape
 from bench.pulsar.target import PulsarTarget, parse_target, probe
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 
 SPACING_US = 20_000  # between txns: an unloaded broker
 MAX_LAG_US = 100_000  # a client further behind than this measured its own queue, not the broker

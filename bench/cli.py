@@ -310,7 +310,7 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from bench.output import check_out
-    from bench.workloads import generate, load_profile
+    from bench.trace.workloads import generate, load_profile
     from engine.errors import ConfigError
 
     if (args.profile is None) == (args.omb_workload is None):
@@ -320,7 +320,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile) if args.profile is not None else None
     check_out(args.out, force=args.force, kind="file")
     if profile is None:
-        from bench.omb import generate_omb
+        from bench.trace.omb import generate_omb
 
         for line in generate_omb(args.omb_workload, args.events, args.seed, args.out):
             print(line)
@@ -331,7 +331,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_trace(args: argparse.Namespace) -> int:
-    from bench.tracestats import summarize
+    from bench.trace.tracestats import summarize
 
     for line in summarize(args.path, args.format).lines():
         print(line)
@@ -431,7 +431,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from bench.output import staged_dir
     from bench.report import build
     from bench.runner import check_trace, replay_trace
-    from bench.workloads import generate, load_profile
+    from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
     started = time.perf_counter()
@@ -510,7 +510,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
     from bench.output import staged_dir
     from bench.runner import check_trace
-    from bench.workloads import generate, load_profile
+    from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
     if args.target:  # an unreachable broker stops the run before anything is written
@@ -539,7 +539,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from bench.workloads import list_profiles, load_profile
+    from bench.trace.workloads import list_profiles, load_profile
 
     for name in list_profiles():
         print(f"{name:<40} {load_profile(name).description}")

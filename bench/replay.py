@@ -19,7 +19,7 @@ message every subscription already acked is a no-op in Pulsar and is counted, no
 Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
 txn the coordinator already timed out, a message over ``maxMessageSize``) are counted under
 ``client_errors.<Error>`` and the run goes on; a malformed trace is refused before anything runs
-(see :mod:`bench.trace`).
+(see :mod:`bench.trace.trace`).
 
 The replayer also plays the Java client's own transaction logic (``TransactionImpl``):
 
@@ -64,7 +64,7 @@ from bench.gcpolicy import replay_gc
 from bench.measure import Histograms, peak_rss_mb
 from bench.timeseries import Series
 from bench.walltime import Pacing
-from bench.trace import OPS, Event
+from bench.trace.trace import OPS, Event
 
 _SUB_TYPE = Event._fields.index("sub_type")
 CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)

@@ -12,7 +12,7 @@ from bench.replay import Replayer, RunResult
 from bench.output import check_out, shown_path
 from bench.results import ResultWriter, result_dir
 from bench.openmetrics import LiveServer, live_source
-from bench.trace import read_events, trace_metadata, validate
+from bench.trace.trace import read_events, trace_metadata, validate
 from bench.walltime import refuse_mixed
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)

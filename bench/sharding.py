@@ -8,7 +8,7 @@ onto the lightest shard), so a shard is a few large groups, as Spark likes them.
 touches), whose size depends on the topics, not on the trace's length
 (:func:`trace_aggregates` computes them with Arrow).
 :func:`shard_events` streams one shard's rows out of the trace with vectorised filters.
-Both read any trace format through :func:`bench.tracefmt.open_trace` (Parquet, CSV, JSON lines;
+Both read any trace format through :func:`bench.trace.tracefmt.open_trace` (Parquet, CSV, JSON lines;
 short topic names expanded), natively: nothing is converted first.
 """
 
@@ -19,8 +19,8 @@ from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from bench.trace import COLUMNS, Event, event_columns, event_of_row, trace_columns
-from bench.tracefmt import TraceFile, open_trace
+from bench.trace.trace import COLUMNS, Event, event_columns, event_of_row, trace_columns
+from bench.trace.tracefmt import TraceFile, open_trace
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard
 _OP, _TXN, _TOPIC = COLUMNS.index("op"), COLUMNS.index("txn"), COLUMNS.index("topic")

@@ -56,8 +56,8 @@ from bench import storage
 from bench.runner import write_metrics
 from bench.sharding import plan_shards, trace_aggregates
 from bench.timeseries import merge_rows
-from bench.trace import trace_metadata, validate
-from bench.tracefmt import open_trace
+from bench.trace.trace import trace_metadata, validate
+from bench.trace.tracefmt import open_trace
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's

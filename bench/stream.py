@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 from bench import registry
 from bench.config import RunConfig
 from bench.replay import DeliverySink, Replayer, RunResult
-from bench.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
+from bench.trace.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError, TxnbenchError
 from engine.kafkaledger import translated
 

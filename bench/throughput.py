@@ -23,8 +23,8 @@ from typing import Any
 
 from bench.config import RunConfig
 from bench.replay import Replayer
-from bench.trace import read_events
-from bench.workloads import Profile, generate
+from bench.trace.trace import read_events
+from bench.trace.workloads import Profile, generate
 from engine.clock import LatencyModel, ResourceSpec
 
 RATES = (20, 40, 80, 160)  # offered committed txns per second

@@ -51,7 +51,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     from bench.pulsar.target import probe
     from bench.report import build
     from bench.runner import replay_trace
-    from bench.trace import trace_metadata, validate
+    from bench.trace.trace import trace_metadata, validate
 
     say = progress or (lambda _line: None)
     check_out(out, force=force)

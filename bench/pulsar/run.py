@@ -18,7 +18,7 @@ from bench.pulsar.series import broker_series
 from bench.pulsar.target import DESIGNS, PulsarTarget, probe
 from bench.replay import RunResult
 from bench.results import result_dir
-from bench.trace import read_events, trace_metadata, validate
+from bench.trace.trace import read_events, trace_metadata, validate
 from engine.errors import ConfigError
 
 TARGET = "pulsar"

@@ -16,7 +16,7 @@ import pytest
 from bench.config import RunConfig
 from bench.runner import replay_trace
 from bench.spark import spark_replay
-from bench.workloads import Profile, generate
+from bench.trace.workloads import Profile, generate
 from engine.errors import BackendUnavailable
 
 pytestmark = pytest.mark.spark

@@ -24,7 +24,7 @@ from bench.checker import check
 from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target
 from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 from tests.conftest import PulsarBroker
 
 pytestmark = pytest.mark.pulsar

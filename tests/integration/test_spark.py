@@ -12,7 +12,7 @@ import pytest
 from bench.config import RunConfig
 from bench.runner import replay_trace
 from bench.spark import spark_replay
-from bench.workloads import generate, load_profile
+from bench.trace.workloads import generate, load_profile
 from engine.errors import TraceError
 
 pytestmark = pytest.mark.spark

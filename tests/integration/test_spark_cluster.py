@@ -25,7 +25,7 @@ import pytest
 from bench.config import RunConfig
 from bench.runner import replay_trace
 from bench.spark import spark_replay
-from bench.workloads import generate, load_profile
+from bench.trace.workloads import generate, load_profile
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ import pytest
 
 from bench.config import RunConfig
 from bench.replay import Replayer, RunResult
-from bench.trace import read_events
+from bench.trace.trace import read_events
 from tests.unit.test_trace import T, write
 
 ENGINES = ("v4", "v5")

@@ -12,7 +12,7 @@ import pytest
 from bench.cli import main
 from bench.config import RunConfig
 from bench.replay import Replayer
-from bench.trace import TraceWriter, read_events
+from bench.trace.trace import TraceWriter, read_events
 from engine.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from bench.cli import main
 from bench.config import RunConfig
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
 from engine.errors import ConfigError
 from engine.profile import LATENCY_DIR, LatencyProfile
@@ -114,7 +114,7 @@ def _replay(trace: Path, latency: LatencyModel, profile: LatencyProfile | None) 
     """Both engines' results (counts, latency summary, deliveries, txn rows), serialised: the
     result files' content without writing them (their metrics export costs seconds of CPU)."""
     from bench.replay import Replayer
-    from bench.trace import read_events
+    from bench.trace.trace import read_events
 
     out = []
     for engine in ("v4", "v5"):

@@ -11,7 +11,7 @@ from bench.model_vs_broker import agreement
 from bench.report import build_report
 from bench.results import result_dir
 from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"
 

@@ -8,8 +8,8 @@ from typing import Iterator
 
 from bench.config import RunConfig
 from bench.replay import Replayer
-from bench.trace import Event, read_events
-from bench.workloads import generate, load_profile
+from bench.trace.trace import Event, read_events
+from bench.trace.workloads import generate, load_profile
 from tests.unit.test_trace import T, write
 
 

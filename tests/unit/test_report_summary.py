@@ -17,7 +17,7 @@ from bench.config import RunConfig
 from bench.headline import answer, headline
 from bench.report import Row, build
 from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"
 

@@ -12,8 +12,8 @@ import pytest
 from bench import storage
 from bench.config import RunConfig
 from bench.spark import _row_parts, spark_replay
-from bench.trace import read_events, trace_metadata, validate
-from bench.workloads import generate, load_profile
+from bench.trace.trace import read_events, trace_metadata, validate
+from bench.trace.workloads import generate, load_profile
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 

@@ -15,9 +15,9 @@ from bench.config import RunConfig
 from bench.replay import Replayer
 from bench.runner import replay_trace
 from bench.timeseries import Series, merge_rows, table
-from bench.trace import read_events
+from bench.trace.trace import read_events
 from bench.walltime import BEHIND_US, Pacing, mixed_backends, refuse_mixed
-from bench.workloads import generate, load_profile
+from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError
 
 

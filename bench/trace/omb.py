@@ -2,7 +2,7 @@
 
 OMB's workload file is the public fields of ``io.openmessaging.benchmark.Workload`` (openmessaging
 /benchmark, ``benchmark-framework``); :func:`load_omb_workload` maps the ones that shape the
-traffic onto :class:`bench.workloads.Profile` and reads our transaction fields (any Profile field)
+traffic onto :class:`bench.trace.workloads.Profile` and reads our transaction fields (any Profile field)
 from a ``txnbench:`` mapping in the same file, which override what the OMB fields give. OMB fields
 with no meaning for a trace are accepted and listed (``ignored``); an unknown key is an error, so a
 typo is not silently dropped.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import Profile
+from bench.trace.workloads import Profile
 from engine.errors import ConfigError
 
 TXNBENCH_KEY = "txnbench"
@@ -129,7 +129,7 @@ def generate_omb(path: str | Path, events: int | None, seed: int, out: str | Pat
     """Generate a trace from an OMB workload file; the lines ``txnbench generate`` prints."""
     import pyarrow.parquet as pq
 
-    from bench.workloads import generate
+    from bench.trace.workloads import generate
 
     w = load_omb_workload(path)
     bound = w.events_bound(events)

@@ -1,6 +1,6 @@
-"""Traces: one row per client event, in Parquet (or CSV or JSON lines: :mod:`bench.tracefmt`),
+"""Traces: one row per client event, in Parquet (or CSV or JSON lines: :mod:`bench.trace.tracefmt`),
 as specified in DESIGN.md. Short topic names are expanded as a Pulsar client expands them
-(:func:`bench.tracefmt.expand_topic`) before any check, so every reader sees full names.
+(:func:`bench.trace.tracefmt.expand_topic`) before any check, so every reader sees full names.
 
 :func:`read_events` streams a trace in record batches and validates every row before it is
 yielded; :func:`validate` runs the same checks over a whole file without replaying it, so a
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from engine.errors import TraceError, TxnbenchError
 from engine.topics import TopicName
-from bench.tracefmt import TraceFile, open_trace, short_name_error
+from bench.trace.tracefmt import TraceFile, open_trace, short_name_error
 
 SCHEMA = pa.schema(
     [

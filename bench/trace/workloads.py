@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import ConfigError
-from bench.trace import MAX_SIZE, MAX_TIMEOUT_MS, MAX_TS_US, SUB_TYPES, TraceWriter
+from bench.trace.trace import MAX_SIZE, MAX_TIMEOUT_MS, MAX_TS_US, SUB_TYPES, TraceWriter
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "datasets" / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "datasets" / "profiles"
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Profile:
         need(self.subscriptions <= MAX_PROFILE_TOPICS and self.concurrent_txns <= MAX_PROFILE_TOPICS
              and self.txn_messages[1] <= MAX_PROFILE_TOPICS and self.keys <= MAX_PROFILE_TOPICS,
              f"subscriptions, concurrent_txns, txn_messages and keys must be <= {MAX_PROFILE_TOPICS}")
-        # times land in the trace's ts_us, which replay bounds (bench.trace.MAX_TS_US)
+        # times land in the trace's ts_us, which replay bounds (bench.trace.trace.MAX_TS_US)
         for name in ("ack_delay_ms", "long_open_ms", "split_every_ms", "merge_every_ms"):
             need(0 <= getattr(self, name) <= MAX_TS_US // 1000, f"{name} must be in 0..{MAX_TS_US // 1000} ms")
         for name in ("crash_broker_at_ms", "crash_tc_at_ms"):

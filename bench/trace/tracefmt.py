@@ -3,7 +3,7 @@ with short topic names expanded as a Pulsar client expands them.
 
 :func:`open_trace` picks the format from ``fmt``, else the file's extension, else its first bytes
 (Parquet's ``PAR1`` magic, a JSON object, else CSV), and returns a :class:`TraceFile` whose
-``iter_batches`` every trace reader goes through (:mod:`bench.trace`, :mod:`bench.sharding`), so
+``iter_batches`` every trace reader goes through (:mod:`bench.trace.trace`, :mod:`bench.sharding`), so
 a CSV or JSON-lines trace is validated, replayed and sharded like a Parquet one, streamed batch by
 batch (memory flat), with the same errors: file, 0-based row number, reason.
 
@@ -144,9 +144,9 @@ def _open_parquet_uri(uri: str, fmt: str | None) -> TraceFile:
 
 def open_trace(path: str | Path, fmt: str | None = None) -> TraceFile:
     """A trace file to stream; its columns' presence and types are checked by the caller
-    (:func:`bench.trace._open`). Parquet is read without pre-buffering (see
-    :func:`bench.trace.parquet_stream`)."""
-    from bench.trace import WRITE_SCHEMA  # the schema lives with the validator
+    (:func:`bench.trace.trace._open`). Parquet is read without pre-buffering (see
+    :func:`bench.trace.trace.parquet_stream`)."""
+    from bench.trace.trace import WRITE_SCHEMA  # the schema lives with the validator
 
     if storage.is_uri(path):  # file://, s3://, hdfs://...: Parquet through pyarrow's filesystems
         return _open_parquet_uri(str(path), fmt)

@@ -1,5 +1,5 @@
 """What ``txnbench validate-trace`` prints: a trace's rows, ops, topics, txns and time span,
-after the same validation as a replay (:func:`bench.trace.validate`)."""
+after the same validation as a replay (:func:`bench.trace.trace.validate`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from bench.trace import OPS, open_checked, trace_metadata, validate
+from bench.trace.trace import OPS, open_checked, trace_metadata, validate
 
 
 @dataclass(frozen=True)
