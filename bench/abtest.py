@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from bench.repeat import spread_verdict
+from bench.replay.repeat import spread_verdict
 from engine.errors import ConfigError
 
 IGNORED = ("label", "design")  # derived from the config fields (the factor is named by those)

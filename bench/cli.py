@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench import registry
+from bench.replay import registry
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from metadata_v5.options import GcMode
@@ -78,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
 def version_text() -> str:
     from importlib import metadata
 
-    from bench.results import git_identity
+    from bench.replay.results import git_identity
 
     try:
         v = metadata.version("txnbench")
@@ -149,7 +149,7 @@ def _add_latency_options(p: argparse.ArgumentParser) -> None:
 
 def _latency(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The run's latency model and the profile it came from (--latency-profile, --latency, --latency-seed)."""
-    from bench.config import DEFAULT_LATENCY_PROFILE
+    from bench.replay.config import DEFAULT_LATENCY_PROFILE
     from engine.errors import ConfigError
     from engine.profile import LatencyProfile, resolve
 
@@ -184,7 +184,7 @@ def _add_wall_options(p: argparse.ArgumentParser) -> None:
 
 
 def _print_pacing(manifest: dict[str, object]) -> None:
-    from bench.walltime import pacing_line
+    from bench.replay.walltime import pacing_line
 
     for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
         if run.get("rates") and run.get("time_mode") == "wall":
@@ -194,7 +194,7 @@ def _print_pacing(manifest: dict[str, object]) -> None:
 
 
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
-    from bench.config import RunConfig
+    from bench.replay.config import RunConfig
     from engine.errors import ConfigError
 
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
@@ -309,7 +309,7 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from bench.output import check_out
+    from bench.replay.output import check_out
     from bench.trace.workloads import generate, load_profile
     from engine.errors import ConfigError
 
@@ -339,7 +339,7 @@ def cmd_validate_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bench.output import check_out
+    from bench.replay.output import check_out
 
     if args.repeat != 1 and (args.target or args.spark or args.repeat < 1):
         from engine.errors import ConfigError
@@ -377,9 +377,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                 progress=_progress(not args.no_progress), force=args.force,
                                 driver_host=args.spark_driver_host)
     else:
-        from bench.runner import replay_trace
+        from bench.replay.runner import replay_trace
 
-        from bench.repeat import replay_repeated
+        from bench.replay.repeat import replay_repeated
 
         def once(d: str | Path) -> dict[str, Any]:
             return replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress), force=args.force,
@@ -402,7 +402,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
     """0, or 1 after saying which runs ended with work in flight (their results are incomplete)."""
-    from bench.runner import not_quiescent
+    from bench.replay.runner import not_quiescent
 
     lines = not_quiescent(manifest)
     for line in lines:
@@ -428,9 +428,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.output import staged_dir
+    from bench.replay.output import staged_dir
     from bench.report import build
-    from bench.runner import check_trace, replay_trace
+    from bench.replay.runner import check_trace, replay_trace
     from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
@@ -508,8 +508,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
     (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
-    from bench.output import staged_dir
-    from bench.runner import check_trace
+    from bench.replay.output import staged_dir
+    from bench.replay.runner import check_trace
     from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
@@ -547,7 +547,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from bench.output import staged_dir
+    from bench.replay.output import staged_dir
     from bench.scenarios import run_scenarios
 
     params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
@@ -590,7 +590,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if args.topic and args.demo:
         raise ConfigError("--demo runs the embedded demo; it takes no --topic")
     if args.demo or not args.topic:
-        from bench.output import staged_dir
+        from bench.replay.output import staged_dir
         from bench.scenarios import run_scenarios
 
         with staged_dir(args.out, force=args.force) as tmp:
@@ -628,14 +628,14 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
         raise ConfigError("stream runs in wall time only")
     args.time = "wall"
     configs = _configs(args, registry.designs())
-    from bench.walltime import refuse_mixed
+    from bench.replay.walltime import refuse_mixed
 
     refuse_mixed(configs, args.allow_mixed)
 
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
 
-    from bench.output import check_out
+    from bench.replay.output import check_out
 
     check_out(args.out, force=args.force)
     manifest = run_stream(args.kafka, args.out, configs, topic=args.topic, output_topic=args.output_topic,
@@ -865,7 +865,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"txnbench {args.verb}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # a full disk, a read-only file system: output is already cleaned up
-        from bench.output import describe_os_error
+        from bench.replay.output import describe_os_error
 
         print(f"txnbench {args.verb}: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE

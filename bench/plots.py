@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.measure import histogram_from_summary
-from bench import registry
+from bench.replay.measure import histogram_from_summary
+from bench.replay import registry
 
 # A figure: {"file": "x.png", "title": str, "x": axis label, "x_scale": "linear"|"log"|"log2",
 #            "panels": [{"title": str, "y": axis label, "y_scale": "linear"|"log"|"symlog",
@@ -80,7 +80,7 @@ def render_figures(figures: list[Figure], out: Path) -> list[str]:
 
 
 def result_set_plots(rs: dict[str, Any], out: Path) -> list[str]:
-    """The plots of one loaded result set (``bench.results.load``), for the engines it ran."""
+    """The plots of one loaded result set (``bench.replay.results.load``), for the engines it ran."""
     labels = list(rs["manifest"].get("runs", {}))
     files = [_cdf(rs, labels, name, out) for name in CDF_METRICS]
     files.append(_writes(rs, labels, out))

@@ -22,16 +22,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import registry
+from bench.replay import registry
 from bench.abtest import Comparison, compare
 from bench.headline import context_line, headline, render_text, scenario_findings
 from bench.headline import render_markdown as render_headline_md
-from bench.measure import METRICS
+from bench.replay.measure import METRICS
 from bench.model_vs_broker import comparison_rows, is_broker
 from bench.plots import render_figures, result_set_plots
-from bench.output import check_out, shown_path, staged_dir
-from bench.repeat import load_repeats, median, spread_verdict
-from bench.results import load
+from bench.replay.output import check_out, shown_path, staged_dir
+from bench.replay.repeat import load_repeats, median, spread_verdict
+from bench.replay.results import load
 from bench.rows import Row
 from bench.scenario_results import load_figures, load_sections
 from engine.errors import ConfigError
@@ -385,7 +385,7 @@ def build(results: list[str | Path], out: str | Path, title: str = "txnbench com
           force: bool = False, shown: dict[str, str] | None = None) -> Report:
     """Load and check every input first, then classify and render (Markdown, GitHub Markdown,
     HTML, summary.json) into a staging directory that becomes ``out`` only when complete
-    (:mod:`bench.output`). ``shown`` maps staging paths to the paths they will have, for the text."""
+    (:mod:`bench.replay.output`). ``shown`` maps staging paths to the paths they will have, for the text."""
     check_out(out, force=force)
     sets = [load(p) for p in results]
     for rs in sets:  # "dir": where its tables are now; "path": where they will be, for the text

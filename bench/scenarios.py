@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import registry
+from bench.replay import registry
 from bench import throughput as tp
-from bench.config import RunConfig
-from bench.engines import Setup, build
+from bench.replay.config import RunConfig
+from bench.replay.engines import Setup, build
 from bench.migrate import MigrationRefused, migrate
 from bench.plots import Figure, render_figures
 from bench.report import render_html, render_markdown

@@ -48,19 +48,19 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from bench.config import RunConfig
-from bench.measure import Histograms, peak_rss_mb
-from bench.output import check_out
-from bench.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
+from bench.replay.config import RunConfig
+from bench.replay.measure import Histograms, peak_rss_mb
+from bench.replay.output import check_out
+from bench.replay.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
 from bench import storage
-from bench.runner import write_metrics
+from bench.replay.runner import write_metrics
 from bench.sharding import plan_shards, trace_aggregates
-from bench.timeseries import merge_rows
+from bench.replay.timeseries import merge_rows
 from bench.trace.trace import trace_metadata, validate
 from bench.trace.tracefmt import open_trace
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
-Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.runner's
+Progress = Callable[[str, int, int], None]  # (label, done, total), as bench.replay.runner's
 
 # What a task returns through Spark: per shard and config, one "summary" row (JSON payload) and
 # one "count" row per exact count (name in ``name``, value in ``value``).
@@ -246,7 +246,7 @@ class _RowFiles:
 
 def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig,
                   spool: str) -> Iterator[pa.RecordBatch]:
-    from bench.replay import Replayer
+    from bench.replay.replay import Replayer
     from bench.sharding import shard_events
 
     files = _RowFiles(spool, shard, cfg.label)

@@ -5,7 +5,7 @@ executors on other hosts read the trace and write their rows where the driver fi
 
 A result directory is published to a URI by copying a finished local one, ``manifest.json``
 last: object stores have no atomic rename, and a result set without its manifest is not one
-(:func:`bench.results.load` refuses it)."""
+(:func:`bench.replay.results.load` refuses it)."""
 
 from __future__ import annotations
 

@@ -14,14 +14,14 @@ A topic that already exists is refused (load into a new ``--topic``): a run read
 its first offset and must see exactly one trace.
 
 **Run.** Every run is a new consumer group (app id ``txnbench-stream-<random>``) reading from the
-earliest offset. The two engines (one :class:`~bench.replay.Replayer` each, ``time_mode="wall"``)
+earliest offset. The two engines (one :class:`~bench.replay.replay.Replayer` each, ``time_mode="wall"``)
 are built when the header arrives, so wall time ``0`` is the header's arrival; each event is
 applied when both engines' clocks reach its ``ts_us`` (a lagging consumer applies it at once,
 late, and the lag is measured). Between events a loop callback runs the engines' due timers
 (dispatcher polls, sweeps), so the asyncio loop never sleeps inside engine code. At the end
 marker the run checks the row count, drains for ``drain_ms`` (counted from the later of the last
 ``ts_us`` and the marker's arrival, so a lagging run still drains fully) and writes the standard result
-directory (:mod:`bench.results`), which ``txnbench report`` reads like any other.
+directory (:mod:`bench.replay.results`), which ``txnbench report`` reads like any other.
 
 Per event and engine a measurement record goes to the output topic and the per-engine summary
 (events, deliveries, apply and lag figures; at the end the latency summary) to a Faust table.
@@ -42,9 +42,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bench import registry
-from bench.config import RunConfig
-from bench.replay import DeliverySink, Replayer, RunResult
+from bench.replay import registry
+from bench.replay.config import RunConfig
+from bench.replay.replay import DeliverySink, Replayer, RunResult
 from bench.trace.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError, TxnbenchError
 from engine.kafkaledger import translated

@@ -25,9 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bench.config import RunConfig
-from bench.results import result_dir
-from bench.runner import finish_results
+from bench.replay.config import RunConfig
+from bench.replay.results import result_dir
+from bench.replay.runner import finish_results
 from bench.stream import (DEFAULT_TOPIC, StreamProgress, StreamReplay, bootstrap, create_topics, default_configs,
                           delete_topics, end_offset, topic_exists)
 from engine.errors import ConfigError, TxnbenchError
@@ -131,7 +131,7 @@ class StreamApp:
 
 
 def write_results(writer: Any, replay: StreamReplay, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Finish a :class:`bench.results.ResultWriter` from a finished replay (deliveries were
+    """Finish a :class:`bench.replay.results.ResultWriter` from a finished replay (deliveries were
     streamed into it during the run)."""
     def stream_fields(result: Any) -> dict[str, Any]:
         return {"events_per_second": round(replay.events_per_second()),

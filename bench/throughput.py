@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.config import RunConfig
-from bench.replay import Replayer
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
 from bench.trace.trace import read_events
 from bench.trace.workloads import Profile, generate
 from engine.clock import LatencyModel, ResourceSpec

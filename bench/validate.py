@@ -288,7 +288,7 @@ def profile_note(model: dict[str, Any]) -> str:
 
 def validate_sets(model: dict[str, Any], broker: dict[str, Any], saturation: dict[str, Any] | None,
                   goals: Goals = GOALS) -> Validation:
-    """The section's rows from loaded result sets (:func:`bench.results.load`)."""
+    """The section's rows from loaded result sets (:func:`bench.replay.results.load`)."""
     mlab, blab = _by_design(model), _by_design(broker)
     checks: list[Check] = []
     unmapped = set()

@@ -5,7 +5,7 @@ timestamps, then as fast as possible), then the "model vs broker" section (:mod:
 Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets; the last not with
 ``--no-saturation``), ``validation.json``
 (the section's rows) and ``report/`` (the report with the section). Written in a staging
-directory that becomes ``--out`` only when complete (:mod:`bench.output`).
+directory that becomes ``--out`` only when complete (:mod:`bench.replay.output`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.config import DEFAULT_LATENCY_PROFILE, RunConfig
+from bench.replay.config import DEFAULT_LATENCY_PROFILE, RunConfig
 from engine.clock import LatencyModel
 from engine.profile import LatencyProfile, resolve
 
@@ -46,11 +46,11 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                  saturation: bool = True) -> dict[str, Any]:
     """Run the three result sets (``saturation=False``: no asap run, the section says so), compute
     the section, write the report; returns validation.json."""
-    from bench.output import check_out, staged_dir
+    from bench.replay.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
     from bench.report import build
-    from bench.runner import replay_trace
+    from bench.replay.runner import replay_trace
     from bench.trace.trace import trace_metadata, validate
 
     say = progress or (lambda _line: None)

@@ -1,6 +1,6 @@
 """The trace client's events (``jvm/PROTOCOL.md``, "Output") -> the result contract of a model run.
 
-What each field means follows :mod:`bench.replay`, in the client's wall time (µs since t0):
+What each field means follows :mod:`bench.replay.replay`, in the client's wall time (µs since t0):
 
 - a txn's ``end_ts_us`` is when the client heard the answer to its commit/abort,
   ``commit_requested_ts_us`` when it issued it, ``visible_ts_us`` when the last of its messages
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.measure import Histograms
+from bench.replay.measure import Histograms
 
 # Errors of a commit/abort meaning the coordinator no longer holds the txn open: Pulsar aborts a
 # txn at its timeout (TransactionMetadataStore timeout tracker / TransactionCoordinatorV5), so it

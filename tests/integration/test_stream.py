@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
 from bench.report import build_report
 from bench.stream import default_configs, load_trace
 from bench.stream_app import run_stream

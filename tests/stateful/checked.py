@@ -108,7 +108,7 @@ class CheckedSystem(System):
                     # the final state) or collected (v5's GC). One the client never asked to
                     # commit can only have aborted (the coordinator's timeout, or its abort);
                     # else keep what the client heard. The replayer settles its client-timed-out
-                    # txns the same way (bench/replay.py _settle_timed_out).
+                    # txns the same way (bench/replay/replay.py _settle_timed_out).
                     if str(txn) not in self.history.end_requests:
                         outcome = TxnStatus.ABORTED.value
             self.history.outcome(txn, outcome)

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.output import MARKER
-from bench.results import DELIVERY_SCHEMA, FILES, TXN_SCHEMA
+from bench.replay.output import MARKER
+from bench.replay.results import DELIVERY_SCHEMA, FILES, TXN_SCHEMA
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

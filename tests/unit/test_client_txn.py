@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer, RunResult
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer, RunResult
 from bench.trace.trace import read_events
 from tests.unit.test_trace import T, write
 

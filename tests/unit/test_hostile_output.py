@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.output import MARKER
+from bench.replay.output import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
+from bench.replay.config import RunConfig
 from bench.trace.trace import TraceWriter
 from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
 from engine.errors import ConfigError
@@ -113,7 +113,7 @@ def test_draws_are_per_seed_and_kind_and_one_kind_does_not_shift_another() -> No
 def _replay(trace: Path, latency: LatencyModel, profile: LatencyProfile | None) -> list[str]:
     """Both engines' results (counts, latency summary, deliveries, txn rows), serialised: the
     result files' content without writing them (their metrics export costs seconds of CPU)."""
-    from bench.replay import Replayer
+    from bench.replay.replay import Replayer
     from bench.trace.trace import read_events
 
     out = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
 from bench.trace.trace import read_events
 from bench.trace.workloads import generate, load_profile
 from engine.capacity import Capacity, Resource

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from bench.config import RunConfig
-from bench.measure import Histograms
-from bench.openmetrics import LiveServer, live_source, render, result_families, run_families
-from bench.replay import Replayer
-from bench.runner import replay_trace
+from bench.replay.config import RunConfig
+from bench.replay.measure import Histograms
+from bench.replay.openmetrics import LiveServer, live_source, render, result_families, run_families
+from bench.replay.replay import Replayer
+from bench.replay.runner import replay_trace
 from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError
 

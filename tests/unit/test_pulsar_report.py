@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.config import RunConfig
+from bench.replay.config import RunConfig
 from bench.model_vs_broker import agreement
 from bench.report import build_report
-from bench.results import result_dir
-from bench.runner import replay_trace
+from bench.replay.results import result_dir
+from bench.replay.runner import replay_trace
 from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.runner import replay_trace
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
 from bench.trace.trace import TraceWriter
 from engine.dispatcher import DispatchMode
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bench.config import RunConfig
+from bench.replay.config import RunConfig
 from bench.headline import answer, headline
 from bench.report import Row, build
-from bench.runner import replay_trace
+from bench.replay.runner import replay_trace
 from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"

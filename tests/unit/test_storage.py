@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench import storage
-from bench.config import RunConfig
+from bench.replay.config import RunConfig
 from bench.spark import _row_parts, spark_replay
 from bench.trace.trace import read_events, trace_metadata, validate
 from bench.trace.workloads import generate, load_profile

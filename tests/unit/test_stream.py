@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
 from bench.stream import (END, StreamReplay, bootstrap, decode_event, default_configs, encode_event, load_trace,
                           trace_records)
 from bench.trace.trace import read_events, validate

@@ -1,5 +1,5 @@
 """Builds the durable stores and the engine of a run from its :class:`RunConfig`; the engine
-is opened by its registered spec (:mod:`bench.registry`)."""
+is opened by its registered spec (:mod:`bench.replay.registry`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Callable
 from engine.backends import namespaced_ledger_url, open_ledgers, purge_ledgers
 from engine.ledger import LedgerFactory
 from engine.ports import EngineFactory
-from bench import registry
-from bench.config import RunConfig
+from bench.replay import registry
+from bench.replay.config import RunConfig
 
 
 @dataclass

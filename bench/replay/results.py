@@ -1,9 +1,9 @@
 """Result sets on disk (DESIGN.md "Results"): ``deliveries.parquet``, ``txns.parquet``,
 ``counts.json``, ``latency.json``, ``recovery.json``, ``manifest.json``, ``metrics.txt`` (OpenMetrics,
-:mod:`bench.openmetrics`) and ``timeseries.parquet`` (:mod:`bench.timeseries`) in one directory.
+:mod:`bench.replay.openmetrics`) and ``timeseries.parquet`` (:mod:`bench.replay.timeseries`) in one directory.
 
 Writes go to a private sibling directory whose files are renamed into place at the end
-(:mod:`bench.output`), so a failed run leaves nothing half-written and nothing txnbench did not
+(:mod:`bench.replay.output`), so a failed run leaves nothing half-written and nothing txnbench did not
 write is ever replaced.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.output import staged_dir
+from bench.replay.output import staged_dir
 from engine.errors import ConfigError
 
 DELIVERY_SCHEMA = pa.schema(
@@ -38,7 +38,7 @@ TXN_SCHEMA = pa.schema(
     ]
 )
 FILES = ("deliveries.parquet", "txns.parquet", "counts.json", "latency.json", "recovery.json", "manifest.json",
-         "metrics.txt", "timeseries.parquet")  # the last two: bench.openmetrics, bench.timeseries
+         "metrics.txt", "timeseries.parquet")  # the last two: bench.replay.openmetrics, bench.replay.timeseries
 
 
 def versions() -> dict[str, str]:
@@ -57,7 +57,7 @@ def git_identity() -> dict[str, Any] | None:
     changes (None outside a git checkout, e.g. an installed wheel)."""
     import subprocess
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
@@ -130,7 +130,7 @@ def _dump(path: Path, data: Any) -> None:
 @contextmanager
 def result_dir(out: str | Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[ResultWriter]:
     """Yield a writer on a private temporary directory; on success its files become ``out``'s
-    (:func:`bench.output.staged_dir`: a non-empty ``out`` is refused unless ``force``, and then
+    (:func:`bench.replay.output.staged_dir`: a non-empty ``out`` is refused unless ``force``, and then
     only what txnbench wrote there is replaced; ``protect`` names inputs never to replace)."""
     with staged_dir(out, force=force, protect=protect) as tmp:
         writer = ResultWriter(tmp)
@@ -162,7 +162,7 @@ def load(path: str | Path) -> dict[str, Any]:
 
 
 def _check_shape(p: Path, rs: dict[str, Any]) -> None:
-    from bench.measure import histogram_from_summary
+    from bench.replay.measure import histogram_from_summary
 
     def bad(name: str, why: str) -> ConfigError:
         return ConfigError(f"{p / name}: {why}")

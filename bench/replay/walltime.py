@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from bench import registry
-from bench.config import RunConfig
+from bench.replay import registry
+from bench.replay.config import RunConfig
 from engine.errors import ConfigError
 
 # A replay whose largest lag exceeds this fell behind the trace: its latencies include queueing

@@ -7,13 +7,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bench.config import RunConfig
-from bench.replay import Replayer, RunResult
-from bench.output import check_out, shown_path
-from bench.results import ResultWriter, result_dir
-from bench.openmetrics import LiveServer, live_source
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer, RunResult
+from bench.replay.output import check_out, shown_path
+from bench.replay.results import ResultWriter, result_dir
+from bench.replay.openmetrics import LiveServer, live_source
 from bench.trace.trace import read_events, trace_metadata, validate
-from bench.walltime import refuse_mixed
+from bench.replay.walltime import refuse_mixed
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -23,10 +23,10 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
                  force: bool = False, shown: dict[str, str] | None = None, prometheus_port: int | None = None,
                  allow_mixed: bool = False, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate ``trace`` whole, then replay it once per config; write one result directory
-    (:func:`bench.results.result_dir`: an existing non-empty ``out`` only with ``force``).
+    (:func:`bench.replay.results.result_dir`: an existing non-empty ``out`` only with ``force``).
     ``shown`` maps a staging directory to the path the results will have (for the manifest).
-    Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.walltime`);
-    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.openmetrics`; its URL
+    Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.replay.walltime`);
+    ``prometheus_port`` serves the running replays' metrics (:mod:`bench.replay.openmetrics`; its URL
     goes to ``announce``). Returns the manifest."""
     check_out(out, force=force)
     mixed = refuse_mixed(configs, allow_mixed)
@@ -78,7 +78,7 @@ def finish_results(writer: ResultWriter, results: list[tuple[RunConfig, RunResul
             "peak_rss_mb": result.peak_rss_mb,  # the process's peak so far (runs go one after another)
             "virtual_end_us": result.virtual_end_us,
             "time_mode": cfg.time_mode,
-            # did the run end quiescent? (bench.replay.Replayer.in_flight; the CLI exits 1 if not)
+            # did the run end quiescent? (bench.replay.replay.Replayer.in_flight; the CLI exits 1 if not)
             "drain": {"ran_ms": result.drained_us // 1000, "in_flight": result.in_flight,
                       "quiescent": not any(result.in_flight.values())},
             **({"rates": result.rates, "max_lag_us": result.rates["max_lag_us"]} if result.rates else {}),
@@ -109,7 +109,7 @@ def not_quiescent(manifest: dict[str, Any]) -> list[str]:
 def write_metrics(directory: Path, runs: dict[str, Any], counts: dict[str, dict[str, int]], latency: dict[str, Any],
                   engine_metrics: dict[str, list[Any]], series: list[list[dict[str, Any]]]) -> None:
     """``metrics.txt`` (OpenMetrics) and ``timeseries.parquet`` of a result directory."""
-    from bench import openmetrics, timeseries
+    from bench.replay import openmetrics, timeseries
 
     families = openmetrics.result_families(runs, counts, latency, engine_metrics)
     (directory / openmetrics.FILE).write_bytes(openmetrics.render(families))

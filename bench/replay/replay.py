@@ -58,12 +58,12 @@ from engine.errors import (
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
-from bench.config import RunConfig
-from bench.engines import Setup, build
-from bench.gcpolicy import replay_gc
-from bench.measure import Histograms, peak_rss_mb
-from bench.timeseries import Series
-from bench.walltime import Pacing
+from bench.replay.config import RunConfig
+from bench.replay.engines import Setup, build
+from bench.replay.gcpolicy import replay_gc
+from bench.replay.measure import Histograms, peak_rss_mb
+from bench.replay.timeseries import Series
+from bench.replay.walltime import Pacing
 from bench.trace.trace import OPS, Event
 
 _SUB_TYPE = Event._fields.index("sub_type")
@@ -103,8 +103,8 @@ class RunResult:
     # what was still in flight when the drain ended (Replayer.in_flight): all zero = quiescent
     in_flight: dict[str, int] = field(default_factory=dict)
     drained_us: int = 0  # time run after the last event
-    series: list[dict[str, Any]] = field(default_factory=list)  # bench.timeseries windows
-    rates: dict[str, Any] | None = None  # wall time: bench.walltime.Pacing.rates()
+    series: list[dict[str, Any]] = field(default_factory=list)  # bench.replay.timeseries windows
+    rates: dict[str, Any] | None = None  # wall time: bench.replay.walltime.Pacing.rates()
     engine_metrics: list[Any] = field(default_factory=list)  # the engine's own prometheus families, if any
 
 

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bench import registry
+from bench.replay import registry
 from engine.clock import LatencyModel
 from engine.dispatcher import DispatchMode, PollingPolicy
 from engine.errors import ConfigError
@@ -20,7 +20,7 @@ TIME_MODES = ("virtual", "wall")
 
 @dataclass(frozen=True)
 class RunConfig:
-    engine: str = registry.DEFAULT  # a name in bench.registry.ENGINES
+    engine: str = registry.DEFAULT  # a name in bench.replay.registry.ENGINES
     ledger_url: str = "memory://"
     metadata_url: str = "memory://"
     dispatch: DispatchMode = DispatchMode.POLLING
@@ -32,13 +32,13 @@ class RunConfig:
     latency_profile: LatencyProfile | None = None
     drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
     # then, while messages are undelivered or committed txns not visible, keep draining up to this
-    # long after the last event (None: drain_ms, no extension; bench.replay.Replayer.steps)
+    # long after the last event (None: drain_ms, no extension; bench.replay.replay.Replayer.steps)
     drain_max_ms: int | None = None
     # the engine's own settings (its spec's options class), a design's variant among them;
     # typed once here (an enum for a variant given by name)
     options: dict[str, Any] = field(default_factory=dict)
     # A run on a shared real backend (Redis, Kafka) lives in its own namespace there (key prefix,
-    # ledger-name prefix) and is deleted after it (bench.engines); a fresh one is drawn when
+    # ledger-name prefix) and is deleted after it (bench.replay.engines); a fresh one is drawn when
     # none is given. Empty on embedded backends, which are private to the run anyway.
     namespace: str = ""
 
@@ -57,7 +57,7 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        """The engine column of results, one per registered variant (``bench.registry.variants``)."""
+        """The engine column of results, one per registered variant (``bench.replay.registry.variants``)."""
         return registry.spec(self.engine).label(self.options)
 
     @property

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.config import RunConfig
-from bench.output import MARKER, staged_dir
+from bench.replay.config import RunConfig
+from bench.replay.output import MARKER, staged_dir
 from engine.errors import ConfigError
 
 REPEATS_FILE = "repeats.json"
@@ -39,7 +39,7 @@ def _sample(out: Path) -> dict[str, dict[str, float]]:
 def replay_repeated(trace: str | Path, configs: list[RunConfig], out: str | Path, repeats: int,
                     replay: Callable[[Path], dict[str, Any]], *, force: bool = False) -> dict[str, Any]:
     """Replay ``repeats`` times (``replay(dir)`` runs one replay into a new ``dir``): the first
-    run's files and ``repeats.json`` become ``out`` together (:func:`bench.output.staged_dir`),
+    run's files and ``repeats.json`` become ``out`` together (:func:`bench.replay.output.staged_dir`),
     the others stay in scratch directories."""
     if repeats < 1:
         raise ConfigError(f"--repeat {repeats}: must be at least 1")

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from bench import registry
+from bench.replay import registry
 from engine.errors import ConfigError
 
 FILE = "metrics.txt"
@@ -224,7 +224,7 @@ def _broker_counts(replayer: Any) -> dict[str, int]:
 
 
 def live_source(replayer: Any, design: str) -> Callable[[], list[Metric]]:
-    """A :class:`LiveServer` source reading a running :class:`bench.replay.Replayer`."""
+    """A :class:`LiveServer` source reading a running :class:`bench.replay.replay.Replayer`."""
 
     def families() -> list[Metric]:
         counts = dict(replayer.counts)  # a dict copy is atomic under the GIL

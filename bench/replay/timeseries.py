@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hdrh.histogram import HdrHistogram
 
-from bench.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, _counts_indexes
+from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, _counts_indexes
 
 WINDOW_US = 1_000_000
 RATES = ("publish", "consume", "commit", "abort")  # events per window -> <name>_per_s
