@@ -362,16 +362,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"results in {args.out}")
         return 0
     configs = _configs(args, _engines(args.engine))
-    from bench.storage import is_uri
+    from bench.scale.storage import is_uri
     from engine.errors import ConfigError
 
-    if is_uri(args.out):  # only the Spark replay publishes to a store (bench.storage)
+    if is_uri(args.out):  # only the Spark replay publishes to a store (bench.scale.storage)
         if not args.spark:
             raise ConfigError(f"--out {args.out}: a URI needs --spark; give a local directory")
     else:
         check_out(args.out, force=args.force)
     if args.spark:
-        from bench.spark import spark_replay
+        from bench.scale.spark import spark_replay
 
         manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
                                 progress=_progress(not args.no_progress), force=args.force,
@@ -613,7 +613,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_stream_load(args: argparse.Namespace) -> int:
-    from bench.stream import load_trace
+    from bench.stream.stream import load_trace
 
     rows = load_trace(args.trace, args.kafka, args.topic)
     print(f"loaded {rows} events (+ start and end markers) into {args.topic} on {args.kafka}")
@@ -621,7 +621,7 @@ def cmd_stream_load(args: argparse.Namespace) -> int:
 
 
 def cmd_stream_run(args: argparse.Namespace) -> int:
-    from bench.stream_app import run_stream
+    from bench.stream.stream_app import run_stream
     from engine.errors import ConfigError
 
     if args.time == "virtual":

@@ -3,7 +3,7 @@ with short topic names expanded as a Pulsar client expands them.
 
 :func:`open_trace` picks the format from ``fmt``, else the file's extension, else its first bytes
 (Parquet's ``PAR1`` magic, a JSON object, else CSV), and returns a :class:`TraceFile` whose
-``iter_batches`` every trace reader goes through (:mod:`bench.trace.trace`, :mod:`bench.sharding`), so
+``iter_batches`` every trace reader goes through (:mod:`bench.trace.trace`, :mod:`bench.scale.sharding`), so
 a CSV or JSON-lines trace is validated, replayed and sharded like a Parquet one, streamed batch by
 batch (memory flat), with the same errors: file, 0-based row number, reason.
 
@@ -29,7 +29,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from bench import storage
+from bench.scale import storage
 from engine.errors import TraceError
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -129,7 +129,7 @@ class TraceFile:
 
 
 def _open_parquet_uri(uri: str, fmt: str | None) -> TraceFile:
-    """A trace at a URI (bench.storage): Parquet only, so that Spark executors on other hosts
+    """A trace at a URI (bench.scale.storage): Parquet only, so that Spark executors on other hosts
     read it where it lives; CSV and JSON lines are read from local paths."""
     if fmt not in (None, "parquet"):
         raise TraceError(f"a trace at a URI must be Parquet, not {fmt}", source=uri)

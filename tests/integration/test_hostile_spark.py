@@ -15,7 +15,7 @@ import pytest
 
 from bench.replay.config import RunConfig
 from bench.replay.runner import replay_trace
-from bench.spark import spark_replay
+from bench.scale.spark import spark_replay
 from bench.trace.workloads import Profile, generate
 from engine.errors import BackendUnavailable
 

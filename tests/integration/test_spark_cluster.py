@@ -24,7 +24,7 @@ import pytest
 
 from bench.replay.config import RunConfig
 from bench.replay.runner import replay_trace
-from bench.spark import spark_replay
+from bench.scale.spark import spark_replay
 from bench.trace.workloads import generate, load_profile
 
 pytestmark = pytest.mark.spark

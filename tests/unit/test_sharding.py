@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sharding import plan_shards, shard_events, trace_aggregates
+from bench.scale.sharding import plan_shards, shard_events, trace_aggregates
 from bench.trace.trace import read_events
 from bench.trace.workloads import generate, load_profile
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.replay.config import RunConfig
 from bench.replay.replay import Replayer
-from bench.stream import (END, StreamReplay, bootstrap, decode_event, default_configs, encode_event, load_trace,
+from bench.stream.stream import (END, StreamReplay, bootstrap, decode_event, default_configs, encode_event, load_trace,
                           trace_records)
 from bench.trace.trace import read_events, validate
 from bench.trace.workloads import generate, load_profile

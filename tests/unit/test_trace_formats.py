@@ -1,5 +1,5 @@
 """Traces in CSV and JSON lines, and short topic names (bench.trace.tracefmt), through the same
-readers and checks as Parquet: bench.trace.trace, bench.sharding."""
+readers and checks as Parquet: bench.trace.trace, bench.scale.sharding."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.sharding import plan_shards, shard_events, trace_aggregates
+from bench.scale.sharding import plan_shards, shard_events, trace_aggregates
 from bench.trace.trace import read_events, trace_metadata, validate
 from bench.trace.tracefmt import expand_topic, open_trace
 from engine.errors import TraceError

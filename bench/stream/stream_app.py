@@ -1,5 +1,5 @@
 """The faust-streaming app of ``txnbench stream run`` (the per-event logic is
-:class:`bench.stream.StreamReplay`; this module wires it to Kafka and runs it: :func:`run_stream`).
+:class:`bench.stream.stream.StreamReplay`; this module wires it to Kafka and runs it: :func:`run_stream`).
 
 One agent consumes the one-partition trace topic in order, hands each record to the replay,
 sends its measurements to the output topic (one record per event, key: the row number, value:
@@ -28,7 +28,7 @@ from typing import Any
 from bench.replay.config import RunConfig
 from bench.replay.results import result_dir
 from bench.replay.runner import finish_results
-from bench.stream import (DEFAULT_TOPIC, StreamProgress, StreamReplay, bootstrap, create_topics, default_configs,
+from bench.stream.stream import (DEFAULT_TOPIC, StreamProgress, StreamReplay, bootstrap, create_topics, default_configs,
                           delete_topics, end_offset, topic_exists)
 from engine.errors import ConfigError, TxnbenchError
 

@@ -1,5 +1,5 @@
 """Streaming replay (``txnbench stream load`` / ``txnbench stream run``): a trace travels through
-a Kafka topic and a faust-streaming app (:mod:`bench.stream_app`) applies every event to v4 and
+a Kafka topic and a faust-streaming app (:mod:`bench.stream.stream_app`) applies every event to v4 and
 v5 side by side, in wall time, as it arrives.
 
 **Trace topic.** ``load`` validates the whole trace first (a bad trace is refused with one

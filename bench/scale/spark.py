@@ -2,10 +2,10 @@
 
 Plan: rows per topic and the distinct sets of topics one txn touches (small aggregates, whatever
 the trace's length; computed with Arrow while the JVM starts); the driver joins topics linked by
-txns into units and bin-packs them onto shards (:mod:`bench.sharding`).
+txns into units and bin-packs them onto shards (:mod:`bench.scale.sharding`).
 
 Replay: one Spark task per shard reads the trace itself with pyarrow, keeps its shard's rows
-with vectorised filters (:func:`bench.sharding.shard_events`) and replays them through each
+with vectorised filters (:func:`bench.scale.sharding.shard_events`) and replays them through each
 engine config in turn, streaming, so a task's memory does not grow with the trace. A task
 writes its delivery and txn rows to Parquet itself (in the run's spool directory) and returns
 only a summary and its counts per config as Arrow batches: sending millions of rows through
@@ -20,7 +20,7 @@ cancels the job and is refused with its row number, with nothing written.
 Works unchanged on a cluster master (``spark://host:7077``; shown by
 ``tests/integration/test_spark_cluster.py``), as long as executors can import txnbench and reach
 the trace and the spool: give the trace and ``--out`` as URIs on storage every host reaches
-(:mod:`bench.storage`: ``s3://``, ``hdfs://``, ``file://`` on a shared mount, ...). With a URI
+(:mod:`bench.scale.storage`: ``s3://``, ``hdfs://``, ``file://`` on a shared mount, ...). With a URI
 ``--out`` the spool sits beside it on the same store, and the finished result directory is
 copied there; with a local ``--out`` the spool is a local temporary directory, which executors
 on other hosts cannot reach: the driver then refuses the run instead of losing their rows.
@@ -52,9 +52,9 @@ from bench.replay.config import RunConfig
 from bench.replay.measure import Histograms, peak_rss_mb
 from bench.replay.output import check_out
 from bench.replay.results import DELIVERY_SCHEMA, TXN_SCHEMA, result_dir
-from bench import storage
+from bench.scale import storage
 from bench.replay.runner import write_metrics
-from bench.sharding import plan_shards, trace_aggregates
+from bench.scale.sharding import plan_shards, trace_aggregates
 from bench.replay.timeseries import merge_rows
 from bench.trace.trace import trace_metadata, validate
 from bench.trace.tracefmt import open_trace
@@ -79,7 +79,7 @@ def spark_log_path() -> Path:
 
 
 LOOPBACK = "127.0.0.1"
-# Crash rows go to every shard (bench.sharding.CRASH_OPS: a crash hits the whole broker), so each
+# Crash rows go to every shard (bench.scale.sharding.CRASH_OPS: a crash hits the whole broker), so each
 # shard counts each crash once; these counts are per crash, not per shard, when summed.
 BROADCAST_COUNTS = ("crashes.broker", "crashes.tc", "events.crash_broker", "events.crash_tc")
 
@@ -217,7 +217,7 @@ def _replay_tasks(trace: str, plan_json: str, configs_json: str, spool: str):  #
 class _RowFiles:
     """One shard's delivery and txn rows for one config, written straight to Parquet under a
     name unique to this attempt, moved into place when complete (a retried task rewrites
-    them whole). The spool is a path or a URI (:mod:`bench.storage`)."""
+    them whole). The spool is a path or a URI (:mod:`bench.scale.storage`)."""
 
     def __init__(self, spool: str, shard: int, label: str) -> None:
         self._fs, root = storage.resolve(spool, "spool")
@@ -247,7 +247,7 @@ class _RowFiles:
 def _replay_shard(trace: str, topic_shard: dict[str, int], shard: int, cfg: RunConfig,
                   spool: str) -> Iterator[pa.RecordBatch]:
     from bench.replay.replay import Replayer
-    from bench.sharding import shard_events
+    from bench.scale.sharding import shard_events
 
     files = _RowFiles(spool, shard, cfg.label)
     replayer = Replayer(cfg, sink_rows=50_000, delivery_sink=lambda cols: files.write("delivery", cols),
