@@ -411,8 +411,8 @@ def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.abtest import parse_fail_on, regressions
-    from bench.report import build
+    from bench.report.abtest import parse_fail_on, regressions
+    from bench.report.report import build
 
     rules = [parse_fail_on(spec) for spec in args.fail_on]  # a bad rule stops before anything is written
     rep = build(args.results, args.out, force=args.force)
@@ -429,7 +429,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from bench.replay.output import staged_dir
-    from bench.report import build
+    from bench.report.report import build
     from bench.replay.runner import check_trace, replay_trace
     from bench.trace.workloads import generate, load_profile
 
@@ -472,7 +472,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
         if not args.no_scenarios:  # the review questions, with their plots, in the same report
-            from bench.scenarios import run_scenarios, save
+            from bench.scenarios.scenarios import run_scenarios, save
 
             done = run_scenarios(latency=(configs[0].latency, configs[0].latency_profile))
             save(done, tmp / "scenarios.json")
@@ -499,7 +499,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from bench.demo import run_demo
+    from bench.scenarios.demo import run_demo
 
     run_demo(sys.stdout, messages=args.messages, mode=DispatchMode(args.dispatch))
     return 0
@@ -548,7 +548,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
     from bench.replay.output import staged_dir
-    from bench.scenarios import run_scenarios
+    from bench.scenarios.scenarios import run_scenarios
 
     params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
     if args.participants:
@@ -591,14 +591,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise ConfigError("--demo runs the embedded demo; it takes no --topic")
     if args.demo or not args.topic:
         from bench.replay.output import staged_dir
-        from bench.scenarios import run_scenarios
+        from bench.scenarios.scenarios import run_scenarios
 
         with staged_dir(args.out, force=args.force) as tmp:
             (sc,) = run_scenarios(["migration"], tmp)
         print("\n".join(sc.findings))
         print(f"report: {Path(args.out) / 'report.html'}")
         return 0
-    from bench.migrate import migrate, summary
+    from bench.scenarios.migrate import migrate, summary
     from engine.backends import open_ledgers
     from metadata_v5.engine import open_store
 

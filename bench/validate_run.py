@@ -1,6 +1,6 @@
 """``txnbench validate``: one trace through the model (both designs, virtual time, v5 as shipped on
 the emulated store a standalone broker runs) and through the real broker twice (at the trace's
-timestamps, then as fast as possible), then the "model vs broker" section (:mod:`bench.validate`).
+timestamps, then as fast as possible), then the "model vs broker" section (:mod:`bench.report.validate`).
 
 Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets; the last not with
 ``--no-saturation``), ``validation.json``
@@ -49,7 +49,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     from bench.replay.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
-    from bench.report import build
+    from bench.report.report import build
     from bench.replay.runner import replay_trace
     from bench.trace.trace import trace_metadata, validate
 

@@ -19,7 +19,7 @@ import pytest
 
 from bench.cli import main
 from bench.replay.config import RunConfig
-from bench.model_vs_broker import agreement
+from bench.report.model_vs_broker import agreement
 from bench.checker import check
 from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target

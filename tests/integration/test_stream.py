@@ -11,7 +11,7 @@ import pytest
 
 from bench.replay.config import RunConfig
 from bench.replay.replay import Replayer
-from bench.report import build_report
+from bench.report.report import build_report
 from bench.stream.stream import default_configs, load_trace
 from bench.stream.stream_app import run_stream
 from bench.trace.trace import read_events

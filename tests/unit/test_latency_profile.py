@@ -183,7 +183,7 @@ def test_every_shipped_profile_loads_and_says_where_when_and_how_it_was_measured
 
 
 def test_scenarios_run_on_the_profile_given() -> None:
-    from bench import scenarios as sc
+    from bench.scenarios import scenarios as sc
 
     def end_ms(latency: tuple[LatencyModel, LatencyProfile] | None) -> dict[str, object]:
         (s,) = sc.run_scenarios(["endtxn"], params={"endtxn": {"sizes": (1,)}}, latency=latency)

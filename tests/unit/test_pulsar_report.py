@@ -1,5 +1,5 @@
 """Reports hold a model run and a broker run of the same trace side by side, as model vs broker
-(bench.model_vs_broker), not as A/B."""
+(bench.report.model_vs_broker), not as A/B."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from bench.replay.config import RunConfig
-from bench.model_vs_broker import agreement
-from bench.report import build_report
+from bench.report.model_vs_broker import agreement
+from bench.report.report import build_report
 from bench.replay.results import result_dir
 from bench.replay.runner import replay_trace
 from bench.trace.trace import TraceWriter

@@ -1,4 +1,4 @@
-"""The "model vs broker" validation section (bench.validate): relative errors against the goals,
+"""The "model vs broker" validation section (bench.report.validate): relative errors against the goals,
 counts exact / explained / differing, the saturation ratio, and the section in a report."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bench.replay.measure import Histograms
-from bench.report import build
+from bench.report.report import build
 from bench.replay.results import load, result_dir
-from bench.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
+from bench.report.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
 from bench.validate_run import model_latency
 from engine.clock import DEFAULT_LATENCIES_US

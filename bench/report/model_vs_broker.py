@@ -136,12 +136,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def comparison_rows(model: dict[str, Any], broker: dict[str, Any], row_cls: Any) -> list[tuple[str, list[Any], str]]:
-    """One (design, rows, note) per design both sets ran; rows are ``row_cls`` (bench.report.Row)
+    """One (design, rows, note) per design both sets ran; rows are ``row_cls`` (bench.report.report.Row)
     with values {"model", "broker"}, ratio broker/model and a verdict that only says agree/differ."""
     out = []
     for design, mlab, blab in pairs(model, broker):
         rows = []
-        # "dir": where the tables are now (bench.report.build names them where they will be)
+        # "dir": where the tables are now (bench.report.report.build names them where they will be)
         a = agreement(model.get("dir", model["path"]), mlab, broker.get("dir", broker["path"]), blab)
         rows.append(row_cls("Agreement", "delivered (subscription, msg) pairs", "pairs",
                             {"model": a.delivered_pairs[0], "broker": a.delivered_pairs[1]}, None,

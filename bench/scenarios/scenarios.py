@@ -2,10 +2,10 @@
 
 Each scenario is one small function that runs the same script on both engines (and on both v5
 notification variants or GC modes where they matter) in virtual time on the embedded backends,
-and returns a :class:`Scenario`: classified rows (``bench.report.Row``), one column per
+and returns a :class:`Scenario`: classified rows (``bench.report.report.Row``), one column per
 engine/variant, and the command that reproduces it. :func:`run_scenarios` writes
 ``scenarios.json`` plus ``report.md`` / ``report.html`` ("Review questions", one table per
-question) with ``bench.report``'s renderers.
+question) with ``bench.report.report``'s renderers.
 
 Counts are exact; times are virtual time under the default :class:`~engine.clock.LatencyModel`
 (ledger append 1 ms, ledger read 0.1 ms, empty cursor read 20 µs, RPC 0.2 ms, metadata CAS 1 ms,
@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.replay import registry
-from bench import throughput as tp
+from bench.scenarios import throughput as tp
 from bench.replay.config import RunConfig
 from bench.replay.engines import Setup, build
-from bench.migrate import MigrationRefused, migrate
-from bench.plots import Figure, render_figures
-from bench.report import render_html, render_markdown
-from bench.rows import Row
-from bench.scenario_results import SECTION, Scenario, load_figures, load_sections, save, sections_of
+from bench.scenarios.migrate import MigrationRefused, migrate
+from bench.report.plots import Figure, render_figures
+from bench.report.report import render_html, render_markdown
+from bench.report.rows import Row
+from bench.scenarios.scenario_results import SECTION, Scenario, load_figures, load_sections, save, sections_of
 from engine.broker import Broker, BrokerConfig
 from engine.clock import LatencyModel
 from engine.profile import LatencyProfile
@@ -590,7 +590,7 @@ def restart() -> Scenario:
 
 def migration(txns: int = 30) -> Scenario:
     """A topic written under v4 (commits, aborts, a snapshot, a consumer part-way, one txn still
-    open) is migrated with :func:`bench.migrate.migrate`; readers before and after must match."""
+    open) is migrated with :func:`bench.scenarios.migrate.migrate`; readers before and after must match."""
 
     labels = ["v4 reader (before)", "v5 reader (after migration)", "v4 reader (rollback)"]
     r = Run(_cfg("v4", options={"snapshot_max_txn_count": 10}))
@@ -679,7 +679,7 @@ def migration(txns: int = 30) -> Scenario:
                 f"write; after it, v4 delivers {sum(1 for m in late_rollback if m in ('v5-txn', 'p-v5'))} of the 2 "
                 "entries written under v5 (the v5 txn's entry has no marker and pins maxReadPosition forever)."]
     return Scenario("migration", "Migration and rollback: can v4 topic data be read under v5, and switched back?",
-                    labels, rows, f"txnbench scenarios migration (library: bench/migrate.py; txnbench migrate)",
+                    labels, rows, f"txnbench scenarios migration (library: bench/scenarios/migrate.py; txnbench migrate)",
                     "Rollback is possible until the first v5 transactional write or ack on the topic: the v4 data, "
                     "snapshot and coordinator logs are never written by the migration. Migration is refused while a "
                     "txn of the topic is COMMITTING/ABORTING or an open txn holds pending acks on it.", findings)
@@ -690,7 +690,7 @@ def migration(txns: int = 30) -> Scenario:
 
 def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenario:
     """Offered txn rate against achieved rate and commit-to-visible, per design, with the shared
-    resources of :data:`bench.throughput.RESOURCES` (see :mod:`bench.throughput`)."""
+    resources of :data:`bench.scenarios.throughput.RESOURCES` (see :mod:`bench.scenarios.throughput`)."""
     rates = tuple(sorted(rates))
     vals = tp.run(rates, txns)
     labels = ["offered txn/s", "committed", "achieved txn/s", "commit-to-visible p50 ms", "p99 ms"]

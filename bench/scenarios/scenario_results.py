@@ -1,6 +1,6 @@
 """What a scenario run leaves behind, ``scenarios.json``: its :class:`Scenario` records, how they
-are saved and read back, and the report sections they make. :mod:`bench.scenarios` writes it,
-:mod:`bench.report` reads it (neither imports the other's side)."""
+are saved and read back, and the report sections they make. :mod:`bench.scenarios.scenarios` writes it,
+:mod:`bench.report.report` reads it (neither imports the other's side)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.plots import Figure
-from bench.rows import Row
+from bench.report.plots import Figure
+from bench.report.rows import Row
 
 SECTION = "Review questions"
 
@@ -24,7 +24,7 @@ class Scenario:
     note: str = ""
     findings: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
-    figures: list[Figure] = field(default_factory=list)  # drawn by bench.plots.render_figures
+    figures: list[Figure] = field(default_factory=list)  # drawn by bench.report.plots.render_figures
 
 
 def save(scenarios: list[Scenario], path: str | Path) -> Path:

@@ -39,7 +39,7 @@ class Pair:
 @dataclass(frozen=True)
 class Change:
     pair: str
-    row: Any  # bench.report.Row with values {"baseline": ..., "new": ...}
+    row: Any  # bench.report.report.Row with values {"baseline": ..., "new": ...}
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def compare(base: dict[str, Any], other: dict[str, Any], row_cls: Any, engine_ro
             lower_better: dict[str, bool], noise: tuple[float, float]) -> Comparison:
     """Each matched run of ``other`` against its run in ``base``, row by row (by row id).
 
-    ``engine_rows``/``verdict``/``row_cls`` come from :mod:`bench.report` (passed in so that this
+    ``engine_rows``/``verdict``/``row_cls`` come from :mod:`bench.report.report` (passed in so that this
     module does not import it back); ``noise`` is (deterministic, wall)."""
     why = trace_difference(base, other)
     pairs, unmatched = pair_runs(base, other)

@@ -1,15 +1,15 @@
 """Comparison reports: load result sets, classify rows, render Markdown and HTML from the same
-rows, add the plots (:mod:`bench.plots`) and write ``summary.json``.
+rows, add the plots (:mod:`bench.report.plots`) and write ``summary.json``.
 
 Within one result set, engines are compared side by side (the ratio is other/first engine).
-Across result sets (an A/B, :mod:`bench.abtest`), runs are matched by engine design and the
+Across result sets (an A/B, :mod:`bench.report.abtest`), runs are matched by engine design and the
 differing setting is named as the factor; only changes beyond noise are flagged: counts and
 virtual-time latencies are deterministic, so the threshold there only ignores rounding (1 %);
 wall-clock figures need a wide one (25 %). Sets of different traces are "nothing comparable".
-The report opens with a headline (:mod:`bench.headline`), each plot sits beside its table, the
+The report opens with a headline (:mod:`bench.report.headline`), each plot sits beside its table, the
 HTML embeds its PNGs, and the simulator's diagnostics go to a footer. A model set and a
 real-broker set (``--target pulsar://...``) are held side by side as "model vs broker"
-(:mod:`bench.model_vs_broker`), never as A/B.
+(:mod:`bench.report.model_vs_broker`), never as A/B.
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.replay import registry
-from bench.abtest import Comparison, compare
-from bench.headline import context_line, headline, render_text, scenario_findings
-from bench.headline import render_markdown as render_headline_md
+from bench.report.abtest import Comparison, compare
+from bench.report.headline import context_line, headline, render_text, scenario_findings
+from bench.report.headline import render_markdown as render_headline_md
 from bench.replay.measure import METRICS
-from bench.model_vs_broker import comparison_rows, is_broker
-from bench.plots import render_figures, result_set_plots
+from bench.report.model_vs_broker import comparison_rows, is_broker
+from bench.report.plots import render_figures, result_set_plots
 from bench.replay.output import check_out, shown_path, staged_dir
 from bench.replay.repeat import load_repeats, median, spread_verdict
 from bench.replay.results import load
-from bench.rows import Row
-from bench.scenario_results import load_figures, load_sections
+from bench.report.rows import Row
+from bench.scenarios.scenario_results import load_figures, load_sections
 from engine.errors import ConfigError
 
-SCHEMA_VERSION = 1  # summary.json; bench/schemas/summary.schema.json describes it
+SCHEMA_VERSION = 1  # summary.json; bench/report/schemas/summary.schema.json describes it
 
 DETERMINISTIC_NOISE = 0.01
 WALL_NOISE = 0.25
@@ -532,9 +532,9 @@ def _asap(rs: dict[str, Any]) -> bool:
 
 
 def validation_section(sets: list[dict[str, Any]]) -> tuple[Any, Section] | None:
-    """The "model vs broker" section (:mod:`bench.validate`): the first model set against the
+    """The "model vs broker" section (:mod:`bench.report.validate`): the first model set against the
     first broker set run at the trace's timestamps and, for saturation, the first run asap."""
-    from bench.validate import section, validate_sets
+    from bench.report.validate import section, validate_sets
 
     model = next((rs for rs in sets if not is_broker(rs)), None)
     asap = next((rs for rs in sets if is_broker(rs) and _asap(rs)), None)

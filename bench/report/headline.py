@@ -1,5 +1,5 @@
 """The report's headline: "what this run shows", one sentence per question, generated from the
-classified rows of a result set (:func:`bench.report.engine_rows`) and the scenarios' findings.
+classified rows of a result set (:func:`bench.report.report.engine_rows`) and the scenarios' findings.
 
 Each sentence names the winning engine (labels come from the data, never from a fixed list),
 by how much, and with what confidence: virtual-time figures are exact (the replay is

@@ -4,9 +4,9 @@ real broker, held against the goals.
 Inputs are three result sets of one trace: the model's (both designs, virtual time), the
 broker's at the trace's timestamps (counts and latencies) and the broker's as fast as possible
 (``--pacing asap``: throughput at saturation). This module only computes; :mod:`bench.validate_run`
-runs them and :mod:`bench.report` renders the section.
+runs them and :mod:`bench.report.report` renders the section.
 
-- **Counts** the broker exports under the models' names (:data:`bench.model_vs_broker.COUNTS`):
+- **Counts** the broker exports under the models' names (:data:`bench.report.model_vs_broker.COUNTS`):
   "exact", or "explained" when they differ in the direction Pulsar's code says they must
   (:data:`EXPLAINED`, with class refs), else "differs".
 - **Latency** p50/p99 of publish, end-txn, commit-to-visible and dispatch: the model's relative
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import pyarrow.parquet as pq
 
-from bench.model_vs_broker import COUNTS, engine_of
+from bench.report.model_vs_broker import COUNTS, engine_of
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
@@ -231,7 +231,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _txns(rs: dict[str, Any], label: str) -> list[dict[str, Any]]:
-    path = Path(rs.get("dir", rs["path"])) / "txns.parquet"  # "dir": where it is now (bench.report.build)
+    path = Path(rs.get("dir", rs["path"])) / "txns.parquet"  # "dir": where it is now (bench.report.report.build)
     return [r for r in pq.read_table(path).to_pylist() if r["engine"] == label]
 
 
@@ -329,7 +329,7 @@ def duplicate_deliveries(rs: dict[str, Any], label: str) -> int:
 
 
 def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str]:
-    """The report section: (heading, columns, rows, note); rows are ``row_cls`` (bench.report.Row)
+    """The report section: (heading, columns, rows, note); rows are ``row_cls`` (bench.report.report.Row)
     with values {model, broker, error}."""
     rows = []
     for c in v.checks:
