@@ -487,7 +487,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from bench.validate_run import run_validate
+    from bench.pulsar.validate_run import run_validate
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation)
@@ -507,7 +507,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
-    (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
+    (bench.check.checker); print and write ``check.json``. Exit 1 if any violation is found."""
     from bench.replay.output import staged_dir
     from bench.replay.runner import check_trace
     from bench.trace.workloads import generate, load_profile
@@ -570,8 +570,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Measure latencies on real backends and write a latency profile (bench.calibrate)."""
-    from bench.calibrate import calibrate, summary_lines
+    """Measure latencies on real backends and write a latency profile (bench.calibrate.calibrate)."""
+    from bench.calibrate.calibrate import calibrate, summary_lines
 
     command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
@@ -648,9 +648,9 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    """The lockstep/fault state machine with random seeds, in parallel (bench.campaign); exit 1
+    """The lockstep/fault state machine with random seeds, in parallel (bench.check.campaign); exit 1
     if any violation was found."""
-    from bench.campaign import run_campaign
+    from bench.check.campaign import run_campaign
 
     result = run_campaign(args.budget_s, args.histories, args.workers, redis_url=args.redis, steps=args.steps,
                           progress=None if args.no_progress else (lambda line: print(line, file=sys.stderr)))

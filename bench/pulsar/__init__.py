@@ -12,4 +12,5 @@ model run (:mod:`bench.replay.results`).
 - :mod:`bench.pulsar.metrics`: ``/metrics`` and admin stats before/after, mapped onto our count names.
 - :mod:`bench.pulsar.fold`: protocol events -> deliveries, txn rows, latencies, counts, a history.
 - :mod:`bench.pulsar.run`: one broker run end to end into a result directory.
+- :mod:`bench.pulsar.validate_run`: ``txnbench validate``: one trace through the model and the broker.
 """

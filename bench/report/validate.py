@@ -3,7 +3,7 @@ real broker, held against the goals.
 
 Inputs are three result sets of one trace: the model's (both designs, virtual time), the
 broker's at the trace's timestamps (counts and latencies) and the broker's as fast as possible
-(``--pacing asap``: throughput at saturation). This module only computes; :mod:`bench.validate_run`
+(``--pacing asap``: throughput at saturation). This module only computes; :mod:`bench.pulsar.validate_run`
 runs them and :mod:`bench.report.report` renders the section.
 
 - **Counts** the broker exports under the models' names (:data:`bench.report.model_vs_broker.COUNTS`):

@@ -1,11 +1,11 @@
-"""A :class:`~tests.harness.System` that records a :class:`~bench.checker.History` of everything
-its clients did, every fault and every delivery, for :func:`bench.checker.check`."""
+"""A :class:`~tests.harness.System` that records a :class:`~bench.check.checker.History` of everything
+its clients did, every fault and every delivery, for :func:`bench.check.checker.check`."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from bench.checker import History, Violation, check
+from bench.check.checker import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
 from engine.errors import TxnbenchError
 from engine.ids import TxnID

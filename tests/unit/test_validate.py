@@ -14,7 +14,7 @@ from bench.report.report import build
 from bench.replay.results import load, result_dir
 from bench.report.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
-from bench.validate_run import model_latency
+from bench.pulsar.validate_run import model_latency
 from engine.clock import DEFAULT_LATENCIES_US
 from engine.errors import ConfigError
 

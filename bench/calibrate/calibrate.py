@@ -8,7 +8,7 @@ latency profile (engine.profile; the format is in datasets/README.md).
   parallel sweep.
 - Kafka (``--kafka``): ledger append (a produce acknowledged by the broker) and read (a fetch of
   one entry) through engine/kafkaledger.py.
-- Pulsar (``--pulsar`` with ``--admin-url``): bench/calibrate_pulsar.py.
+- Pulsar (``--pulsar`` with ``--admin-url``): bench/calibrate/calibrate_pulsar.py.
 
 Kinds a backend does not measure are kept from the base profile (``constants``) and the profile's
 ``provenance.notes`` says, kind by kind, what each was measured as, derived from or kept.
@@ -319,7 +319,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         progress(f"kafka {kafka}: {samples} samples per operation")
         measurements.append(measure_kafka(kafka, samples))
     if pulsar:
-        from bench.calibrate_pulsar import measure_pulsar
+        from bench.calibrate.calibrate_pulsar import measure_pulsar
 
         if not admin_url:
             raise ConfigError("calibrate --pulsar needs --admin-url")
