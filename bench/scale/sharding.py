@@ -19,7 +19,8 @@ from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from bench.trace.trace import COLUMNS, Event, event_columns, event_of_row, trace_columns
+from bench.trace.schema import COLUMNS
+from bench.trace.trace import Event, event_columns, event_of_row, trace_columns
 from bench.trace.tracefmt import TraceFile, open_trace
 
 CRASH_OPS = pa.array(["crash_broker", "crash_tc"])  # a crash hits the whole broker: every shard

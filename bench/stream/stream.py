@@ -45,7 +45,8 @@ from typing import Any, Callable, Iterator
 from bench.replay import registry
 from bench.replay.config import RunConfig
 from bench.replay.replay import DeliverySink, Replayer, RunResult
-from bench.trace.trace import COLUMNS, Event, RowValidator, read_events, trace_metadata, validate
+from bench.trace.schema import COLUMNS
+from bench.trace.trace import Event, RowValidator, read_events, trace_metadata, validate
 from engine.errors import BackendUnavailable, ConfigError, TraceError, TxnbenchError
 from engine.kafkaledger import translated
 

@@ -1,6 +1,7 @@
 """Traces: one row per client event, in Parquet (or CSV or JSON lines: :mod:`bench.trace.tracefmt`),
 as specified in DESIGN.md. Short topic names are expanded as a Pulsar client expands them
 (:func:`bench.trace.tracefmt.expand_topic`) before any check, so every reader sees full names.
+The columns and their types are in :mod:`bench.trace.schema`.
 
 :func:`read_events` streams a trace in record batches and validates every row before it is
 yielded; :func:`validate` runs the same checks over a whole file without replaying it, so a
@@ -22,30 +23,9 @@ import pyarrow.parquet as pq
 
 from engine.errors import TraceError, TxnbenchError
 from engine.topics import TopicName
+from bench.trace.schema import COLUMNS, OPTIONAL_COLUMNS, WRITE_SCHEMA
 from bench.trace.tracefmt import TraceFile, open_trace, short_name_error
 
-SCHEMA = pa.schema(
-    [
-        ("ts_us", pa.int64()),
-        ("op", pa.string()),
-        ("txn", pa.string()),
-        ("topic", pa.string()),
-        ("msg", pa.string()),
-        ("subscription", pa.string()),
-        ("size", pa.int32()),
-        ("timeout_ms", pa.int64()),
-        ("ack_kind", pa.string()),
-        ("target", pa.string()),
-        ("key", pa.string()),
-    ]
-)
-COLUMNS = SCHEMA.names
-# Optional columns: traces written before them still load (the values read as null).
-# ``sub_type``: the subscription type of a ``subscribe`` row (Exclusive, Failover, Shared,
-# Key_Shared; null = Failover), which picks the dispatcher's polling (engine.dispatcher).
-OPTIONAL_SCHEMA = pa.schema([("sub_type", pa.string())])
-OPTIONAL_COLUMNS = OPTIONAL_SCHEMA.names
-WRITE_SCHEMA = pa.schema(list(SCHEMA) + list(OPTIONAL_SCHEMA))
 SUB_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 
 OPS = (

@@ -30,6 +30,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from bench.scale import storage
+from bench.trace.schema import WRITE_SCHEMA
 from engine.errors import TraceError
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -146,8 +147,6 @@ def open_trace(path: str | Path, fmt: str | None = None) -> TraceFile:
     """A trace file to stream; its columns' presence and types are checked by the caller
     (:func:`bench.trace.trace._open`). Parquet is read without pre-buffering (see
     :func:`bench.trace.trace.parquet_stream`)."""
-    from bench.trace.trace import WRITE_SCHEMA  # the schema lives with the validator
-
     if storage.is_uri(path):  # file://, s3://, hdfs://...: Parquet through pyarrow's filesystems
         return _open_parquet_uri(str(path), fmt)
     p = Path(path)

@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.trace.trace import COLUMNS, SCHEMA, LabelSet, TraceWriter, read_events, validate
+from bench.trace.schema import COLUMNS, SCHEMA
+from bench.trace.trace import LabelSet, TraceWriter, read_events, validate
 from engine.errors import TraceError
 
 T = "persistent://public/default/x"
