@@ -22,12 +22,12 @@ import platform
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
+from bench.calibrate.measurement import Measurement
 
 WARMUP = 20  # calls before timing: connections opened, scripts loaded, JIT-free but caches warm
 PIPELINE_BATCH = 200  # reads in one pipelined get_many: the service-time estimate
@@ -55,18 +55,6 @@ def timed(fn: Callable[[], Any], samples: int, warmup: int = WARMUP) -> list[int
         fn()
         out.append((time.perf_counter_ns() - t0 + 500) // 1000)
     return out
-
-
-@dataclass
-class Measurement:
-    """What one backend measured: distributions per kind, resources, and notes per kind."""
-
-    backend: str
-    version: str
-    operations: dict[str, dict[str, int]] = field(default_factory=dict)
-    resources: dict[str, ResourceSpec] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)  # kind (or extra measure) -> what it is
-    extra: dict[str, Any] = field(default_factory=dict)  # measured but billed by no kind (e.g. delete)
 
 
 # -- Redis: the v5 metadata store ---------------------------------------------------------------

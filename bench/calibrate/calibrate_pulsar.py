@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.calibrate.calibrate import Measurement
+from bench.calibrate.measurement import Measurement
 from bench.pulsar.metrics import scrape
 from bench.pulsar.target import PulsarTarget, parse_target, probe
 from bench.trace.trace import TraceWriter
