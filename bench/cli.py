@@ -507,7 +507,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
-    (bench.check.checker); print and write ``check.json``. Exit 1 if any violation is found."""
+    (bench.check); print and write ``check.json``. Exit 1 if any violation is found."""
     from bench.replay.output import staged_dir
     from bench.replay.runner import check_trace
     from bench.trace.workloads import generate, load_profile

@@ -1,7 +1,7 @@
 """``txnbench campaign``: the lockstep state machine with fault injection
 (``tests/stateful/test_lockstep.py``: every transactional engine x backend x dispatch mode driven
 with the same operations, broker crashes, coordinator restarts, splits and merges, each history
-judged by :mod:`bench.check.checker`) run with random seeds for a time or history budget, in parallel
+judged by :mod:`bench.check`) run with random seeds for a time or history budget, in parallel
 processes. The default test run keeps a small derandomised slice of the same machine.
 
 Each worker runs batches of Hypothesis examples (generation only: a failing example is reported,

@@ -52,7 +52,7 @@ class Published:
 
 @dataclass(frozen=True)
 class MessageRef:
-    """What :meth:`bench.check.checker.History.publish` reads of a message id."""
+    """What :meth:`bench.check.History.publish` reads of a message id."""
 
     ledger: str
     position: tuple[int, ...]
@@ -73,7 +73,7 @@ class Folded:
     client: dict[str, Any]
     done: dict[str, Any]
     rates: dict[str, Any]
-    history: Any = None  # bench.check.checker.History when asked for
+    history: Any = None  # bench.check.History when asked for
 
 
 def position_of(message_id: str | None) -> tuple[int, ...]:
@@ -304,9 +304,9 @@ class EventFold:
         }
 
     def _history(self) -> Any:
-        """A :class:`bench.check.checker.History` of the run: the client's operations, faults and
+        """A :class:`bench.check.History` of the run: the client's operations, faults and
         deliveries in time order (requests at their issue time, answers heard when they came)."""
-        from bench.check.checker import History
+        from bench.check import History
 
         h = History()
         for _t, _rank, kind, args in sorted(self.events, key=lambda e: (e[0], e[1])):

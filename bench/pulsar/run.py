@@ -142,8 +142,8 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
 def pulsar_check(trace: str | Path, designs: list[str], target: PulsarTarget,
                  report: Callable[[str], None] | None = None) -> Any:
     """Run the trace through the broker with a history per design and check each with
-    :func:`bench.check.checker.check`; returns the :class:`~bench.check.checker.CheckSummary`."""
-    from bench.check.checker import CheckSummary, check
+    :func:`bench.check.check`; returns the :class:`~bench.check.CheckSummary`."""
+    from bench.check import CheckSummary, check
 
     validate(trace)
     summary = CheckSummary()

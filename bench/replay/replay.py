@@ -123,7 +123,7 @@ class Replayer:
     def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000,
                  history: Any = None, txn_sink: TxnSink | None = None) -> None:
         self.cfg = cfg
-        self.history = history  # optional bench.check.checker.History recording ops, faults, deliveries
+        self.history = history  # optional bench.check.History recording ops, faults, deliveries
         self.label = cfg.label
         wall = cfg.time_mode == "wall"
         self._wall = wall

@@ -128,8 +128,8 @@ def _closing(server: LiveServer | None) -> Iterator[None]:
 def check_trace(trace: str | Path, configs: list[RunConfig],
                 report: Callable[[str], None] | None = None) -> Any:
     """Replay ``trace`` through each config with a full history and check it
-    (:mod:`bench.check.checker`); returns the :class:`~bench.check.checker.CheckSummary`."""
-    from bench.check.checker import CheckSummary, History, check
+    (:mod:`bench.check`); returns the :class:`~bench.check.CheckSummary`."""
+    from bench.check import CheckSummary, History, check
 
     validate(trace)
     summary = CheckSummary()

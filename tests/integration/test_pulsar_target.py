@@ -20,7 +20,7 @@ import pytest
 from bench.cli import main
 from bench.replay.config import RunConfig
 from bench.report.model_vs_broker import agreement
-from bench.check.checker import check
+from bench.check import check
 from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target
 from bench.replay.runner import replay_trace

@@ -1,11 +1,11 @@
-"""A :class:`~tests.harness.System` that records a :class:`~bench.check.checker.History` of everything
-its clients did, every fault and every delivery, for :func:`bench.check.checker.check`."""
+"""A :class:`~tests.harness.System` that records a :class:`~bench.check.History` of everything
+its clients did, every fault and every delivery, for :func:`bench.check.check`."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from bench.check.checker import History, Violation, check
+from bench.check import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
 from engine.errors import TxnbenchError
 from engine.ids import TxnID
