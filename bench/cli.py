@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench import registry
+from bench.replay import registry
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from metadata_v5.options import GcMode
@@ -78,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
 def version_text() -> str:
     from importlib import metadata
 
-    from bench.results import git_identity
+    from bench.replay.results import git_identity
 
     try:
         v = metadata.version("txnbench")
@@ -149,7 +149,7 @@ def _add_latency_options(p: argparse.ArgumentParser) -> None:
 
 def _latency(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The run's latency model and the profile it came from (--latency-profile, --latency, --latency-seed)."""
-    from bench.config import DEFAULT_LATENCY_PROFILE
+    from bench.replay.config import DEFAULT_LATENCY_PROFILE
     from engine.errors import ConfigError
     from engine.profile import LatencyProfile, resolve
 
@@ -184,7 +184,7 @@ def _add_wall_options(p: argparse.ArgumentParser) -> None:
 
 
 def _print_pacing(manifest: dict[str, object]) -> None:
-    from bench.walltime import pacing_line
+    from bench.replay.walltime import pacing_line
 
     for label, run in manifest["runs"].items():  # type: ignore[attr-defined]
         if run.get("rates") and run.get("time_mode") == "wall":
@@ -194,7 +194,7 @@ def _print_pacing(manifest: dict[str, object]) -> None:
 
 
 def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-untyped-def]
-    from bench.config import RunConfig
+    from bench.replay.config import RunConfig
     from engine.errors import ConfigError
 
     real = not args.metadata.startswith("memory://") or not args.ledger.startswith("memory://")
@@ -309,8 +309,8 @@ def _print_broker_runs(manifest: dict[str, object]) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from bench.output import check_out
-    from bench.workloads import generate, load_profile
+    from bench.replay.output import check_out
+    from bench.trace.workloads import generate, load_profile
     from engine.errors import ConfigError
 
     if (args.profile is None) == (args.omb_workload is None):
@@ -320,7 +320,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile) if args.profile is not None else None
     check_out(args.out, force=args.force, kind="file")
     if profile is None:
-        from bench.omb import generate_omb
+        from bench.trace.omb import generate_omb
 
         for line in generate_omb(args.omb_workload, args.events, args.seed, args.out):
             print(line)
@@ -331,7 +331,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_trace(args: argparse.Namespace) -> int:
-    from bench.tracestats import summarize
+    from bench.trace.tracestats import summarize
 
     for line in summarize(args.path, args.format).lines():
         print(line)
@@ -339,7 +339,7 @@ def cmd_validate_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bench.output import check_out
+    from bench.replay.output import check_out
 
     if args.repeat != 1 and (args.target or args.spark or args.repeat < 1):
         from engine.errors import ConfigError
@@ -362,24 +362,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"results in {args.out}")
         return 0
     configs = _configs(args, _engines(args.engine))
-    from bench.storage import is_uri
+    from bench.scale.storage import is_uri
     from engine.errors import ConfigError
 
-    if is_uri(args.out):  # only the Spark replay publishes to a store (bench.storage)
+    if is_uri(args.out):  # only the Spark replay publishes to a store (bench.scale.storage)
         if not args.spark:
             raise ConfigError(f"--out {args.out}: a URI needs --spark; give a local directory")
     else:
         check_out(args.out, force=args.force)
     if args.spark:
-        from bench.spark import spark_replay
+        from bench.scale.spark import spark_replay
 
         manifest = spark_replay(args.trace, configs, args.out, master=args.spark,
                                 progress=_progress(not args.no_progress), force=args.force,
                                 driver_host=args.spark_driver_host)
     else:
-        from bench.runner import replay_trace
+        from bench.replay.runner import replay_trace
 
-        from bench.repeat import replay_repeated
+        from bench.replay.repeat import replay_repeated
 
         def once(d: str | Path) -> dict[str, Any]:
             return replay_trace(args.trace, configs, d, progress=_progress(not args.no_progress), force=args.force,
@@ -402,7 +402,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
     """0, or 1 after saying which runs ended with work in flight (their results are incomplete)."""
-    from bench.runner import not_quiescent
+    from bench.replay.runner import not_quiescent
 
     lines = not_quiescent(manifest)
     for line in lines:
@@ -411,8 +411,8 @@ def _quiescent(args: argparse.Namespace, manifest: dict[str, object]) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.abtest import parse_fail_on, regressions
-    from bench.report import build
+    from bench.report.abtest import parse_fail_on, regressions
+    from bench.report.report import build
 
     rules = [parse_fail_on(spec) for spec in args.fail_on]  # a bad rule stops before anything is written
     rep = build(args.results, args.out, force=args.force)
@@ -428,10 +428,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.output import staged_dir
-    from bench.report import build
-    from bench.runner import check_trace, replay_trace
-    from bench.workloads import generate, load_profile
+    from bench.replay.output import staged_dir
+    from bench.report.report import build
+    from bench.replay.runner import check_trace, replay_trace
+    from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
     started = time.perf_counter()
@@ -472,7 +472,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
         if not args.no_scenarios:  # the review questions, with their plots, in the same report
-            from bench.scenarios import run_scenarios, save
+            from bench.scenarios.scenarios import run_scenarios, save
 
             done = run_scenarios(latency=(configs[0].latency, configs[0].latency_profile))
             save(done, tmp / "scenarios.json")
@@ -487,7 +487,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from bench.validate_run import run_validate
+    from bench.pulsar.validate_run import run_validate
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation)
@@ -499,7 +499,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from bench.demo import run_demo
+    from bench.scenarios.demo import run_demo
 
     run_demo(sys.stdout, messages=args.messages, mode=DispatchMode(args.dispatch))
     return 0
@@ -507,10 +507,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Replay a trace (given, or generated) with a history per engine and check every history
-    (bench.checker); print and write ``check.json``. Exit 1 if any violation is found."""
-    from bench.output import staged_dir
-    from bench.runner import check_trace
-    from bench.workloads import generate, load_profile
+    (bench.check); print and write ``check.json``. Exit 1 if any violation is found."""
+    from bench.replay.output import staged_dir
+    from bench.replay.runner import check_trace
+    from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
     if args.target:  # an unreachable broker stops the run before anything is written
@@ -539,7 +539,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from bench.workloads import list_profiles, load_profile
+    from bench.trace.workloads import list_profiles, load_profile
 
     for name in list_profiles():
         print(f"{name:<40} {load_profile(name).description}")
@@ -547,8 +547,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from bench.output import staged_dir
-    from bench.scenarios import run_scenarios
+    from bench.replay.output import staged_dir
+    from bench.scenarios.scenarios import run_scenarios
 
     params: dict[str, dict[str, object]] = {"sealed": {"window_s": args.window_s}, "polling": {"hold_s": args.hold_s}}
     if args.participants:
@@ -570,8 +570,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Measure latencies on real backends and write a latency profile (bench.calibrate)."""
-    from bench.calibrate import calibrate, summary_lines
+    """Measure latencies on real backends and write a latency profile (bench.calibrate.calibrate)."""
+    from bench.calibrate.calibrate import calibrate, summary_lines
 
     command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
@@ -590,15 +590,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if args.topic and args.demo:
         raise ConfigError("--demo runs the embedded demo; it takes no --topic")
     if args.demo or not args.topic:
-        from bench.output import staged_dir
-        from bench.scenarios import run_scenarios
+        from bench.replay.output import staged_dir
+        from bench.scenarios.scenarios import run_scenarios
 
         with staged_dir(args.out, force=args.force) as tmp:
             (sc,) = run_scenarios(["migration"], tmp)
         print("\n".join(sc.findings))
         print(f"report: {Path(args.out) / 'report.html'}")
         return 0
-    from bench.migrate import migrate, summary
+    from bench.scenarios.migrate import migrate, summary
     from engine.backends import open_ledgers
     from metadata_v5.engine import open_store
 
@@ -613,7 +613,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_stream_load(args: argparse.Namespace) -> int:
-    from bench.stream import load_trace
+    from bench.stream.stream import load_trace
 
     rows = load_trace(args.trace, args.kafka, args.topic)
     print(f"loaded {rows} events (+ start and end markers) into {args.topic} on {args.kafka}")
@@ -621,21 +621,21 @@ def cmd_stream_load(args: argparse.Namespace) -> int:
 
 
 def cmd_stream_run(args: argparse.Namespace) -> int:
-    from bench.stream_app import run_stream
+    from bench.stream.stream_app import run_stream
     from engine.errors import ConfigError
 
     if args.time == "virtual":
         raise ConfigError("stream runs in wall time only")
     args.time = "wall"
     configs = _configs(args, registry.designs())
-    from bench.walltime import refuse_mixed
+    from bench.replay.walltime import refuse_mixed
 
     refuse_mixed(configs, args.allow_mixed)
 
     def progress(done: int, total: int, rate: float) -> None:
         print(f"stream: {done}/{total} events, {rate:.0f} events/s", file=sys.stderr, flush=True)
 
-    from bench.output import check_out
+    from bench.replay.output import check_out
 
     check_out(args.out, force=args.force)
     manifest = run_stream(args.kafka, args.out, configs, topic=args.topic, output_topic=args.output_topic,
@@ -648,9 +648,9 @@ def cmd_stream_run(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    """The lockstep/fault state machine with random seeds, in parallel (bench.campaign); exit 1
+    """The lockstep/fault state machine with random seeds, in parallel (bench.check.campaign); exit 1
     if any violation was found."""
-    from bench.campaign import run_campaign
+    from bench.check.campaign import run_campaign
 
     result = run_campaign(args.budget_s, args.histories, args.workers, redis_url=args.redis, steps=args.steps,
                           progress=None if args.no_progress else (lambda line: print(line, file=sys.stderr)))
@@ -865,7 +865,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"txnbench {args.verb}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # a full disk, a read-only file system: output is already cleaned up
-        from bench.output import describe_os_error
+        from bench.replay.output import describe_os_error
 
         print(f"txnbench {args.verb}: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -237,9 +237,9 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
 
 
 def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
-    from bench.config import RunConfig
-    from bench.replay import Replayer
-    from bench.trace import read_events
+    from bench.replay.config import RunConfig
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
 
     cfg = RunConfig(engine="v5", metadata_url=url)
     cap = _Capture()
@@ -377,9 +377,9 @@ def bench_kafka(url: str, n: int, trace: Path, repeats: int, table: Table) -> No
 
 
 def _v4_replay(url: str, trace: Path) -> float:
-    from bench.config import RunConfig
-    from bench.replay import Replayer
-    from bench.trace import read_events
+    from bench.replay.config import RunConfig
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
 
     rep = Replayer(RunConfig(engine="v4", ledger_url=url))
     result = rep.run(read_events(trace))

@@ -18,9 +18,9 @@ import os
 
 import pytest
 
-from bench import registry
-from bench.config import RunConfig
-from bench.engines import build
+from bench.replay import registry
+from bench.replay.config import RunConfig
+from bench.replay.engines import build
 from engine.broker import BrokerConfig
 from engine.dispatcher import DispatchMode
 from engine.scripted import ScriptedClient

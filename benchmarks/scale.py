@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import registry
+from bench.replay import registry
 
 PROFILE = "omb-1-topic-16-partitions-1kb"
 ENGINES = {v.label: registry.cli_args(name, v) for name, v in registry.variants()}

@@ -61,7 +61,7 @@ class RecoveryStats:
     queries: int = 0  # metadata-store index queries
     modelled_us: int = 0  # virtual time the recovery took under the latency model
     # each design's component names map to a common kind (tb, pending-ack, tc) in its spec:
-    # EngineSpec.recovery_kinds, bench.registry.kind_of
+    # EngineSpec.recovery_kinds, bench.replay.registry.kind_of
 
 
 MaxReadListener = Callable[[], None]

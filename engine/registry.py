@@ -1,7 +1,7 @@
 """What an engine package tells the rest of txnbench about itself: one :class:`EngineSpec`.
 
 Each engine package exports one spec (``legacy_v4.spec.SPEC``, ``metadata_v5.spec.SPEC``,
-:data:`engine.txn_disabled.SPEC`); :mod:`bench.registry` lists them, and the CLI, the reports,
+:data:`engine.txn_disabled.SPEC`); :mod:`bench.replay.registry` lists them, and the CLI, the reports,
 the scenarios, the benchmarks, the streaming replay and the conformance suite loop over that list
 instead of naming an engine. This module only defines the contract: ``engine`` imports neither
 engine package.
@@ -90,7 +90,7 @@ class EngineSpec:
     report_rows: tuple[ReportRow, ...] = ()
     recovery_kinds: Mapping[str, str] = field(default_factory=dict)  # component prefix -> tb / pending-ack / tc
     uses_metadata_store: bool = False  # its state is on the metadata URL as well as the ledgers
-    # Pulsar's metric family (without _total) -> the count that means the same (bench.openmetrics)
+    # Pulsar's metric family (without _total) -> the count that means the same (bench.replay.openmetrics)
     metric_keys: Mapping[str, str] = field(default_factory=dict)
     test_combos: Callable[[], list[TestCombo]] = lambda: []
 

@@ -7,7 +7,7 @@ import os
 import uuid
 from typing import Callable
 
-from bench import registry
+from bench.replay import registry
 from engine.dispatcher import DispatchMode
 from engine.kafkaledger import KafkaLedgerFactory
 from engine.memledger import MemoryLedgerFactory

@@ -1,6 +1,6 @@
 """The trace client's events (``jvm/PROTOCOL.md``, "Output") -> the result contract of a model run.
 
-What each field means follows :mod:`bench.replay`, in the client's wall time (µs since t0):
+What each field means follows :mod:`bench.replay.replay`, in the client's wall time (µs since t0):
 
 - a txn's ``end_ts_us`` is when the client heard the answer to its commit/abort,
   ``commit_requested_ts_us`` when it issued it, ``visible_ts_us`` when the last of its messages
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.measure import Histograms
+from bench.replay.measure import Histograms
 
 # Errors of a commit/abort meaning the coordinator no longer holds the txn open: Pulsar aborts a
 # txn at its timeout (TransactionMetadataStore timeout tracker / TransactionCoordinatorV5), so it
@@ -52,7 +52,7 @@ class Published:
 
 @dataclass(frozen=True)
 class MessageRef:
-    """What :meth:`bench.checker.History.publish` reads of a message id."""
+    """What :meth:`bench.check.History.publish` reads of a message id."""
 
     ledger: str
     position: tuple[int, ...]
@@ -73,7 +73,7 @@ class Folded:
     client: dict[str, Any]
     done: dict[str, Any]
     rates: dict[str, Any]
-    history: Any = None  # bench.checker.History when asked for
+    history: Any = None  # bench.check.History when asked for
 
 
 def position_of(message_id: str | None) -> tuple[int, ...]:
@@ -304,9 +304,9 @@ class EventFold:
         }
 
     def _history(self) -> Any:
-        """A :class:`bench.checker.History` of the run: the client's operations, faults and
+        """A :class:`bench.check.History` of the run: the client's operations, faults and
         deliveries in time order (requests at their issue time, answers heard when they came)."""
-        from bench.checker import History
+        from bench.check import History
 
         h = History()
         for _t, _rank, kind, args in sorted(self.events, key=lambda e: (e[0], e[1])):

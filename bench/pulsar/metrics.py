@@ -1,7 +1,7 @@
 """What the broker counts: ``GET /metrics/`` and admin topic stats, before and after a run, mapped
 onto the models' count names where they mean the same thing.
 
-Mapped (the models' names, ``bench/report.py`` rows):
+Mapped (the models' names, ``bench/report/report.py`` rows):
 
 - ``tc.log_appends``: ``pulsar_txn_append_log_count`` (v4 coordinator, MLTransactionMetadataStore's
   appendLogCount: one per new/add-partition/add-subscription/end record);

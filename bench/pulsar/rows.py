@@ -27,7 +27,7 @@ from typing import Iterable
 
 from engine.errors import TraceError
 from engine.topics import TopicName
-from bench.trace import Event
+from bench.trace.trace import Event
 
 _PARTITION = re.compile(r"-partition-(\d+)$")
 TENANT = "public"  # the standalone's tenant; a run's namespaces are created under it

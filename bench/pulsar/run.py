@@ -9,16 +9,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.measure import peak_rss_mb
+from bench.replay.measure import peak_rss_mb
 from bench.pulsar.client import run_client
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
 from bench.pulsar.rows import MappedRows, new_run_id, write_rows
 from bench.pulsar.series import broker_series
 from bench.pulsar.target import DESIGNS, PulsarTarget, probe
-from bench.replay import RunResult
-from bench.results import result_dir
-from bench.trace import read_events, trace_metadata, validate
+from bench.replay.replay import RunResult
+from bench.replay.results import result_dir
+from bench.trace.trace import read_events, trace_metadata, validate
 from engine.errors import ConfigError
 
 TARGET = "pulsar"
@@ -26,7 +26,7 @@ TARGET = "pulsar"
 
 @dataclass(frozen=True)
 class PulsarRunConfig:
-    """A broker run's settings, in the place of :class:`bench.config.RunConfig` in the manifest."""
+    """A broker run's settings, in the place of :class:`bench.replay.config.RunConfig` in the manifest."""
 
     engine: str  # the design: v4 or v5
     service_url: str
@@ -108,7 +108,7 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
     """Validate the trace, map and refuse rows, check the broker answers, then run each design
     and write one result directory (nothing is written if any of that fails). Returns the
     manifest; ``histories``, if given, receives each design's checker History."""
-    from bench.runner import finish_results
+    from bench.replay.runner import finish_results
 
     rows = validate(trace)
     meta = trace_metadata(trace)
@@ -142,8 +142,8 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
 def pulsar_check(trace: str | Path, designs: list[str], target: PulsarTarget,
                  report: Callable[[str], None] | None = None) -> Any:
     """Run the trace through the broker with a history per design and check each with
-    :func:`bench.checker.check`; returns the :class:`~bench.checker.CheckSummary`."""
-    from bench.checker import CheckSummary, check
+    :func:`bench.check.check`; returns the :class:`~bench.check.CheckSummary`."""
+    from bench.check import CheckSummary, check
 
     validate(trace)
     summary = CheckSummary()

@@ -1,4 +1,4 @@
-"""The per-second time series of a run through the real broker (:mod:`bench.timeseries`), built
+"""The per-second time series of a run through the real broker (:mod:`bench.replay.timeseries`), built
 from the trace client's events once the run is folded (:class:`bench.pulsar.fold.EventFold`).
 
 Publishes and commits/aborts count in the window of their answer, deliveries in the window they
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.pulsar.fold import EventFold
-from bench.timeseries import WINDOW_US, from_timeline
+from bench.replay.timeseries import WINDOW_US, from_timeline
 
 
 def broker_series(fold: EventFold, window_us: int = WINDOW_US) -> list[dict[str, Any]]:

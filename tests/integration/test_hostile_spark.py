@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.runner import replay_trace
-from bench.spark import spark_replay
-from bench.workloads import Profile, generate
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
+from bench.scale.spark import spark_replay
+from bench.trace.workloads import Profile, generate
 from engine.errors import BackendUnavailable
 
 pytestmark = pytest.mark.spark

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench.stream import create_topics
-from bench.stream_app import run_stream
+from bench.stream.stream import create_topics
+from bench.stream.stream_app import run_stream
 from engine.errors import TraceError, TxnbenchError
 
 pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::DeprecationWarning")]

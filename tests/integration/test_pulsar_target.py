@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.model_vs_broker import agreement
-from bench.checker import check
+from bench.replay.config import RunConfig
+from bench.report.model_vs_broker import agreement
+from bench.check import check
 from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target
-from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.replay.runner import replay_trace
+from bench.trace.trace import TraceWriter
 from tests.conftest import PulsarBroker
 
 pytestmark = pytest.mark.pulsar

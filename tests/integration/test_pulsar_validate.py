@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.trace import TraceWriter
+from bench.trace.trace import TraceWriter
 from tests.conftest import PulsarBroker
 
 pytestmark = pytest.mark.pulsar

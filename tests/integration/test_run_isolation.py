@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import bench.engines
+import bench.replay.engines
 import metadata_v5.spec
-from bench.config import RunConfig
-from bench.runner import replay_trace
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "datasets" / "samples" / "small.parquet"
 
@@ -75,7 +75,7 @@ def test_two_v4_runs_on_one_kafka(kafka_url: str, tmp_path: Path, monkeypatch: p
     embedded = _replay(RunConfig(engine="v4"), tmp_path / "memory")
     first, second = RunConfig(engine="v4", ledger_url=kafka_url), RunConfig(engine="v4", ledger_url=kafka_url)
     with monkeypatch.context() as m:  # the first run leaves its ledgers behind, as if killed
-        m.setattr(bench.engines, "purge_ledgers", lambda ledgers: 0)
+        m.setattr(bench.replay.engines, "purge_ledgers", lambda ledgers: 0)
         _same(_replay(first, tmp_path / "first"), embedded)
     _same(_replay(second, tmp_path / "second"), embedded)
     left = open_ledgers(namespaced_ledger_url(kafka_url, first.namespace))

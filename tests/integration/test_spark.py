@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.config import RunConfig
-from bench.runner import replay_trace
-from bench.spark import spark_replay
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
+from bench.scale.spark import spark_replay
+from bench.trace.workloads import generate, load_profile
 from engine.errors import TraceError
 
 pytestmark = pytest.mark.spark

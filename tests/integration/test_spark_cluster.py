@@ -22,10 +22,10 @@ from typing import Iterator
 import pyarrow.parquet as pq
 import pytest
 
-from bench.config import RunConfig
-from bench.runner import replay_trace
-from bench.spark import spark_replay
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
+from bench.scale.spark import spark_replay
+from bench.trace.workloads import generate, load_profile
 
 pytestmark = pytest.mark.spark
 

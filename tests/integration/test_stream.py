@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.report import build_report
-from bench.stream import default_configs, load_trace
-from bench.stream_app import run_stream
-from bench.trace import read_events
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.report.report import build_report
+from bench.stream.stream import default_configs, load_trace
+from bench.stream.stream_app import run_stream
+from bench.trace.trace import read_events
+from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError, TraceError
 
 pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::DeprecationWarning")]

@@ -1,11 +1,11 @@
-"""A :class:`~tests.harness.System` that records a :class:`~bench.checker.History` of everything
-its clients did, every fault and every delivery, for :func:`bench.checker.check`."""
+"""A :class:`~tests.harness.System` that records a :class:`~bench.check.History` of everything
+its clients did, every fault and every delivery, for :func:`bench.check.check`."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from bench.checker import History, Violation, check
+from bench.check import History, Violation, check
 from engine.dispatcher import Delivery, DispatchMode, PollingPolicy
 from engine.errors import TxnbenchError
 from engine.ids import TxnID
@@ -108,7 +108,7 @@ class CheckedSystem(System):
                     # the final state) or collected (v5's GC). One the client never asked to
                     # commit can only have aborted (the coordinator's timeout, or its abort);
                     # else keep what the client heard. The replayer settles its client-timed-out
-                    # txns the same way (bench/replay.py _settle_timed_out).
+                    # txns the same way (bench/replay/replay.py _settle_timed_out).
                     if str(txn) not in self.history.end_requests:
                         outcome = TxnStatus.ABORTED.value
             self.history.outcome(txn, outcome)

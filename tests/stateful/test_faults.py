@@ -1,6 +1,6 @@
 """Fault injection, judged by the history checker: crash the broker or the coordinator at every
 point of a short scripted workload, drop or delay v4's END_TXN RPCs, and keep a v5 participant
-away past the GC retention window. Every run ends with :func:`bench.checker.check`: zero
+away past the GC retention window. Every run ends with :func:`bench.check.check`: zero
 violations, except exactly where a design is known to lose (the PIP's GC)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from bench.checker import CheckSummary
+from bench.check import CheckSummary
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from engine.ports import EngineContext

@@ -1,7 +1,7 @@
 """Lockstep differential testing: one Hypothesis state machine drives every transactional
 engine x backend x dispatch mode at once with the same client operations and faults, and after
 every step checks that all of them have delivered the same messages to every subscription, that
-each passes ``broker.check()``, and at the end that each history passes :mod:`bench.checker`.
+each passes ``broker.check()``, and at the end that each history passes :mod:`bench.check`.
 
 What is comparable: the *set* of messages delivered per subscription once both designs have had
 time to propagate (each step ends with ``QUIET_US`` of virtual time: v4's END_TXN fan-out and v5's
@@ -228,7 +228,7 @@ class Lockstep(RuleBasedStateMachine):
             found = []
             for s in self.systems:
                 violations = s.finish()
-                for kind, n in s.history.fault_counts().items():  # bench.campaign reports these by kind
+                for kind, n in s.history.fault_counts().items():  # bench.check.campaign reports these by kind
                     STATS["faults"] = STATS.get("faults", 0) + n
                     STATS[f"faults.{kind}"] = STATS.get(f"faults.{kind}", 0) + n
                 for v in violations:

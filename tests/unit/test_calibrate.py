@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import calibrate as cal
+from bench.calibrate import calibrate as cal
 from bench.cli import main
 from engine.clock import DEFAULT_LATENCIES_US
 from engine.profile import LatencyProfile

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from bench.checker import KINDS, CheckSummary, History, ambiguous_outcomes, check
+from bench.check import KINDS, CheckSummary, History, ambiguous_outcomes, check
 from engine.dispatcher import DispatchMode
 from engine.ports import AckKind
 from engine.records import MessageId, Position

@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from bench.check import KINDS, RULES, CheckSummary, History, ambiguous_outcomes, build, check
-from bench.report import check_section
+from bench.report.report import check_section
 from engine.records import MessageId, Position
 
 T = "persistent://public/default/x"

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.output import MARKER
-from bench.results import DELIVERY_SCHEMA, FILES, TXN_SCHEMA
+from bench.replay.output import MARKER
+from bench.replay.results import DELIVERY_SCHEMA, FILES, TXN_SCHEMA
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -89,7 +89,7 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path: Path, trace
 
 
 def test_a_malformed_trace_leaves_no_result_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.trace import TraceWriter
+    from bench.trace.trace import TraceWriter
 
     bad = tmp_path / "bad.parquet"
     with TraceWriter(bad) as w:

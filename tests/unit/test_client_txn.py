@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer, RunResult
-from bench.trace import read_events
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer, RunResult
+from bench.trace.trace import read_events
 from tests.unit.test_trace import T, write
 
 ENGINES = ("v4", "v5")
@@ -162,7 +162,7 @@ def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine:
     # t1 acks m1 and never ends: the coordinator's timeout aborts it and m1 comes back. Reported
     # "open" (v4 before the client timer), the checker took that pending ack for ever and called
     # the redelivery an acked message delivered again.
-    from bench.checker import History, check
+    from bench.check import History, check
 
     rows = [
         {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},

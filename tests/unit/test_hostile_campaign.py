@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.campaign import CampaignResult, _kind_of
+from bench.check.campaign import CampaignResult, _kind_of
 from bench.cli import main
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.trace import TraceWriter, read_events
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import TraceWriter, read_events
 from engine.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_v4_on_sealed_segments_reports_the_txns_it_never_makes_visible(tmp_path:
 
 
 def test_the_warning_names_the_remedy_by_time_mode() -> None:
-    from bench.runner import not_quiescent
+    from bench.replay.runner import not_quiescent
 
     drain = {"ran_ms": 5000, "quiescent": False, "in_flight": {"undelivered": 71, "committed_not_visible": 13}}
     wall, virtual = (not_quiescent({"runs": {"v4": {"time_mode": mode, "drain": drain}}}) for mode in ("wall", "virtual"))

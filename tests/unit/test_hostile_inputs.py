@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.trace import MAX_TS_US, LabelSet, TraceWriter, validate
+from bench.trace.trace import MAX_TS_US, LabelSet, TraceWriter, validate
 from engine.errors import TraceError
 
 
@@ -139,7 +139,7 @@ def test_bad_profiles_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_every_shipped_profile_still_loads() -> None:
-    from bench.workloads import list_profiles, load_profile
+    from bench.trace.workloads import list_profiles, load_profile
 
     assert all(load_profile(name).name for name in list_profiles())
 
@@ -189,7 +189,7 @@ def test_report_on_good_results_still_renders(tmp_path: Path, capsys: pytest.Cap
 
 @pytest.mark.parametrize("column", ["msg", "txn", "subscription"])
 def test_huge_labels_are_refused_by_row(tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str) -> None:
-    from bench.trace import MAX_LABEL
+    from bench.trace.trace import MAX_LABEL
 
     rows = [dict(ts=0, op="subscribe", topic="persistent://a/b/c", subscription="s"),
             dict(ts=1, op="new_txn", txn="t", timeout_ms=1000),

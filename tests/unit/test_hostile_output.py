@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.output import MARKER
+from bench.replay.output import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,7 +142,7 @@ def test_bad_out_paths_are_one_line(tmp_path: Path, trace: Path, capsys: pytest.
 
 def test_compare_twice_shows_only_the_second_runs_contents(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.scenarios as sc
+    import bench.scenarios.scenarios as sc
 
     real = sc.run_scenarios
     monkeypatch.setattr(sc, "run_scenarios", lambda *a, **k: real(["interop"]))  # one fast scenario
@@ -162,7 +162,7 @@ def test_compare_twice_shows_only_the_second_runs_contents(tmp_path: Path, capsy
 
 def test_a_full_disk_leaves_no_output(tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.plots as plots
+    import bench.report.plots as plots
 
     res = tmp_path / "res"
     assert replay(capsys, trace, res)[0] == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.trace import TraceWriter
+from bench.replay.config import RunConfig
+from bench.trace.trace import TraceWriter
 from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
 from engine.errors import ConfigError
 from engine.profile import LATENCY_DIR, LatencyProfile
@@ -113,8 +113,8 @@ def test_draws_are_per_seed_and_kind_and_one_kind_does_not_shift_another() -> No
 def _replay(trace: Path, latency: LatencyModel, profile: LatencyProfile | None) -> list[str]:
     """Both engines' results (counts, latency summary, deliveries, txn rows), serialised: the
     result files' content without writing them (their metrics export costs seconds of CPU)."""
-    from bench.replay import Replayer
-    from bench.trace import read_events
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
 
     out = []
     for engine in ("v4", "v5"):
@@ -183,7 +183,7 @@ def test_every_shipped_profile_loads_and_says_where_when_and_how_it_was_measured
 
 
 def test_scenarios_run_on_the_profile_given() -> None:
-    from bench import scenarios as sc
+    from bench.scenarios import scenarios as sc
 
     def end_ms(latency: tuple[LatencyModel, LatencyProfile] | None) -> dict[str, object]:
         (s,) = sc.run_scenarios(["endtxn"], params={"endtxn": {"sizes": (1,)}}, latency=latency)

@@ -6,7 +6,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings, strategies as st
 
-from bench.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, Histograms, _counts_indexes
+from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, Histograms, _counts_indexes
 
 
 @given(st.lists(st.integers(-5, HIGHEST_US + 10**6), min_size=1, max_size=300))
@@ -35,7 +35,7 @@ def test_counts_index_matches_hdrhistogram_at_every_bucket_edge() -> None:
 def test_replay_gc_raises_young_threshold_and_restores_everything() -> None:
     import gc
 
-    from bench.gcpolicy import YOUNG_THRESHOLD, replay_gc
+    from bench.replay.gcpolicy import YOUNG_THRESHOLD, replay_gc
 
     before = gc.get_threshold()
     with replay_gc():

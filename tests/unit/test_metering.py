@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.trace import read_events
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import read_events
+from bench.trace.workloads import generate, load_profile
 from engine.capacity import Capacity, Resource
 from engine.clock import LatencyModel, ResourceSpec, VirtualScheduler, WallScheduler
 from engine.errors import ConfigError

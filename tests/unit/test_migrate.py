@@ -1,11 +1,11 @@
-"""v4 -> v5 migration of a topic's transactional state (bench/migrate.py): a v5 reader of the
+"""v4 -> v5 migration of a topic's transactional state (bench/scenarios/migrate.py): a v5 reader of the
 old data sees exactly what a v4 reader sees; refusals; rollback until the first v5 txn write."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.migrate import MigrationRefused, migrate, plan_migration
+from bench.scenarios.migrate import MigrationRefused, migrate, plan_migration
 from engine.broker import Broker
 from engine.dispatcher import DispatchMode
 from engine.ids import Design

@@ -1,4 +1,4 @@
-"""OpenMessaging Benchmark workload YAML -> profile -> trace (bench.omb, generate --omb-workload)."""
+"""OpenMessaging Benchmark workload YAML -> profile -> trace (bench.trace.omb, generate --omb-workload)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.omb import DEFAULT_MAX_EVENTS, load_omb_workload, omb_profile
-from bench.trace import read_events, trace_metadata, validate
-from bench.workloads import generate, load_profile
+from bench.trace.omb import DEFAULT_MAX_EVENTS, load_omb_workload, omb_profile
+from bench.trace.trace import read_events, trace_metadata, validate
+from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from bench.config import RunConfig
-from bench.measure import Histograms
-from bench.openmetrics import LiveServer, live_source, render, result_families, run_families
-from bench.replay import Replayer
-from bench.runner import replay_trace
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.measure import Histograms
+from bench.replay.openmetrics import LiveServer, live_source, render, result_families, run_families
+from bench.replay.replay import Replayer
+from bench.replay.runner import replay_trace
+from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError
 
 
@@ -109,7 +109,7 @@ def test_live_server_serves_a_running_replay(tmp_path: Path) -> None:
     try:
         replayer = Replayer(RunConfig(engine="v4", drain_ms=2_000))
         server.add(live_source(replayer, "v4"))
-        from bench.trace import read_events
+        from bench.trace.trace import read_events
 
         steps = replayer.steps(read_events(tmp_path / "t.parquet"), every=100)
         next(steps)  # mid-run: 100 events applied

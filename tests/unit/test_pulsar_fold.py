@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.checker import check
+from bench.check import check
 from bench.pulsar.fold import EventFold, position_of
 from bench.pulsar.metrics import counter_deltas, map_metrics, parse_prometheus
 

@@ -1,17 +1,17 @@
 """Reports hold a model run and a broker run of the same trace side by side, as model vs broker
-(bench.model_vs_broker), not as A/B."""
+(bench.report.model_vs_broker), not as A/B."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.config import RunConfig
-from bench.model_vs_broker import agreement
-from bench.report import build_report
-from bench.results import result_dir
-from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.replay.config import RunConfig
+from bench.report.model_vs_broker import agreement
+from bench.report.report import build_report
+from bench.replay.results import result_dir
+from bench.replay.runner import replay_trace
+from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"
 

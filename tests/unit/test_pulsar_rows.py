@@ -11,7 +11,7 @@ import pytest
 from bench.cli import main
 from bench.pulsar.rows import map_topic, write_rows
 from bench.pulsar.target import parse_target
-from bench.trace import TraceWriter, read_events
+from bench.trace.trace import TraceWriter, read_events
 from engine.errors import ConfigError, TraceError
 
 P0 = "persistent://public/bench/t0-partition-0"

@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 import pytest
 
-from bench import registry
-from bench.config import RunConfig
-from bench.engines import build
+from bench.replay import registry
+from bench.replay.config import RunConfig
+from bench.replay.engines import build
 from engine.errors import ConfigError
 from engine.registry import EngineSpec, Opened, ReportRow, RunVariant
 from engine.txn_disabled import NoOptions

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.trace import Event, read_events
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import Event, read_events
+from bench.trace.workloads import generate, load_profile
 from tests.unit.test_trace import T, write
 
 

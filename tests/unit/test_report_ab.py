@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.replay.config import RunConfig
+from bench.replay.runner import replay_trace
+from bench.trace.trace import TraceWriter
 from engine.dispatcher import DispatchMode
 
 T = "persistent://public/b/t0-partition-0"

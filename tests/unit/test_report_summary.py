@@ -1,5 +1,5 @@
 """The report's headline is derived from the rows; the HTML is one self-contained file;
-summary.json validates against the schema shipped in bench/schemas and its row ids are the
+summary.json validates against the schema shipped in bench/report/schemas and its row ids are the
 counts.json / latency.json keys."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bench.config import RunConfig
-from bench.headline import answer, headline
-from bench.report import Row, build
-from bench.runner import replay_trace
-from bench.trace import TraceWriter
+from bench.replay.config import RunConfig
+from bench.report.headline import answer, headline
+from bench.report.report import Row, build
+from bench.replay.runner import replay_trace
+from bench.trace.trace import TraceWriter
 
 T = "persistent://public/b/t0-partition-0"
 
@@ -67,7 +67,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_summary_validates_against_the_shipped_schema_and_ids_are_result_keys(report: Path) -> None:
-    schema = json.loads(files("bench").joinpath("schemas/summary.schema.json").read_text())
+    schema = json.loads(files("bench.report").joinpath("schemas/summary.schema.json").read_text())
     summary = json.loads((report / "out" / "summary.json").read_text())
     jsonschema.validate(summary, schema)
     assert summary["schema_version"] == 1
@@ -87,7 +87,7 @@ def test_summary_validates_against_the_shipped_schema_and_ids_are_result_keys(re
 
 
 def test_a_summary_with_a_string_number_fails_the_schema(report: Path) -> None:
-    schema = json.loads(files("bench").joinpath("schemas/summary.schema.json").read_text())
+    schema = json.loads(files("bench.report").joinpath("schemas/summary.schema.json").read_text())
     summary = json.loads((report / "out" / "summary.json").read_text())
     summary["result_sets"][0]["rows"][0]["values"]["v4"] = "inf"
     with pytest.raises(jsonschema.ValidationError):

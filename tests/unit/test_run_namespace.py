@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlparse
 
-from bench.config import RunConfig
+from bench.replay.config import RunConfig
 from engine.backends import namespaced_ledger_url
 from metadata_v5.store.registry import namespaced_metadata_url
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import scenarios as sc
+from bench.scenarios import scenarios as sc
 from bench.cli import main
 from engine.errors import ConfigError
 
@@ -138,7 +138,7 @@ def test_migration_scenario_readers_match_and_rollback_window_closes() -> None:
 
 
 def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Path) -> None:
-    from bench.report import build_report
+    from bench.report.report import build_report
 
     results = tmp_path / "results"
     assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress", "--no-scenarios"]) == 0
@@ -178,7 +178,7 @@ def test_cli_passes_the_open_txn_sweep_to_recovery_open(tmp_path: Path) -> None:
 
 
 def test_throughput_saturates_with_finite_capacity_only() -> None:
-    from bench import throughput as tp
+    from bench.scenarios import throughput as tp
 
     s = sc.throughput(rates=(20, 160), txns=24)
     vals = {r.metric: r.values for r in s.rows}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.sharding import plan_shards, shard_events, trace_aggregates
-from bench.trace import read_events
-from bench.workloads import generate, load_profile
+from bench.scale.sharding import plan_shards, shard_events, trace_aggregates
+from bench.trace.trace import read_events
+from bench.trace.workloads import generate, load_profile
 
 
 @pytest.mark.parametrize("profile", ["small", "omb-1-topic-16-partitions-1kb", "hanging-txns", "long-log-crash"])

@@ -1,4 +1,4 @@
-"""Traces and result directories as URIs (bench.storage), as a Spark replay on a cluster uses them."""
+"""Traces and result directories as URIs (bench.scale.storage), as a Spark replay on a cluster uses them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from bench import storage
-from bench.config import RunConfig
-from bench.spark import _row_parts, spark_replay
-from bench.trace import read_events, trace_metadata, validate
-from bench.workloads import generate, load_profile
+from bench.scale import storage
+from bench.replay.config import RunConfig
+from bench.scale.spark import _row_parts, spark_replay
+from bench.trace.trace import read_events, trace_metadata, validate
+from bench.trace.workloads import generate, load_profile
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.stream import (END, StreamReplay, bootstrap, decode_event, default_configs, encode_event, load_trace,
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.stream.stream import (END, StreamReplay, bootstrap, decode_event, default_configs, encode_event, load_trace,
                           trace_records)
-from bench.trace import read_events, validate
-from bench.workloads import generate, load_profile
+from bench.trace.trace import read_events, validate
+from bench.trace.workloads import generate, load_profile
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.trace import TraceWriter, read_events, validate
-from bench.workloads import Profile, generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import TraceWriter, read_events, validate
+from bench.trace.workloads import Profile, generate, load_profile
 from engine.errors import ConfigError, TraceError
 from tests.unit.test_trace import T
 

@@ -1,5 +1,5 @@
 """The per-second time series: sums to the run's counts, deterministic, merges across shards;
-wall-time pacing and the mixed-backend refusal (bench.walltime)."""
+wall-time pacing and the mixed-backend refusal (bench.replay.walltime)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.config import RunConfig
-from bench.replay import Replayer
-from bench.runner import replay_trace
-from bench.timeseries import Series, merge_rows, table
-from bench.trace import read_events
-from bench.walltime import BEHIND_US, Pacing, mixed_backends, refuse_mixed
-from bench.workloads import generate, load_profile
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.replay.runner import replay_trace
+from bench.replay.timeseries import Series, merge_rows, table
+from bench.trace.trace import read_events
+from bench.replay.walltime import BEHIND_US, Pacing, mixed_backends, refuse_mixed
+from bench.trace.workloads import generate, load_profile
 from engine.errors import ConfigError
 
 

@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.trace import COLUMNS, SCHEMA, LabelSet, TraceWriter, read_events, validate
+from bench.trace.schema import COLUMNS, SCHEMA
+from bench.trace.trace import LabelSet, TraceWriter, read_events, validate
 from engine.errors import TraceError
 
 T = "persistent://public/default/x"
@@ -48,7 +49,7 @@ def test_a_good_trace_reads_back_in_order(tmp_path: Path) -> None:
         (2, {"ts_us": 2, "op": "publish", "txn": "nope", "topic": T, "msg": "mx", "size": 1}, "unknown txn 'nope'"),
         (2, {"ts_us": 2, "op": "ack", "topic": T, "msg": "ghost", "subscription": "s"}, "unknown msg 'ghost'"),
         (2, {"ts_us": 2, "op": "publish", "topic": "queue://t/ns/orders", "msg": "mx", "size": 1}, "bad topic name"),
-        # short names are expanded (bench.tracefmt); a two-part one is refused, as Pulsar's TopicName does
+        # short names are expanded (bench.trace.tracefmt); a two-part one is refused, as Pulsar's TopicName does
         (2, {"ts_us": 2, "op": "publish", "topic": "ns/orders", "msg": "mx", "size": 1}, "invalid short topic name"),
         (2, {"ts_us": 2, "op": "publish", "topic": T, "msg": "mx", "size": -1}, "size must be"),
         (2, {"ts_us": 2, "op": "split", "topic": T}, "needs a scalable topic"),
@@ -180,7 +181,7 @@ def test_streaming_a_trace_holds_no_more_arrow_memory_at_its_end_than_at_its_sta
     # pyarrow's pre-buffer cache keeps the ranges it has read until the file is closed: on a
     # file of several 32 MB ranges the memory a replay holds grew with the trace (here +20 MB
     # by the last batch of a 52 MB file). read_events, validate and the Spark shards stream
-    # through bench.trace.parquet_stream, which reads without it.
+    # through bench.trace.trace.parquet_stream, which reads without it.
     import os
 
     rows, width = 5 * 65_536, 160

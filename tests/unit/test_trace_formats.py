@@ -1,5 +1,5 @@
-"""Traces in CSV and JSON lines, and short topic names (bench.tracefmt), through the same
-readers and checks as Parquet: bench.trace, bench.sharding."""
+"""Traces in CSV and JSON lines, and short topic names (bench.trace.tracefmt), through the same
+readers and checks as Parquet: bench.trace.trace, bench.scale.sharding."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.sharding import plan_shards, shard_events, trace_aggregates
-from bench.trace import read_events, trace_metadata, validate
-from bench.tracefmt import expand_topic, open_trace
+from bench.scale.sharding import plan_shards, shard_events, trace_aggregates
+from bench.trace.trace import read_events, trace_metadata, validate
+from bench.trace.tracefmt import expand_topic, open_trace
 from engine.errors import TraceError
 
 SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "samples" / "small.parquet"
@@ -173,7 +173,7 @@ def test_validate_trace_prints_the_counts_and_refuses_as_replay_does(tmp_path: P
 
 
 def test_the_shipped_examples_read_and_generate(tmp_path: Path) -> None:
-    from bench.workloads import generate, load_profile
+    from bench.trace.workloads import generate, load_profile
 
     examples = SAMPLE.parents[1] / "examples"
     as_csv, as_jsonl = list(read_events(examples / "orders.csv")), list(read_events(examples / "orders.jsonl"))

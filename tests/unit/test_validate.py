@@ -1,4 +1,4 @@
-"""The "model vs broker" validation section (bench.validate): relative errors against the goals,
+"""The "model vs broker" validation section (bench.report.validate): relative errors against the goals,
 counts exact / explained / differing, the saturation ratio, and the section in a report."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from bench.measure import Histograms
-from bench.report import build
-from bench.results import load, result_dir
-from bench.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
+from bench.replay.measure import Histograms
+from bench.report.report import build
+from bench.replay.results import load, result_dir
+from bench.report.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
-from bench.validate_run import model_latency
+from bench.pulsar.validate_run import model_latency
 from engine.clock import DEFAULT_LATENCIES_US
 from engine.errors import ConfigError
 
@@ -83,7 +83,7 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7) -> None:
-    """A result set of v4 and v5 as bench.runner (model) or bench.pulsar.run (broker) writes it:
+    """A result set of v4 and v5 as bench.replay.runner (model) or bench.pulsar.run (broker) writes it:
     one committed txn per design, ending at ``ends``."""
     labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
     with result_dir(out) as w:

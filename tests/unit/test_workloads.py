@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.trace import read_events, trace_metadata, validate
-from bench.workloads import Profile, generate, list_profiles, load_profile
+from bench.trace.trace import read_events, trace_metadata, validate
+from bench.trace.workloads import Profile, generate, list_profiles, load_profile
 from engine.errors import ConfigError
 
 

@@ -1,0 +1,1 @@
+"""Latency profiles measured on real backends (Redis, Kafka, a Pulsar broker)."""

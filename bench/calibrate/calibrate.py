@@ -1,0 +1,327 @@
+"""``txnbench calibrate``: measure per-operation latency distributions on real backends and write a
+latency profile (engine.profile; the format is in datasets/README.md).
+
+- Redis (``--redis``): the v5 metadata store's operations as its adapter issues them
+  (metadata_v5/redis.py: one Lua script per write batch, HGETALL per get, a MULTI pipeline per
+  get_many, ZRANGEBYLEX per listing, XREAD per watch poll), each timed one at a time on an idle
+  server; the store's service time from a pipelined batch of reads and its concurrency from a
+  parallel sweep.
+- Kafka (``--kafka``): ledger append (a produce acknowledged by the broker) and read (a fetch of
+  one entry) through engine/kafkaledger.py.
+- Pulsar (``--pulsar`` with ``--admin-url``): bench/calibrate/calibrate_pulsar.py.
+
+Kinds a backend does not measure are kept from the base profile (``constants``) and the profile's
+``provenance.notes`` says, kind by kind, what each was measured as, derived from or kept.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import threading
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, ResourceSpec
+from engine.errors import ConfigError
+from engine.profile import LatencyProfile
+from bench.calibrate.measurement import Measurement
+
+WARMUP = 20  # calls before timing: connections opened, scripts loaded, JIT-free but caches warm
+PIPELINE_BATCH = 200  # reads in one pipelined get_many: the service-time estimate
+SWEEP_THREADS = (1, 2, 4, 8)  # parallel clients of the concurrency sweep
+SWEEP_S = 1.0  # seconds per sweep point
+
+
+def percentiles(samples_us: Sequence[int]) -> dict[str, int]:
+    """p0/p50/p90/p99/p999/max of ``samples_us`` by nearest rank (no interpolation: every value
+    is one that was seen)."""
+    if not samples_us:
+        raise ConfigError("calibrate: no samples measured")
+    s = sorted(samples_us)
+    n = len(s)
+    return {name: s[min(n - 1, max(0, math.ceil(round(q * n, 6)) - 1))] for name, q in PERCENTILES.items()}
+
+
+def timed(fn: Callable[[], Any], samples: int, warmup: int = WARMUP) -> list[int]:
+    """``samples`` wall-clock durations (µs) of ``fn()``, one call at a time, after ``warmup``."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0 + 500) // 1000)
+    return out
+
+
+# -- Redis: the v5 metadata store ---------------------------------------------------------------
+
+
+def measure_redis(url: str, samples: int) -> Measurement:
+    from metadata_v5.store.redis import RedisMetadataStore
+    from metadata_v5.store import Delete, Put
+
+    if not url.startswith("redis://"):
+        raise ConfigError(f"--redis {url!r}: expected redis://HOST:PORT")
+    prefix = f"txnbench-calib-{uuid.uuid4().hex[:8]}:"
+    store = RedisMetadataStore.from_url(_with_prefix(url, prefix))
+    watcher = store.reopen()
+    try:
+        version = str(store.client.info("server").get("redis_version", "?"))
+        fields = {"state": "OPEN", "timeout": "60000", "owner": "tc-0"}  # a txn header's size
+        m = Measurement("redis", version)
+        n = [0]
+
+        def put() -> None:
+            n[0] += 1
+            store.batch([Put(f"txn/{n[0]}", fields)])
+
+        m.operations["meta.write"] = percentiles(timed(put, samples))
+        m.notes["meta.write"] = "one Put batch (the adapter's Lua write script, one round trip)"
+        keys = [f"txn/{i}" for i in range(1, n[0] + 1)]
+        cur = {"i": 0}
+
+        def get() -> None:
+            cur["i"] = (cur["i"] + 1) % len(keys)
+            store.get(keys[cur["i"]])
+
+        m.operations["meta.read"] = percentiles(timed(get, samples))
+        m.notes["meta.read"] = "get of one existing record (HGETALL)"
+
+        def cas() -> None:
+            cur["i"] = (cur["i"] + 1) % len(keys)
+            rec = store.get(keys[cur["i"]])
+            assert rec is not None
+            t0 = time.perf_counter_ns()
+            store.batch([Put(keys[cur["i"]], {**fields, "state": "COMMITTING"}, expected_version=rec.version)])
+            cas_us.append((time.perf_counter_ns() - t0 + 500) // 1000)
+
+        cas_us: list[int] = []
+        for _ in range(WARMUP + samples):
+            cas()
+        m.operations["meta.cas"] = percentiles(cas_us[WARMUP:])
+        m.notes["meta.cas"] = "Put with expected_version (the Lua script checks the version, then writes)"
+
+        for i in range(10):  # a small listing, as a coordinator's scan of one txn's participants
+            store.batch([Put(f"scan/{i}", fields)])
+        m.operations["meta.list"] = percentiles(timed(lambda: store.list("scan/"), samples))
+        m.notes["meta.list"] = "list of a 10-record prefix (ZRANGEBYLEX on the key index, then the records)"
+
+        many = keys[:PIPELINE_BATCH] if len(keys) >= PIPELINE_BATCH else (keys * PIPELINE_BATCH)[:PIPELINE_BATCH]
+        batch_us = timed(lambda: store.get_many(many), max(10, samples // 20))
+        one = m.operations["meta.read"]["p50"]
+        per = max(1, round((sorted(batch_us)[len(batch_us) // 2] - one) / (PIPELINE_BATCH - 1)))
+        m.operations["meta.pipelined"] = {"constant": per}
+        m.notes["meta.pipelined"] = (f"each further read of a pipelined get_many of {PIPELINE_BATCH}: "
+                                     f"(median batch - median single read) / {PIPELINE_BATCH - 1}")
+
+        deleted = [0]
+
+        def delete() -> None:
+            deleted[0] += 1
+            store.batch([Delete(f"txn/{deleted[0]}")])
+
+        m.extra["meta.delete"] = percentiles(timed(delete, min(samples, n[0] - WARMUP), warmup=WARMUP))
+        m.notes["meta.delete"] = "Delete batch (billed as meta.write by the engines: no kind of its own)"
+
+        m.operations["meta.watch"] = percentiles(_redis_watch(store, watcher, samples))
+        m.notes["meta.watch"] = ("from a write's reply to the callback of a watch on the key held by another handle "
+                                 "(blocking XREAD poll_watches)")
+
+        sweep = _redis_sweep(url, prefix + "r:scan/0")
+        best = max(sweep, key=lambda t: sweep[t])
+        m.resources["metadata"] = ResourceSpec(per, 1)
+        m.extra["metadata_sweep_ops_per_s"] = sweep
+        m.notes["metadata"] = (f"service_us: the pipelined read's per-op time ({per} µs); concurrency 1: Redis runs "
+                               f"commands on one thread; the parallel sweep (gets/s by clients: "
+                               + ", ".join(f"{t}: {v:,.0f}" for t, v in sweep.items())
+                               + f") peaks at {best} clients, from overlapping round trips, not parallel service")
+        return m
+    finally:
+        watcher.close()
+        store.purge()
+        store.close()
+
+
+def _with_prefix(url: str, prefix: str) -> str:
+    return url + ("&" if "?" in url else "?") + f"prefix={prefix}"
+
+
+def _redis_watch(store: Any, watcher: Any, samples: int) -> list[int]:
+    from metadata_v5.store import Put
+
+    seen: list[int] = []
+    out: list[int] = []
+    watcher.watch("watched", lambda change: seen.append(time.perf_counter_ns()))
+    for i in range(WARMUP + samples):
+        before = len(seen)
+        store.batch([Put("watched", {"n": str(i)})])
+        t0 = time.perf_counter_ns()
+        deadline = time.monotonic() + 5
+        while len(seen) == before:
+            watcher.poll_watches(0.05)
+            if time.monotonic() > deadline:
+                raise ConfigError("calibrate --redis: a watch saw no change within 5 s")
+        if i >= WARMUP:
+            out.append(max(0, (seen[before] - t0 + 500) // 1000))
+    return out
+
+
+def _redis_sweep(url: str, key: str) -> dict[int, float]:
+    """HGETALLs per second of one record with 1, 2, 4, 8 clients in parallel threads, each its own
+    connection (threads share the GIL: this bounds what one Python process drives)."""
+    import redis as redislib
+
+    out: dict[int, float] = {}
+    for threads in SWEEP_THREADS:
+        clients = [redislib.Redis.from_url(url.split("?")[0]) for _ in range(threads)]
+        counts = [0] * threads
+        seconds = SWEEP_S
+        stop = time.monotonic() + seconds
+
+        def run(i: int) -> None:
+            c = clients[i]
+            while time.monotonic() < stop:
+                c.hgetall(key)
+                counts[i] += 1
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out[threads] = round(sum(counts) / seconds, 1)
+        for c in clients:
+            c.close()
+    return out
+
+
+# -- Kafka: the ledger ---------------------------------------------------------------------------
+
+
+def measure_kafka(url: str, samples: int) -> Measurement:
+    from engine.kafkaledger import KafkaLedgerFactory
+    from engine.ledger import Position
+    from engine.records import EntryData
+
+    if not url.startswith("kafka://"):
+        raise ConfigError(f"--kafka {url!r}: expected kafka://HOST:PORT")
+    factory = KafkaLedgerFactory.from_url(url)
+    name = f"txnbench-calib-{uuid.uuid4().hex[:8]}"
+    try:
+        ledger = factory.open(name)
+        version = _kafka_version(factory)
+        m = Measurement("kafka", version)
+        positions: list[Position] = []
+
+        def append() -> None:
+            positions.append(ledger.append(EntryData(1024, 0)))
+
+        m.operations["ledger.append"] = percentiles(timed(append, samples))
+        m.notes["ledger.append"] = ("append of a data entry as the engines write one (its encoded record; "
+                                    "a produce awaited for the broker's ack)")
+        cur = {"i": 0}
+
+        def read() -> None:
+            cur["i"] = (cur["i"] + 7) % len(positions)  # strided: not the consumer's next record
+            ledger.read(positions[cur["i"]], positions[cur["i"]], 1)
+
+        m.operations["ledger.read"] = percentiles(timed(read, samples))
+        m.notes["ledger.read"] = "read of one entry at a random position (seek + fetch)"
+        return m
+    finally:
+        try:
+            factory.delete(name)
+        finally:
+            factory.close()
+
+
+def _kafka_version(factory: Any) -> str:
+    try:
+        from importlib import metadata
+
+        return f"kafka (kafka-python {metadata.version('kafka-python')})"
+    except Exception:  # noqa: BLE001 - the version is provenance only
+        return "kafka"
+
+
+# -- the profile ---------------------------------------------------------------------------------
+
+
+def host_text() -> str:
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, {platform.node()}"
+
+
+def build_profile(name: str, measurements: Sequence[Measurement], samples: int, command: str,
+                  base: LatencyProfile | None = None) -> LatencyProfile:
+    """A profile from what was measured; every other kind kept from ``base`` (the constants), said so."""
+    base = base or LatencyProfile.constants()
+    ops: dict[str, Distribution] = dict(base.operations)
+    resources: dict[str, ResourceSpec] = dict(base.resources)
+    notes: list[str] = []
+    measured: set[str] = set()
+    for m in measurements:
+        for kind, spec in m.operations.items():
+            if kind not in DEFAULT_LATENCIES_US:
+                raise ConfigError(f"calibrate: {m.backend} measured unknown kind {kind!r}")
+            ops[kind] = LatencyProfile.from_json(
+                {"name": "x", "operations": {**{k: {"constant": 0} for k in DEFAULT_LATENCIES_US}, kind: spec}}
+            ).operations[kind]
+            measured.add(kind)
+        resources.update(m.resources)
+        notes += [f"{k} [{m.backend}]: {v}" for k, v in m.notes.items()]
+        notes += [f"{k} [{m.backend}]: measured, billed by no kind: provenance.extra[\"{m.backend}.{k}\"]"
+                  for k in m.extra if k not in m.notes]
+    kept = [k for k in DEFAULT_LATENCIES_US if k not in measured]
+    if kept:
+        notes.append(f"kept from {base.name} (not measured by this calibration): {', '.join(kept)}")
+    prov = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": host_text(),
+            "command": command, "versions": {m.backend: m.version for m in measurements},
+            "samples": samples, "notes": "; ".join(notes),
+            "extra": {f"{m.backend}.{k}": v for m in measurements for k, v in m.extra.items()}}
+    return LatencyProfile(name, prov, ops, resources)
+
+
+def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin_url: str | None,
+              samples: int, out: str, name: str | None, command: str,
+              progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+    if not (redis or kafka or pulsar):
+        raise ConfigError("calibrate: give at least one of --redis, --kafka, --pulsar")
+    if samples < 10:
+        raise ConfigError(f"--samples {samples}: at least 10")
+    measurements: list[Measurement] = []
+    if redis:
+        progress(f"redis {redis}: {samples} samples per operation")
+        measurements.append(measure_redis(redis, samples))
+    if kafka:
+        progress(f"kafka {kafka}: {samples} samples per operation")
+        measurements.append(measure_kafka(kafka, samples))
+    if pulsar:
+        from bench.calibrate.calibrate_pulsar import measure_pulsar
+
+        if not admin_url:
+            raise ConfigError("calibrate --pulsar needs --admin-url")
+        progress(f"pulsar {pulsar}: {samples} txns per design")
+        measurements.append(measure_pulsar(pulsar, admin_url, samples, progress))
+    default = "-".join(m.backend for m in measurements) + "-local"
+    return build_profile(name or default, measurements, samples, command).save(out)
+
+
+def summary_lines(profile: LatencyProfile) -> list[str]:
+    lines = [f"profile {profile.name} -> {profile.path} (sha256 {profile.sha256[:12]})"]
+    for kind, d in profile.operations.items():
+        pts = ", ".join(f"{n}={v}" for n, q in PERCENTILES.items() for qq, v in d.points if qq == q)
+        lines.append(f"  {kind:<18} {'constant ' + str(d.points[0][1]) if d.is_constant else pts} µs")
+    for r, s in profile.resources.items():
+        lines.append(f"  resource {r}: service {s.service_us} µs, concurrency {s.concurrency}")
+    return lines

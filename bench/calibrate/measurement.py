@@ -1,0 +1,21 @@
+"""What one backend's calibration measured, shared by the Redis/Kafka measures
+(:mod:`bench.calibrate.calibrate`) and the broker's (:mod:`bench.calibrate.calibrate_pulsar`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.clock import ResourceSpec
+
+
+@dataclass
+class Measurement:
+    """What one backend measured: distributions per kind, resources, and notes per kind."""
+
+    backend: str
+    version: str
+    operations: dict[str, dict[str, int]] = field(default_factory=dict)
+    resources: dict[str, ResourceSpec] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # kind (or extra measure) -> what it is
+    extra: dict[str, Any] = field(default_factory=dict)  # measured but billed by no kind (e.g. delete)

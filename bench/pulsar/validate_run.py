@@ -1,0 +1,78 @@
+"""``txnbench validate``: one trace through the model (both designs, virtual time, v5 as shipped on
+the emulated store a standalone broker runs) and through the real broker twice (at the trace's
+timestamps, then as fast as possible), then the "model vs broker" section (:mod:`bench.report.validate`).
+
+Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets; the last not with
+``--no-saturation``), ``validation.json``
+(the section's rows) and ``report/`` (the report with the section). Written in a staging
+directory that becomes ``--out`` only when complete (:mod:`bench.replay.output`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.replay.config import DEFAULT_LATENCY_PROFILE, RunConfig
+from engine.clock import LatencyModel
+from engine.profile import LatencyProfile, resolve
+
+# The standalone keeps its metadata in RocksDB, which has no native index scan or sequence keys:
+# AbstractMetadataStore emulates them (pulsar-metadata M1 L624-660, L725-765); so does this store.
+EMULATED_STORE = "memory://?emulated=1"
+
+
+def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:
+    """The model's latencies and a sentence saying which they are: a latency profile (a file, or
+    a shipped one's name, ``datasets/latency/``), by default the project's default profile."""
+    prof = model_profile(profile)
+    where = prof.path or "built in"
+    return prof.to_latency_model(seed), f"latency profile {prof.name} ({where}, sha256 {prof.sha256[:12]})"
+
+
+def model_profile(profile: str | Path | None) -> LatencyProfile:
+    return LatencyProfile.load(resolve(str(profile if profile is not None else DEFAULT_LATENCY_PROFILE)))
+
+
+def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None) -> list[RunConfig]:
+    return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile)]
+
+
+def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
+                 force: bool = False, progress: Callable[[str], None] | None = None,
+                 saturation: bool = True) -> dict[str, Any]:
+    """Run the three result sets (``saturation=False``: no asap run, the section says so), compute
+    the section, write the report; returns validation.json."""
+    from bench.replay.output import check_out, staged_dir
+    from bench.pulsar.run import pulsar_replay
+    from bench.pulsar.target import probe
+    from bench.report.report import build
+    from bench.replay.runner import replay_trace
+    from bench.trace.trace import trace_metadata, validate
+
+    say = progress or (lambda _line: None)
+    check_out(out, force=force)
+    validate(trace)  # a bad trace, a missing profile or an unreachable broker: refused before anything runs
+    seed = int(trace_metadata(trace).get("seed") or 0)
+    prof = model_profile(profile)
+    latency, note = model_latency(profile, seed)
+    probe(target)
+    with staged_dir(out, force=force) as tmp:
+        shown = {str(tmp): str(out)}
+        replay_trace(trace, model_configs(latency, prof), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
+                     shown=shown)
+        say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
+        runs = [("broker", "trace")] + ([("broker-asap", "asap")] if saturation else [])
+        for name, pacing in runs:
+            manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing=pacing), tmp / name)
+            for label, run in manifest["runs"].items():
+                say(f"broker {label} ({pacing} pacing): {run['events']} rows in {run['wall_seconds']} s, "
+                    f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
+        sets: list[str | Path] = [tmp / name for name in ["model"] + [n for n, _ in runs]]
+        rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
+        doc: dict[str, Any] = rep.summary["validation"]
+        (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return doc

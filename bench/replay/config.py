@@ -1,0 +1,83 @@
+"""A run's configuration, read once from the CLI (or a test) and passed down."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from bench.replay import registry
+from engine.clock import LatencyModel
+from engine.dispatcher import DispatchMode, PollingPolicy
+from engine.errors import ConfigError
+from engine.profile import LatencyProfile
+
+# The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
+DEFAULT_LATENCY_PROFILE = "constants"
+TIME_MODES = ("virtual", "wall")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    engine: str = registry.DEFAULT  # a name in bench.replay.registry.ENGINES
+    ledger_url: str = "memory://"
+    metadata_url: str = "memory://"
+    dispatch: DispatchMode = DispatchMode.POLLING
+    polling: str = "pulsar"  # PollingPolicy preset
+    time_mode: str = "virtual"
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    # where ``latency`` came from, for the manifest (None: the built-in constants); ``latency`` is
+    # this profile's model with the run's seed and --latency overrides (bench.cli)
+    latency_profile: LatencyProfile | None = None
+    drain_ms: int = 70_000  # after the last event: let timeouts (60 s default) and retries play out
+    # then, while messages are undelivered or committed txns not visible, keep draining up to this
+    # long after the last event (None: drain_ms, no extension; bench.replay.replay.Replayer.steps)
+    drain_max_ms: int | None = None
+    # the engine's own settings (its spec's options class), a design's variant among them;
+    # typed once here (an enum for a variant given by name)
+    options: dict[str, Any] = field(default_factory=dict)
+    # A run on a shared real backend (Redis, Kafka) lives in its own namespace there (key prefix,
+    # ledger-name prefix) and is deleted after it (bench.replay.engines); a fresh one is drawn when
+    # none is given. Empty on embedded backends, which are private to the run anyway.
+    namespace: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.namespace and not (self.ledger_url.startswith("memory:")
+                                       and self.metadata_url.startswith("memory:")):
+            object.__setattr__(self, "namespace", "run-" + uuid.uuid4().hex[:12])
+        object.__setattr__(self, "options", registry.spec(self.engine).normalize(self.options))
+        if self.time_mode not in TIME_MODES:
+            raise ConfigError(f"unknown time mode {self.time_mode!r}; expected virtual or wall")
+        PollingPolicy.preset(self.polling)  # raises ConfigError on a bad name
+        if self.drain_ms < 0:
+            raise ConfigError(f"drain_ms must be >= 0, got {self.drain_ms}")
+        if self.drain_max_ms is not None and self.drain_max_ms < self.drain_ms:
+            raise ConfigError(f"drain_max_ms ({self.drain_max_ms}) must be >= drain_ms ({self.drain_ms})")
+
+    @property
+    def label(self) -> str:
+        """The engine column of results, one per registered variant (``bench.replay.registry.variants``)."""
+        return registry.spec(self.engine).label(self.options)
+
+    @property
+    def design(self) -> str:
+        """Which design the column is, for reports: the released one or a model of another."""
+        return registry.spec(self.engine).describe(self.options)
+
+    def polling_policy(self) -> PollingPolicy:
+        return PollingPolicy.preset(self.polling)
+
+    def with_engine(self, engine: str, options: dict[str, Any] | None = None) -> RunConfig:
+        """Another run (another namespace) of ``engine``, with ``options`` (default: none)."""
+        return replace(self, engine=engine, options=options or {}, namespace="")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dispatch"] = self.dispatch.value
+        d["options"] = {k: v.value if isinstance(v, enum.Enum) else v for k, v in self.options.items()}
+        d["design"] = self.design
+        d["latency"] = dict(self.latency.latencies_us)
+        d["latency_profile"] = (self.latency_profile or LatencyProfile.constants()).record(self.latency)
+        d["label"] = self.label
+        return d

@@ -1,0 +1,703 @@
+"""Replays a trace through one engine in virtual (or wall) time and collects the results.
+
+Each row is applied when the clock reaches its ``ts_us``. The replayer plays the clients: it
+maps trace labels to txn ids and message ids, keeps consumers subscribed (re-subscribing after a
+broker crash) and records deliveries, txn outcomes, latencies and exact counts.
+
+A consumer acks only what it has received: a plain ack whose message has not reached that
+subscription yet waits for the delivery and is applied then (``acks.deferred``); the acks that
+waited for one delivery go out as one request, as the Java client groups acks by default
+(``acks.grouped_requests``; the cursor saves once per request). Acks inside a txn are applied as
+written (``acks.txn_before_delivery`` counts those ahead of their message).
+
+Memory stays flat on long traces: a message's id is dropped once every subscription of its
+topic has acked it (a txn ack counts when the txn commits), and a txn's row leaves for the sink
+once its outcome is known and its messages were delivered (or it aborted). A later ack of a
+message every subscription already acked is a no-op in Pulsar and is counted, not replayed
+(``acks.after_all_acked``).
+
+Client-visible failures that a real client would see (a txn conflict on an ack, a publish to a
+txn the coordinator already timed out, a message over ``maxMessageSize``) are counted under
+``client_errors.<Error>`` and the run goes on; a malformed trace is refused before anything runs
+(see :mod:`bench.trace.trace`).
+
+The replayer also plays the Java client's own transaction logic (``TransactionImpl``):
+
+* its timer: ``timeout_ms`` after ``new_txn`` the client moves the txn OPEN -> TIME_OUT
+  (``TransactionImpl.run``) unless a commit or abort was requested first (both cancel it); from
+  then on every publish, ack, commit and abort of it fails at the client (``checkIfOpen``:
+  ``InvalidTxnStatusException``, counted as ``client_errors.TxnClientTimeout``), whatever the
+  coordinator's sweep interval; the coordinator's timeout aborts it, so it is reported
+  ``aborted`` at its deadline (``txns.client_timed_out``);
+* failed ops: a publish or ack of a txn that fails marks the txn (``hasOpsFailed``); its commit
+  is sent as an abort and fails with ``TransactionHasOperationFailedException``
+  (``client_errors.TxnOpFailed``; ``TransactionImpl.commit``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from engine.broker import Broker, BrokerConfig
+from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
+from engine.counters import Counters
+from engine.dispatcher import Delivery, SubscriptionType
+from engine.errors import (
+    LedgerSealed,
+    MessageTooBig,
+    TopicError,
+    TxnbenchError,
+    TxnClientTimeout,
+    TxnError,
+    TxnOpFailed,
+    UnsupportedOperation,
+)
+from engine.ids import TxnID
+from engine.ports import AckKind, TxnAction, TxnStatus
+from engine.records import MessageId
+from bench.replay.config import RunConfig
+from bench.replay.engines import Setup, build
+from bench.replay.gcpolicy import replay_gc
+from bench.replay.measure import Histograms, peak_rss_mb
+from bench.replay.timeseries import Series
+from bench.replay.walltime import Pacing
+from bench.trace.trace import OPS, Event
+
+_SUB_TYPE = Event._fields.index("sub_type")
+CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)
+
+
+@dataclass
+class _Txn:
+    label: str
+    id: TxnID | None
+    started_us: int
+    end_requested_us: int | None = None
+    action: str | None = None
+    outcome: str | None = None
+    end_us: int | None = None
+    visible_us: int | None = None
+    msgs: set[str] = field(default_factory=set)  # published, not yet delivered anywhere
+    published: int = 0
+    acked: list[tuple[str, str]] = field(default_factory=list)  # (subscription, msg) acked in this txn
+    deadline_us: int = 0  # when the client's TransactionImpl timer fires
+    client_timed_out: bool = False  # TransactionImpl state TIME_OUT
+    ops_failed: bool = False  # TransactionImpl.hasOpsFailed
+
+
+@dataclass
+class RunResult:
+    label: str
+    deliveries: dict[str, list[Any]]
+    txns: dict[str, list[Any]]
+    counts: dict[str, int]
+    latency: dict[str, Any]
+    recovery: list[dict[str, Any]]
+    wall_seconds: float
+    events: int
+    virtual_end_us: int
+    peak_rss_mb: float = 0.0
+    # what was still in flight when the drain ended (Replayer.in_flight): all zero = quiescent
+    in_flight: dict[str, int] = field(default_factory=dict)
+    drained_us: int = 0  # time run after the last event
+    series: list[dict[str, Any]] = field(default_factory=list)  # bench.replay.timeseries windows
+    rates: dict[str, Any] | None = None  # wall time: bench.replay.walltime.Pacing.rates()
+    engine_metrics: list[Any] = field(default_factory=list)  # the engine's own prometheus families, if any
+
+
+DeliverySink = Callable[[dict[str, list[Any]]], None]
+TxnSink = Callable[[dict[str, list[Any]]], None]
+
+
+@dataclass(slots=True)
+class _Msg:
+    id: MessageId
+    key: str | None
+    acks_left: int  # subscriptions of the topic (at publish) that have not acked it yet
+
+
+class Replayer:
+    def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000,
+                 history: Any = None, txn_sink: TxnSink | None = None) -> None:
+        self.cfg = cfg
+        self.history = history  # optional bench.check.History recording ops, faults, deliveries
+        self.label = cfg.label
+        wall = cfg.time_mode == "wall"
+        self._wall = wall
+        self.sched: Scheduler = WallScheduler() if wall else VirtualScheduler()
+        latency = LatencyModel.zero() if wall else cfg.latency.fresh()  # each run draws from the seed anew
+        self.broker_config = BrokerConfig(dispatch=cfg.dispatch, polling=cfg.polling_policy(), latency=latency)
+        self.setup: Setup = build(cfg)
+        self.broker = self._new_broker()
+        self.counts = Counters()
+        self.hist = Histograms()
+        self.txns: dict[str, _Txn] = {}  # not yet retired to the txn rows
+        self.by_id: dict[TxnID, _Txn] = {}
+        self.msgs: dict[str, _Msg] = {}  # not yet acked by every subscription
+        self.msg_txn: dict[str, _Txn] = {}
+        self.undelivered: set[str] = set()  # first delivery not yet seen
+        self.subs: list[tuple[str, str]] = []
+        self.sub_types: dict[tuple[str, str], SubscriptionType] = {}
+        self.subs_per_topic: dict[str, int] = {}
+        self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
+        self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
+        self.held: dict[tuple[str, str], str] = {}
+        self._timed_out: list[tuple[str, TxnID]] = []  # client-timed-out txns the history awaits  # (subscription, msg) received, acked in this open txn
+        self.recovery: list[dict[str, Any]] = []
+        self._crash_at: int | None = None
+        self._retired = Counters()
+        self._sink = delivery_sink
+        self._sink_rows = sink_rows
+        self._deliveries: dict[str, list[Any]] = _empty_deliveries()
+        self._txn_sink = txn_sink
+        self._txn_rows: dict[str, list[Any]] = _empty_txns()
+        self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
+        self._op_counts = dict.fromkeys(OPS, 0)
+        self.series = Series(self.label, self._gauges, self.sched.now_us)
+        self.pacing: Pacing | None = Pacing() if wall else None
+        self.result: RunResult | None = None
+
+    def _new_broker(self) -> Broker:
+        return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
+
+    def _gauges(self) -> tuple[int, int]:
+        """The time series' gauges now: backlog, and blocked time so far (crashed brokers' too)."""
+        return len(self.undelivered), self._retired["dispatch.blocked_us"] + self.broker.stats()["dispatch.blocked_us"]
+
+    def _advance(self, when_us: int) -> int:
+        """Run the clock up to each window end before ``when_us`` and close those windows;
+        returns the open window's end."""
+        series = self.series
+        while series.due() <= when_us:
+            self.sched.run_until(series.due() - 1)  # a sample at the window's end opens the next
+            series.close()
+        return series.due()
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def _consumer(self, topic: str, sub: str) -> Callable[[list[Delivery]], None]:
+        label = self.label
+
+        def deliver(batch: list[Delivery]) -> None:
+            rows = self._deliveries
+            if self.history is not None:
+                self.history.deliver(topic, sub, batch)
+            acks: list[tuple[str, str, AckKind]] = []
+            for d in batch:
+                msg = d.msg
+                ts = d.delivered_ts_us
+                rows["engine"].append(label)
+                rows["topic"].append(topic)
+                rows["subscription"].append(sub)
+                rows["msg"].append(msg)
+                rows["delivered_ts_us"].append(ts)
+                rows["redelivery"].append(d.redelivery)
+                if msg in self.undelivered:
+                    self.undelivered.discard(msg)
+                    self._first_delivery(msg, ts, ts - d.publish_ts_us)
+                if msg is None:
+                    continue
+                key = (sub, msg)
+                kind = self.deferred.pop(key, None)
+                if kind is None:
+                    self.received.add(key)
+                else:
+                    acks.append((sub, msg, kind))
+            if acks:  # after this delivery, not inside it (one timer: they run back to back anyway)
+                self.sched.call_later(0, self._deferred_acks, acks)
+            self.counts["deliveries"] += len(batch)
+            self.series.count("consume", len(batch))
+            if self._crash_at is not None:
+                self.hist.record("time_to_first_dispatch_after_crash_us", batch[0].delivered_ts_us - self._crash_at)
+                self._crash_at = None
+            if len(rows["msg"]) >= self._sink_rows:
+                self._flush_deliveries()
+
+        return deliver
+
+    def _first_delivery(self, msg: str, ts: int, latency_us: int) -> None:
+        self.series.latency("end_to_end", latency_us)  # OMB's end-to-end: publish -> first receive
+        txn = self.msg_txn.pop(msg, None)
+        if txn is None:
+            self.hist.record("dispatch_nontxn_us", latency_us)
+            return
+        self.hist.record("dispatch_txn_us", latency_us)
+        txn.msgs.discard(msg)
+        if not txn.msgs and txn.visible_us is None and txn.end_requested_us is not None:
+            txn.visible_us = ts
+            self.hist.record("commit_to_visible_us", ts - txn.end_requested_us)
+            if txn.outcome is not None:
+                self._retire(txn)
+
+    def _flush_deliveries(self) -> None:
+        if self._sink is not None and self._deliveries["msg"]:
+            self._sink(self._deliveries)
+            self._deliveries = _empty_deliveries()
+
+    # -- applying events ------------------------------------------------------------------------
+
+    def apply(self, e: Event) -> None:
+        """Apply one row (for callers that pace rows themselves, e.g. the Kafka stream)."""
+        self.sched.run_until(e.ts_us)
+        if self.pacing is not None:
+            self.pacing.issued(e.ts_us, self.sched.now_us())
+        self._op_counts[e.op] += 1
+        try:
+            self._ops[e.op](e)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
+
+    def _op_subscribe(self, e: Event) -> None:
+        assert e.topic and e.subscription
+        key = (e.topic, e.subscription)
+        # the trace's optional sub_type column (null, or a row built without it: Failover)
+        sub_type = SubscriptionType.parse(e.sub_type if len(e) > _SUB_TYPE else None)
+        if key not in self.subs:
+            self.subs.append(key)
+            self.subs_per_topic[e.topic] = self.subs_per_topic.get(e.topic, 0) + 1
+            self.counts["subscriptions." + sub_type.value] += 1
+        self.sub_types[key] = sub_type
+        self.broker.subscribe(e.topic, e.subscription, self._consumer(e.topic, e.subscription), sub_type)
+        if self.history is not None:
+            self.history.subscribe(e.topic, e.subscription)
+
+    def _op_new_txn(self, e: Event) -> None:
+        assert e.txn
+        timeout_ms = e.timeout_ms or 60_000
+        txn = self.txns[e.txn] = _Txn(e.txn, None, e.ts_us)
+        txn.id = self.broker.new_txn(timeout_ms)
+        txn.deadline_us = self.sched.now_us() + timeout_ms * 1000  # TransactionImpl's timer starts now
+        self.by_id[txn.id] = txn
+        self.counts["txns.started"] += 1
+
+    def _txn(self, label: str | None) -> TxnID | None:
+        if label is None:
+            return None
+        txn = self.txns[label]
+        if txn.id is None:  # its new_txn failed (e.g. transactions disabled): so does every use
+            raise UnsupportedOperation(f"txn {label} was never opened")
+        if self._client_timer(txn):  # TransactionImpl.checkIfOpen
+            raise TxnClientTimeout(f"txn {label} timed out at the client ({txn.deadline_us} us); state TIME_OUT")
+        return txn.id
+
+    def _client_timer(self, txn: _Txn) -> bool:
+        """True once ``txn`` is TIME_OUT at the client (``TransactionImpl.run``: OPEN ->
+        TIME_OUT when its timer fires; a commit or abort request cancels the timer). The first
+        time, the txn is settled as aborted at its deadline: the coordinator's own timeout
+        aborts it, and nothing of it can be delivered or committed."""
+        if txn.client_timed_out:
+            return True
+        if txn.id is None or txn.end_requested_us is not None or txn.outcome is not None:
+            return False
+        if self.sched.now_us() < txn.deadline_us:
+            return False
+        txn.client_timed_out = True
+        txn.outcome = TxnStatus.ABORTED.value
+        txn.end_us = txn.deadline_us
+        self.counts["txns.client_timed_out"] += 1
+        self._drop_unvisible(txn)
+        self._release_acks(txn)
+        return True
+
+    def _release_acks(self, txn: _Txn) -> None:
+        for key in txn.acked:
+            if self.held.get(key) == txn.label:
+                del self.held[key]
+        txn.acked.clear()
+
+    def _drop_unvisible(self, txn: _Txn) -> None:
+        """An aborted txn's messages: never delivered, so never acked."""
+        for msg in txn.msgs:
+            self.msg_txn.pop(msg, None)
+            self.undelivered.discard(msg)
+            self.msgs.pop(msg, None)
+        txn.msgs.clear()
+
+    def _op_publish(self, e: Event) -> None:
+        assert e.topic and e.msg
+        txn_id = self._txn(e.txn)
+        try:
+            if self._wall:  # what the real backends took
+                started = time.perf_counter_ns()
+                mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+                took_us = (time.perf_counter_ns() - started) // 1000
+            else:  # what the modelled operations on the publish's path take
+                mid = self.broker.publish(e.topic, e.msg, e.size or 0, txn=txn_id, key=e.key)
+                took_us = self.broker.last_publish_us
+        except CLIENT_ERRORS:
+            if e.txn is not None:  # TransactionImpl.registerSendOp: the failed send marks the txn
+                self.txns[e.txn].ops_failed = True
+            raise
+        self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
+        self.series.count("publish")
+        self.series.latency("publish", took_us)
+        self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
+        if self.history is not None:
+            self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
+        if self.subs:
+            self.undelivered.add(e.msg)
+        if e.txn is not None:
+            txn = self.txns[e.txn]
+            txn.msgs.add(e.msg)
+            txn.published += 1
+            self.msg_txn[e.msg] = txn
+
+    def _op_ack(self, e: Event) -> None:
+        assert e.msg and e.subscription
+        m = self.msgs.get(e.msg)
+        if m is None:  # every subscription acked it already: a no-op for the broker
+            self.counts["acks.after_all_acked"] += 1
+            return
+        kind = AckKind.CUMULATIVE if e.ack_kind == "cumulative" else AckKind.INDIVIDUAL
+        key = (e.subscription, e.msg)
+        received = key in self.received
+        if e.txn is None and key in self.held:
+            # The consumer holds the message (acked in a txn still open): a plain ack goes out at
+            # once and applies to the cursor (PendingAckHandleImpl is not consulted); the txn
+            # no longer covers it.
+            owner = self.txns.get(self.held.pop(key))
+            if owner is not None and key in owner.acked:
+                owner.acked.remove(key)
+            received = True
+        elif e.txn is None and not received:
+            self.deferred[key] = kind
+            self.counts["acks.deferred"] += 1
+            return
+        if not received:
+            self.counts["acks.txn_before_delivery"] += 1
+        self.received.discard(key)
+        txn_id = self._txn(e.txn)
+        try:
+            self.broker.ack(e.subscription, [m.id], kind, txn=txn_id)
+        except CLIENT_ERRORS:
+            if e.txn is not None:  # TransactionImpl.registerAckOp: the failed ack marks the txn
+                self.txns[e.txn].ops_failed = True
+            raise
+        if self.history is not None:
+            self.history.ack(e.subscription, [e.msg], kind is AckKind.CUMULATIVE, e.txn)
+        if e.txn is None:
+            self._acked(e.msg, m)
+        else:
+            self.txns[e.txn].acked.append(key)
+            if received:
+                self.held[key] = e.txn
+
+    def _acked(self, msg: str, m: _Msg) -> None:
+        m.acks_left -= 1
+        if m.acks_left <= 0:
+            del self.msgs[msg]
+
+    def _deferred_acks(self, acks: list[tuple[str, str, AckKind]]) -> None:
+        """The acks that waited for one delivery (one subscription, one ledger), sent as the Java
+        client sends acks by default: individual acks grouped into one request
+        (``acknowledgementsGroupTime``), each cumulative ack on its own, in trace order."""
+        msgs = self.msgs
+        group: list[tuple[str, _Msg]] = []
+        sub = acks[0][0]
+        for _sub, msg, kind in acks:
+            m = msgs.get(msg)
+            if m is None:
+                self.counts["acks.after_all_acked"] += 1
+            elif kind is AckKind.INDIVIDUAL:
+                group.append((msg, m))
+            else:
+                self._ack_request(sub, group)
+                group = []
+                self._ack_request(sub, [(msg, m)], AckKind.CUMULATIVE)
+        self._ack_request(sub, group)
+
+    def _ack_request(self, sub: str, acked: list[tuple[str, _Msg]], kind: AckKind = AckKind.INDIVIDUAL) -> None:
+        if not acked:
+            return
+        try:
+            self.broker.ack(sub, [m.id for _, m in acked], kind)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
+            return
+        self.counts["acks.grouped_requests"] += 1
+        if self.history is not None:
+            self.history.ack(sub, [msg for msg, _ in acked], kind is AckKind.CUMULATIVE, None)
+        for msg, m in acked:
+            self._acked(msg, m)
+
+    def _end(self, e: Event, action: TxnAction) -> None:
+        assert e.txn
+        txn = self.txns[e.txn]
+        try:
+            txn_id = self._txn(e.txn)
+        except TxnClientTimeout:  # checkIfOpenOrCommitting/-Aborting: the txn's story is over
+            self._retire(txn)
+            raise
+        assert txn_id is not None
+        failed = action is TxnAction.COMMIT and txn.ops_failed
+        if failed:  # TransactionImpl.commit: hasOpsFailed -> abort(), then fail the commit
+            action = TxnAction.ABORT
+        txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
+        txn.action = action.value
+        self.broker.end_txn(txn_id, action, self._on_end)
+        if self.history is not None:
+            self.history.end(e.txn, action.value)
+        if failed:
+            raise TxnOpFailed(f"txn {e.txn}: a publish or ack failed; its commit was sent as an abort")
+
+    def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
+        txn = self.by_id.get(txn_id)
+        if txn is None:  # already retired: an answer repeated after a coordinator restart
+            return
+        txn.outcome = status.value
+        if self.history is not None:
+            self.history.heard(txn.label, status)
+        txn.end_us = self.sched.now_us()
+        if txn.end_requested_us is not None:
+            self.hist.record("end_txn_us", txn.end_us - txn.end_requested_us)
+            self.series.latency("end_txn", txn.end_us - txn.end_requested_us)
+        if status is TxnStatus.COMMITTED or status is TxnStatus.ABORTED:
+            self.series.count("commit" if status is TxnStatus.COMMITTED else "abort")
+        if status is TxnStatus.ABORTED:
+            self._drop_unvisible(txn)
+        elif status is TxnStatus.COMMITTED:
+            for _sub, msg in txn.acked:
+                m = self.msgs.get(msg)
+                if m is not None:
+                    self._acked(msg, m)
+        self._release_acks(txn)
+        if status.final and (not txn.msgs or txn.visible_us is not None):
+            self._retire(txn)
+
+    def _op_commit(self, e: Event) -> None:
+        self._end(e, TxnAction.COMMIT)
+
+    def _op_abort(self, e: Event) -> None:
+        self._end(e, TxnAction.ABORT)
+
+    def _key_of(self, msg: str | None) -> str | None:
+        """The routing key of a split/merge row's ``msg``: the message's key, else the label."""
+        if not msg:
+            return None
+        m = self.msgs.get(msg)
+        return m.key if m is not None and m.key is not None else msg
+
+    def _op_split(self, e: Event) -> None:
+        assert e.topic
+        key = self._key_of(e.msg)
+        try:
+            self.broker.split(e.topic, target=e.target, key=key)
+        except TopicError:  # an admin request the broker refuses (e.g. a one-hash segment)
+            self.counts["admin_errors.split"] += 1
+
+    def _op_merge(self, e: Event) -> None:
+        assert e.topic
+        targets = e.target.split(",") if e.target else None
+        key = self._key_of(e.msg)
+        try:
+            self.broker.merge(e.topic, targets, key=key)
+        except TopicError:  # e.g. only one active segment left, or not adjacent
+            self.counts["admin_errors.merge"] += 1
+
+    def _op_crash_broker(self, e: Event) -> None:
+        self._collect_recovery()
+        self._retired.update(self.broker.stats())
+        self.broker.crash()
+        if self.history is not None:
+            self.history.fault("crash_broker")
+        self.counts["crashes.broker"] += 1
+        self._crash_at = e.ts_us
+        self.broker = self._new_broker()
+        for topic, sub in self.subs:
+            self.broker.subscribe(topic, sub, self._consumer(topic, sub), self.sub_types[(topic, sub)])
+
+    def _op_crash_tc(self, e: Event) -> None:
+        self.broker.restart_coordinator()
+        if self.history is not None:
+            self.history.fault("crash_tc")
+        self.counts["crashes.tc"] += 1
+
+    def _collect_recovery(self) -> None:
+        for s in self.broker.recovery_stats():
+            if s.entries_replayed or s.records_read or s.queries:
+                self.recovery.append({"engine": self.label, **dataclasses.asdict(s)})
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self, events: Iterable[Event], progress: Callable[[int], None] | None = None) -> RunResult:
+        for n in self.steps(events):
+            if progress is not None:
+                progress(n)
+        assert self.result is not None
+        return self.result
+
+    def steps(self, events: Iterable[Event], every: int = 16_384) -> Iterator[int]:
+        """Replay ``events``, yielding the number applied so far every ``every`` events (for
+        progress, or for a caller that streams the sinks' output meanwhile), then drain the
+        clock and set :attr:`result`. The broker and backends are closed at the end."""
+        start = time.perf_counter()
+        n = 0
+        last_ts = 0
+        # apply() inlined: this loop runs once per trace event
+        sched = self.sched
+        ops = self._ops
+        op_counts = self._op_counts
+        pacing = self.pacing
+        due = self.series.due()
+        try:
+            with replay_gc():
+                for e in events:
+                    if e.ts_us >= due or (pacing is not None and sched.now_us() >= due):
+                        # wall time: a replay behind the trace closes windows by the clock, not the rows
+                        due = self._advance(max(e.ts_us, sched.now_us()))
+                    sched.run_until(e.ts_us)
+                    if pacing is not None:
+                        pacing.issued(e.ts_us, sched.now_us())
+                    op_counts[e.op] += 1
+                    try:
+                        ops[e.op](e)
+                    except CLIENT_ERRORS as exc:
+                        self.counts["client_errors." + type(exc).__name__] += 1
+                    last_ts = e.ts_us
+                    n += 1
+                    if n % every == 0:
+                        yield n
+                in_flight = self._drain(last_ts)
+            self.result = self._result(n, time.perf_counter() - start)
+            self.result.in_flight = in_flight
+            self.result.drained_us = self.sched.now_us() - last_ts
+        finally:
+            self.broker.close()
+            self.setup.close()
+
+    DRAIN_STEP_US = 100_000  # how often an extended drain looks at what is still in flight
+
+    def _drain(self, last_ts: int) -> dict[str, int]:
+        """Run ``drain_ms`` after the last event (as always: the model's virtual-time results do
+        not change), then, while anything is in flight, on up to ``drain_max_ms`` (e.g. a Kafka
+        ledger still delivering: 5 s left 71 of 888 messages behind). Returns what is still in
+        flight at the end, so a run that did not quiesce can say so."""
+        sched = self.sched
+        self._advance(last_ts + self.cfg.drain_ms * 1000)  # the time series' windows close on the way
+        sched.run_until(last_ts + self.cfg.drain_ms * 1000)
+        limit = last_ts + max(self.cfg.drain_max_ms or 0, self.cfg.drain_ms) * 1000
+        in_flight = self.in_flight()
+        while any(in_flight.values()) and sched.now_us() < limit:
+            step = min(limit, sched.now_us() + self.DRAIN_STEP_US)
+            self._advance(step)
+            sched.run_until(step)
+            in_flight = self.in_flight()
+        return in_flight
+
+    def in_flight(self) -> dict[str, int]:
+        """Work a quiescent system has none of: messages that some subscription should receive
+        (non-transactional or of a committed txn, on a topic with subscriptions) never delivered,
+        committed txns whose messages are not all visible yet, and txns whose commit or abort was
+        requested and has not finished."""
+        undelivered = 0
+        for msg in self.undelivered:
+            txn = self.msg_txn.get(msg)
+            m = self.msgs.get(msg)
+            if m is not None and m.acks_left > 0 and (txn is None or txn.outcome == "committed"):
+                undelivered += 1
+        not_visible = ending = 0
+        for t in self.txns.values():
+            if t.outcome == "committed" and t.msgs and t.visible_us is None:
+                not_visible += 1
+            elif t.outcome is None and t.end_requested_us is not None and t.id is not None:
+                ending += 1  # commit or abort requested, not finished
+        return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending}
+
+    def _retire(self, txn: _Txn) -> None:
+        """Move a txn whose story is over (or the run is) to the txn rows."""
+        self._client_timer(txn)  # an open txn past its deadline ended at the client
+        self.txns.pop(txn.label, None)
+        if txn.id is not None:
+            self.by_id.pop(txn.id, None)
+        if txn.id is None:
+            outcome = "never_opened"  # its new_txn was refused (transactions disabled)
+        else:
+            outcome = txn.outcome or ("open" if txn.end_requested_us is None else "unfinished")
+        if txn.outcome is None and txn.id is not None:
+            try:  # e.g. aborted by the coordinator's timeout without a client request
+                status = self.broker.coordinator().status(txn.id)
+                outcome = status.value if status.final else outcome
+            except TxnbenchError:
+                pass
+        self.counts["txns." + outcome] += 1
+        if self.history is not None:
+            if txn.client_timed_out and txn.id is not None:  # the system's outcome: settled at the end
+                self._timed_out.append((txn.label, txn.id))
+            else:
+                self.history.outcome(txn.label, outcome)
+        if outcome == "committed" and txn.published and txn.visible_us is None and txn.msgs:
+            self.counts["txns.committed_not_visible"] += 1
+        rows = self._txn_rows
+        rows["engine"].append(self.label)
+        rows["txn"].append(txn.label)
+        rows["outcome"].append(outcome)
+        rows["end_ts_us"].append(txn.end_us)
+        rows["visible_ts_us"].append(txn.visible_us)
+        rows["commit_requested_ts_us"].append(txn.end_requested_us)
+        rows["messages"].append(txn.published)
+        if self._txn_sink is not None and len(rows["txn"]) >= self._sink_rows:
+            self._txn_sink(rows)
+            self._txn_rows = _empty_txns()
+
+    def _settle_timed_out(self) -> None:
+        """Tell the history what became of the txns the client timed out: aborted once the
+        coordinator's timeout has aborted it (v4 then forgets it), else still undecided (v5's
+        sweep runs every 60 s): their entries still pin maxReadPosition."""
+        assert self.history is not None or not self._timed_out
+        for label, txn_id in self._timed_out:
+            outcome = TxnStatus.ABORTED.value
+            try:
+                status = self.broker.coordinator().status(txn_id)
+                if not status.final:
+                    outcome = status.value
+            except TxnbenchError:
+                pass
+            self.history.outcome(label, outcome)  # type: ignore[union-attr]
+        self._timed_out.clear()
+
+    def _result(self, n: int, wall: float) -> RunResult:
+        self._collect_recovery()
+        counts = Counters(self._retired)
+        counts.update(self.broker.stats())  # before the harness asks the coordinator about open txns
+        counts.update(self.broker.backlog())
+        for txn in list(self.txns.values()):
+            self._retire(txn)
+        self._settle_timed_out()
+        self.counts.update({"events." + op: c for op, c in self._op_counts.items() if c})
+        counts.update(self.counts)
+        counts["hist_clamped"] = self.hist.clamped
+        counts["undelivered_at_end"] = len(self.undelivered)
+        counts["acks.never_applied"] = len(self.deferred)
+        self._flush_deliveries()
+        # the engine's own prometheus registry (v5: the PIP's metrics), if it has one; a crash
+        # starts a new engine with new metrics, so only a run without broker crashes has them whole
+        registry = getattr(getattr(self.broker.engine, "metrics", None), "registry", None)
+        if counts.get("crashes.broker"):
+            registry = None
+        return RunResult(
+            label=self.label,
+            deliveries=self._deliveries,
+            txns=self._txn_rows,
+            counts=dict(sorted(counts.items())),
+            latency=self.hist.summary(),
+            recovery=self.recovery,
+            wall_seconds=wall,
+            events=n,
+            virtual_end_us=self.sched.now_us(),
+            peak_rss_mb=peak_rss_mb(),
+            series=self.series.finish(self.sched.now_us()),
+            rates=self.pacing.rates() if self.pacing is not None else None,
+            engine_metrics=list(registry.collect()) if registry is not None else [],
+        )
+
+
+def _empty_deliveries() -> dict[str, list[Any]]:
+    return {k: [] for k in ("engine", "topic", "subscription", "msg", "delivered_ts_us", "redelivery")}
+
+
+def _empty_txns() -> dict[str, list[Any]]:
+    return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages")}
+

@@ -1,0 +1,381 @@
+"""The "model vs broker" validation (issue 17, item 5): the same trace through the model and the
+real broker, held against the goals.
+
+Inputs are three result sets of one trace: the model's (both designs, virtual time), the
+broker's at the trace's timestamps (counts and latencies) and the broker's as fast as possible
+(``--pacing asap``: throughput at saturation). This module only computes; :mod:`bench.pulsar.validate_run`
+runs them and :mod:`bench.report.report` renders the section.
+
+- **Counts** the broker exports under the models' names (:data:`bench.report.model_vs_broker.COUNTS`):
+  "exact", or "explained" when they differ in the direction Pulsar's code says they must
+  (:data:`EXPLAINED`, with class refs), else "differs".
+- **Latency** p50/p99 of publish, end-txn, commit-to-visible and dispatch: the model's relative
+  error ``(model - broker) / broker`` against :class:`Goals` (p50 ±20 %, p99 ±35 %).
+- **Throughput at saturation**: committed txns per second (the last commit's end time over the
+  committed count, as :mod:`bench.pulsar.fold` computes the broker's) per design and the v5/v4
+  ratio, whose error is held against ±25 %. The broker's comes from the asap run; the model's
+  from its replay of the trace as written ("as fast as the trace demands").
+
+Where a latency goal is missed the section names the operation kinds the model bills for it
+(:data:`BILLED`), so the note says which operation's model is wrong and in which direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow.parquet as pq
+
+from bench.report.model_vs_broker import COUNTS, engine_of
+
+LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
+
+
+@dataclass(frozen=True)
+class Goals:
+    p50: float = 0.20
+    p99: float = 0.35
+    ratio: float = 0.25  # the v5/v4 throughput ratio at saturation
+
+
+GOALS = Goals()
+
+# (label, latency.json metric): the operations the goals name
+LATENCY_OPS = (
+    ("publish (txn)", "publish_txn_us"), ("publish (plain)", "publish_nontxn_us"), ("end-txn", "end_txn_us"),
+    ("commit-to-visible", "commit_to_visible_us"), ("dispatch (txn)", "dispatch_txn_us"),
+    ("dispatch (plain)", "dispatch_nontxn_us"),
+)
+
+# What the model bills for each measured operation (engine/clock.py kinds), per design: named when
+# a goal is missed so that the note says whose model is wrong. From the engines' code:
+# engine/broker.py (publish), legacy_v4/coordinator.py (end-txn: the log append, the END_TXN
+# fan-out, the final append and answer), metadata_v5/shipped_coordinator.py (end_txn, _fan_out),
+# metadata_v5/shipped_buffer.py (the reconcile), engine/dispatcher.py (reads and deliveries).
+BILLED: dict[str, dict[str, str]] = {
+    "v4": {
+        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
+                          "with the coordinator (a coordinator-log ledger.append)",
+        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
+        "end_txn_us": "a coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
+                      "partition and subscription, concurrently), then the final log append + rpc back",
+        "commit_to_visible_us": "the marker append, then the dispatcher's next read once maxReadPosition moves (its "
+                                "polling delay, cursor.empty_read, ledger.read, consumer.deliver)",
+        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
+        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
+    },
+    "v5": {
+        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the coordinator's registration of a new "
+                          "segment (metadata reads and an op-record write)",
+        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
+        "end_txn_us": "2 meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per "
+                      "op record the emulated scan fetches, and the events (emulated sequence key: meta.read + "
+                      "meta.cas + meta.write), then rpc back",
+        "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
+                                "op record scanned, meta.write of the deletes) and the dispatcher's next read",
+        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
+        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
+    },
+}
+
+# Counts that differ for a reason in Pulsar's code: (design, count) -> (the direction the code
+# makes the difference go: "broker>model" / "broker<model", why). A difference the other way,
+# or in a count not listed, is "differs".
+EXPLAINED: dict[tuple[str, str], tuple[str, str]] = {
+    ("v5", "meta.reads"): ("broker>model", (
+        "the broker's pulsar_metadata_store_ops_latency_ms_count{type=get} (MetadataStoreStats) counts every "
+        "metadata store of the broker — topic ownership and lookups (NamespaceService, OwnershipCache), managed-"
+        "ledger and cursor metadata (MetaStoreImpl), load reports (ModularLoadManagerImpl) and the scalable "
+        "topics' segment layout — besides the transaction records the model counts")),
+    ("v5", "meta.writes"): ("broker>model", (
+        "pulsar_metadata_store_ops_latency_ms_count{type=put|del} counts every store write of the broker: "
+        "managed-ledger and cursor metadata (MetaStoreImpl.asyncUpdateLedgerIds / asyncUpdateCursorInfo), "
+        "topic creation and the segment layout, besides the transaction records; and 5.0.1 CASes a per-segment "
+        "watermark on plain publishes (MetadataTransactionBuffer.syncMaxReadPositionForNormalPublish L689-703), "
+        "which the model does not write")),
+    ("v4", "meta.reads"): ("broker>model", (
+        "the v4 design keeps no transaction state in the metadata store; the broker's gets are topic lookups, "
+        "ownership and managed-ledger/cursor metadata (MetaStoreImpl) of the run's topics and system topics")),
+    ("v4", "meta.writes"): ("broker>model", (
+        "the v4 design writes no transaction state to the metadata store; the broker's puts are ledger and "
+        "cursor metadata (MetaStoreImpl.asyncUpdateLedgerIds / asyncUpdateCursorInfo) of the run's topics and "
+        "of the system topics the transactions use (__transaction_buffer_snapshot, __transaction_pending_ack)")),
+    ("v4", "tc.log_appends"): ("broker>model", (
+        "pulsar_txn_append_log_count (MLTransactionMetadataStore.appendLogCount) is broker-wide: any other client "
+        "of the broker during the run adds to it")),
+    ("v4", "tc.txns.created"): ("broker>model", (
+        "pulsar_txn_created_count is broker-wide, and a newTransaction the client gave up on (its answer later than "
+        "the client's operation timeout, TransactionCoordinatorClientImpl) and asked again leaves the coordinator "
+        "with a txn no row uses, which times out later (TransactionTimeoutTrackerImpl) — likely on a loaded "
+        "broker, not confirmed from its logs")),
+    ("v5", "tc.log_appends"): ("broker>model", (
+        "the v5 design does not use the v4 coordinator (TransactionCoordinatorV5 keeps its state in the metadata "
+        "store); pulsar_txn_append_log_count is broker-wide, so during the v5 run it counts the v4 coordinator's "
+        "work left from the v4 run before it: a timed-out txn appends its ABORTING and ABORTED records "
+        "(MLTransactionMetadataStore, TransactionTimeoutTrackerImpl)")),
+    ("v5", "tc.txns.timed_out"): ("broker>model", (
+        "pulsar_txn_timeout_count is the v4 coordinator's, broker-wide: txns the v4 run left open (see v4 "
+        "coordinator txns created) time out during the v5 run that follows it")),
+    ("v4", "snapshot.writes"): ("broker>model", (
+        "TopicTransactionBuffer takes a snapshot on the timer (transactionBufferSnapshotMinTimeInMillis, 5 s) "
+        "whenever maxReadPosition moved (TopicTransactionBuffer L637-650), so the wall time the broker run lasts "
+        "decides how many timer snapshots it writes; the model's virtual run takes fewer seconds")),
+    ("v4", "undelivered_at_end"): ("broker>model", (
+        "the broker's client drains until no delivery came for a quiet spell (bench.pulsar.target.DRAIN_MS); "
+        "messages of txns still open at the end stay behind maxReadPosition on both, the model's drain lets "
+        "their timeouts (TransactionTimeoutTrackerImpl) abort them first")),
+    ("v5", "undelivered_at_end"): ("broker>model", (
+        "the broker's client drains until no delivery came for a quiet spell (bench.pulsar.target.DRAIN_MS); "
+        "the model's drain runs 70 s of virtual time, past the txns' timeouts (TransactionTimeoutTrackerImpl)")),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the section."""
+
+    design: str  # v4, v5, or "v5/v4"
+    section: str  # Counts, Latency, Throughput
+    metric: str
+    unit: str
+    model: float | None
+    broker: float | None
+    error: float | None  # (model - broker) / broker; None when either side is missing or the broker's is 0
+    verdict: str  # exact | explained | differs | within goal | missed | n/a
+    why: str = ""
+
+
+def relative_error(model: float | None, broker: float | None) -> float | None:
+    if model is None or broker is None or broker == 0:
+        return None
+    return (model - broker) / broker
+
+
+def goal_verdict(error: float | None, tolerance: float) -> str:
+    if error is None:
+        return "n/a"
+    return "within goal" if abs(error) <= tolerance else "missed"
+
+
+def count_checks(design: str, model: dict[str, Any], broker: dict[str, Any]) -> list[Check]:
+    """Every mapped count the broker exported for this run, exact or explained."""
+    out = []
+    for label, key in COUNTS:
+        if key not in broker:
+            continue
+        m, b = model.get(key, 0), broker[key]
+        if m == b:
+            out.append(Check(design, "Counts", label, "", m, b, relative_error(m, b), "exact"))
+            continue
+        direction, why = EXPLAINED.get((design, key), ("", ""))
+        holds = (direction == "broker>model" and b > m) or (direction == "broker<model" and b < m)
+        out.append(Check(design, "Counts", label, "", m, b, relative_error(m, b),
+                         "explained" if holds else "differs", why if holds else ""))
+    return out
+
+
+def latency_checks(design: str, model: dict[str, Any], broker: dict[str, Any], goals: Goals = GOALS) -> list[Check]:
+    out = []
+    for label, metric in LATENCY_OPS:
+        if metric not in broker:
+            continue
+        for pct, tol in (("p50", goals.p50), ("p99", goals.p99)):
+            m = model.get(metric, {}).get(f"{pct}_us")
+            b = broker[metric].get(f"{pct}_us")
+            err = relative_error(m, b)
+            verdict = goal_verdict(err, tol)
+            why = ""
+            if verdict == "missed":
+                way = "above" if err is not None and err > 0 else "below"
+                why = f"the model's is {abs(err or 0):.0%} {way} the broker's"
+            out.append(Check(design, "Latency", f"{label} {pct}", "µs", m, b, err, verdict, why))
+    return out
+
+
+def committed_rate(txns: list[dict[str, Any]]) -> float | None:
+    """Committed txns per second: their count over the last one's end time (µs from the run's
+    start), as :mod:`bench.pulsar.fold` computes the broker's ``committed_txns_per_s``."""
+    ends = [r["end_ts_us"] for r in txns if r["outcome"] == "committed" and r["end_ts_us"] is not None]
+    if not ends or max(ends) <= 0:
+        return None
+    return round(len(ends) / (max(ends) / 1e6), 1)
+
+
+def throughput_checks(model: dict[str, float | None], broker: dict[str, float | None], goals: Goals = GOALS,
+                      capacity: bool = False) -> list[Check]:
+    """Per design the committed rate (model: at the trace's pace; broker: at saturation), then
+    the v5/v4 ratio, the one figure the goal holds."""
+    out = [Check(d, "Throughput", "committed txns per second", "txn/s", model.get(d), broker.get(d),
+                 relative_error(model.get(d), broker.get(d)), "n/a") for d in ("v4", "v5") if d in model or d in broker]
+    mr = _ratio(model.get("v5"), model.get("v4"))
+    br = _ratio(broker.get("v5"), broker.get("v4"))
+    err = relative_error(mr, br)
+    verdict = goal_verdict(err, goals.ratio)
+    why = ""
+    if verdict == "missed":
+        why = ("the model's shared resources (the metadata store, each bookie, the coordinator, dispatch) "
+               + ("queue work beyond their concurrency, " if capacity else "have no capacity in this latency model, ")
+               + "so its rate follows what the trace offers while the broker's v5 is bound by the metadata store: "
+               "on a standalone every index scan lists and GETs each op record serially "
+               "(AbstractMetadataStore.storeScanByIndex, pulsar-metadata M1 L624-660) and every sequence key costs "
+               "a counter GET + CAS + create (L725-765); the model bills these as latency, not as occupancy")
+    out.append(Check("v5/v4", "Throughput", "v5/v4 committed-rate ratio at saturation", "ratio",
+                     None if mr is None else round(mr, 3), None if br is None else round(br, 3), err, verdict, why))
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _txns(rs: dict[str, Any], label: str) -> list[dict[str, Any]]:
+    path = Path(rs.get("dir", rs["path"])) / "txns.parquet"  # "dir": where it is now (bench.report.report.build)
+    return [r for r in pq.read_table(path).to_pylist() if r["engine"] == label]
+
+
+def _by_design(rs: dict[str, Any]) -> dict[str, str]:
+    """design (v4/v5) -> run label; v5 is the shipped variant when a set ran several."""
+    out: dict[str, str] = {}
+    for label in rs["manifest"].get("runs", {}):
+        d = engine_of(rs, label)
+        if d not in out or label == "v5-shipped":
+            out[d] = label
+    return out
+
+
+@dataclass(frozen=True)
+class Validation:
+    checks: tuple[Check, ...]
+    model_path: str
+    broker_path: str
+    saturation_path: str | None
+    profile_note: str
+    unmapped: int  # broker counters that moved and map onto no model count
+    broker_lag_us: tuple[tuple[str, int], ...] = ()  # per design: how far the broker run fell behind the trace
+    duplicates: tuple[tuple[str, int], ...] = ()  # per design: (subscription, msg) the broker delivered more than once
+    model_store: str = ""  # the model's v5 metadata store URL
+
+    def missed(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict in ("missed", "differs")]
+
+    def met(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict in ("exact", "explained", "within goal")]
+
+    def tally(self) -> str:
+        judged = len(self.met()) + len(self.missed())
+        return f"{len(self.met())} of {judged} judged rows meet them ({len(self.checks) - judged} n/a)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model_path, "broker": self.broker_path, "saturation": self.saturation_path,
+                "profile": self.profile_note, "unmapped_broker_counters": self.unmapped,
+                "broker_lag_us": dict(self.broker_lag_us), "broker_duplicate_deliveries": dict(self.duplicates),
+                "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
+                "tally": self.tally(),
+                "checks": [c.__dict__ for c in self.checks]}
+
+
+def profile_note(model: dict[str, Any]) -> str:
+    """Which latencies the model ran with, from its manifest (calib's profile record, if any)."""
+    for run in model["manifest"].get("runs", {}).values():
+        prof = run.get("latency_profile") or run.get("config", {}).get("latency_profile")
+        if isinstance(prof, dict) and prof.get("name"):
+            return f"latency profile {prof['name']} ({prof.get('path', '?')}, sha256 {str(prof.get('sha256', '?'))[:12]})"
+    note = model["manifest"].get("validate", {}).get("profile_note")
+    return str(note) if note else "today's hand-written constants (engine/clock.py DEFAULT_LATENCIES_US)"
+
+
+def validate_sets(model: dict[str, Any], broker: dict[str, Any], saturation: dict[str, Any] | None,
+                  goals: Goals = GOALS) -> Validation:
+    """The section's rows from loaded result sets (:func:`bench.replay.results.load`)."""
+    mlab, blab = _by_design(model), _by_design(broker)
+    checks: list[Check] = []
+    unmapped = set()
+    mapped = {k for _, k in COUNTS}
+    for d in ("v4", "v5"):
+        if d not in mlab or d not in blab:
+            continue
+        bc = broker["counts"].get(blab[d], {})
+        checks += count_checks(d, model["counts"].get(mlab[d], {}), bc)
+        checks += latency_checks(d, model["latency"].get(mlab[d], {}), broker["latency"].get(blab[d], {}), goals)
+        unmapped |= {k for k in bc if k.startswith("pulsar.") and k not in mapped}
+    mrate = {d: committed_rate(_txns(model, lab)) for d, lab in mlab.items() if d in ("v4", "v5")}
+    brate: dict[str, float | None] = {}
+    if saturation is not None:
+        for d, lab in _by_design(saturation).items():
+            rate = saturation["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
+            brate[d] = rate if rate is not None else committed_rate(_txns(saturation, lab))
+    capacity = any(run.get("config", {}).get("latency", {}).get("resources")
+                   for run in model["manifest"].get("runs", {}).values() if isinstance(run.get("config", {}).get("latency"), dict))
+    checks += throughput_checks(mrate, brate, goals, capacity)
+    lag = tuple((d, int(broker["manifest"]["runs"][lab].get("max_lag_us") or 0)) for d, lab in blab.items())
+    return Validation(tuple(checks), str(model["path"]), str(broker["path"]),
+                      None if saturation is None else str(saturation["path"]), profile_note(model), len(unmapped),
+                      lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()),
+                      str(model["manifest"]["runs"].get(mlab.get("v5", ""), {}).get("config", {}).get("metadata_url", "")))
+
+
+def duplicate_deliveries(rs: dict[str, Any], label: str) -> int:
+    """(subscription, msg) pairs delivered more than once: on the broker, a message stored twice
+    (two message ids) or redelivered; the models deliver each stored entry once per cursor."""
+    path = Path(rs.get("dir", rs["path"])) / "deliveries.parquet"
+    seen: dict[tuple[str, str], int] = {}
+    for r in pq.read_table(path, columns=["engine", "subscription", "msg"]).to_pylist():
+        if r["engine"] == label:
+            k = (r["subscription"], r["msg"])
+            seen[k] = seen.get(k, 0) + 1
+    return sum(1 for n in seen.values() if n > 1)
+
+
+def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str]:
+    """The report section: (heading, columns, rows, note); rows are ``row_cls`` (bench.report.report.Row)
+    with values {model, broker, error}."""
+    rows = []
+    for c in v.checks:
+        err = None if c.error is None else round(100 * c.error, 1)
+        rows.append(row_cls(f"{c.section} {c.design}", c.metric, c.unit, {"model": c.model, "broker": c.broker,
+                            "error %": err}, None, c.verdict))
+    store = ("on the emulated store a standalone broker runs" if "emulated=1" in v.model_store else
+             f"on {v.model_store or 'its default store'}, not the emulated store a standalone broker runs (AbstractMetadataStore "
+             "emulates index scans and sequence keys on RocksDB): v5's metadata counts and latencies differ for that "
+             "reason too; `txnbench validate` runs the emulated one")
+    notes = [f"The same trace through the model (`{v.model_path}`, virtual time, v5 as shipped {store}) and the real broker (`{v.broker_path}` at the trace's timestamps"
+             + (f"; `{v.saturation_path}` as fast as possible" if v.saturation_path else "; no asap run: no saturation figure")
+             + f"). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
+             f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
+             f"counts exact or explained. {v.tally()}."]
+    behind = [(d, us) for d, us in v.broker_lag_us if us >= LAG_NOTE_US]
+    if behind:
+        notes.append("The broker fell behind the trace (largest lag " + ", ".join(f"{d} {us / 1e6:.1f} s" for d, us in behind)
+                     + "): its latencies include the queueing of an overloaded broker and client, which a model "
+                     "without capacity does not have; latency errors there measure load as much as the model.")
+    dups = [(d, n) for d, n in v.duplicates if n]
+    if dups:
+        notes.append("The broker delivered " + ", ".join(f"{n} (subscription, msg) pairs more than once on {d}" for d, n in dups)
+                     + " (pulsar-events-*.jsonl: one under two message ids was stored twice, another id was a "
+                     "redelivery). A likely cause, not confirmed from the logs: the producer re-sends its pending "
+                     "messages after a reconnection (ProducerImpl.resendMessages) and without deduplication "
+                     "(brokerDeduplicationEnabled=false) the broker stores both. The models store each publish once, "
+                     "so deliveries and data entries differ by about that many.")
+    if v.unmapped:
+        notes.append(f"{v.unmapped} further broker counters moved that map onto no model count (pulsar.* in the "
+                     "broker's counts.json).")
+    for c in v.checks:
+        if c.verdict == "explained" or (c.why and c.section == "Throughput"):
+            notes.append(f"{c.design} {c.metric} ({c.verdict}): {c.why}.")
+    missed: dict[tuple[str, str], list[str]] = {}  # per operation, its missed percentiles
+    for c in v.checks:
+        if c.section == "Latency" and c.verdict == "missed":
+            label, pct = c.metric.rsplit(" ", 1)
+            missed.setdefault((c.design, label), []).append(f"{pct} {c.why.removeprefix('the model' + chr(39) + 's is ')}")
+    for (design, label), pcts in missed.items():
+        metric = next(m for lab, m in LATENCY_OPS if lab == label)
+        notes.append(f"{design} {label} missed ({'; '.join(pcts)}): the model bills "
+                     f"{BILLED.get(design, {}).get(metric, 'no modelled cost')}.")
+    for c in v.checks:
+        if c.verdict == "differs":
+            notes.append(f"{c.design} {c.metric} differs (model {c.model}, broker {c.broker}) and Pulsar's code, as "
+                         "far as read here, does not explain it: a count the model may get wrong.")
+    return (f"Model vs broker — {Path(v.model_path).name} vs {Path(v.broker_path).name}",
+            ["model", "broker", "error %"], rows, " ".join(notes))

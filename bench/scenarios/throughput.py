@@ -1,0 +1,90 @@
+"""The ``throughput`` scenario: offered txn rate against achieved rate and commit-to-visible,
+per design, with shared resources of finite capacity (engine/capacity.py), so saturation shows.
+
+Each point generates a trace of the same shape at a higher rate (:data:`SHAPE`: 4-message txns
+over 4 partitions, one subscription, no plain traffic) and replays it in virtual time as fast as
+the trace demands (open loop: a commit is issued at its timestamp whatever is still queued).
+Achieved rate: committed txns over the time their messages took to become visible, first to
+last. Past a design's capacity the achieved rate stops following the offered one and
+commit-to-visible grows with the queues.
+
+Resources: :data:`RESOURCES` until calibrated profiles are available (issue 17's "calib"); they
+are illustrative, chosen to put both designs' saturation in the range the real broker showed
+on this 2-core machine (PULSAR.md "First measurements": 10-message txns, v4 94-119 txn/s, v5
+25-51 txn/s), not measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.replay import registry
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import read_events
+from bench.trace.workloads import Profile, generate
+from engine.clock import LatencyModel, ResourceSpec
+
+RATES = (20, 40, 80, 160)  # offered committed txns per second
+TXNS = 60  # txns per point: a p99 of the last few, and the whole sweep stays a few seconds
+SEED = 17
+RESOURCES = {
+    "metadata": ResourceSpec(service_us=1_000, concurrency=1),  # a RocksDB-backed store, one writer
+    "bookie": ResourceSpec(service_us=2_000, concurrency=1),  # one journal per ledger
+    "coordinator": ResourceSpec(service_us=200, concurrency=1),  # the TC's single thread
+    "dispatch": ResourceSpec(service_us=50, concurrency=1),
+}
+SHAPE = Profile(name="throughput", description="4-message txns, 4 partitions, commits only",
+                topics=1, partitions=4, message_size=1024, txn_fraction=1.0, txn_messages=(4, 4),
+                txn_partitions=(1, 2), concurrent_txns=4, abort_ratio=0.0, subscriptions=1, ack_delay_ms=5.0)
+# each registered design as it runs by default (v4; v5 as shipped)
+DESIGNS = {RunConfig(engine=name).label: {"engine": name} for name in registry.designs()}
+
+
+def _point(trace: Path, design: str, latency: LatencyModel) -> dict[str, float | None]:
+    cfg = RunConfig(latency=latency, drain_ms=5_000, **DESIGNS[design])  # type: ignore[arg-type]
+    result = Replayer(cfg).run(read_events(trace))
+    rows = result.txns
+    visible = sorted(v for o, v in zip(rows["outcome"], rows["visible_ts_us"]) if o == "committed" and v is not None)
+    span_s = (visible[-1] - visible[0]) / 1e6 if len(visible) > 1 else 0.0
+    c2v = result.latency.get("commit_to_visible_us", {})
+    ms = lambda key: round(c2v[key] / 1000, 2) if key in c2v else None  # noqa: E731
+    return {"committed": float(len(visible)),
+            "achieved": round((len(visible) - 1) / span_s, 1) if span_s else None,
+            "p50": ms("p50_us"), "p99": ms("p99_us")}
+
+
+def run(rates: tuple[int, ...] = RATES, txns: int = TXNS,
+        resources: dict[str, ResourceSpec] | None = None) -> dict[str, dict[int, dict[str, float | None]]]:
+    """Per design, per offered rate: committed txns, achieved rate (txn/s), commit-to-visible
+    p50/p99 (ms)."""
+    latency = LatencyModel(resources=dict(RESOURCES if resources is None else resources))
+    out: dict[str, dict[int, dict[str, float | None]]] = {d: {} for d in DESIGNS}
+    with tempfile.TemporaryDirectory(prefix="txnbench-throughput-") as tmp:
+        for rate in rates:
+            shape = dataclasses.replace(SHAPE, rate_per_s=float(rate * SHAPE.txn_messages[0]))
+            trace = Path(tmp) / f"r{rate}.parquet"
+            # a txn is ~2 + 2 x messages rows (new, publishes, acks, commit)
+            generate(shape, txns * (2 + 2 * SHAPE.txn_messages[0]), SEED, trace)
+            for design in DESIGNS:
+                out[design][rate] = _point(trace, design, latency)
+    return out
+
+
+def describe_resources(resources: dict[str, ResourceSpec]) -> str:
+    return ", ".join(f"{n} {r.service_us} µs x{r.concurrency}" for n, r in resources.items())
+
+
+def figure(vals: dict[str, dict[int, dict[str, Any]]], rates: tuple[int, ...]) -> dict[str, Any]:
+    def lines(key: str) -> dict[str, list[list[float]]]:
+        return {d: [[r, v] for r in rates if (v := vals[d][r][key]) is not None] for d in vals}
+
+    offered = {"offered": [[r, float(r)] for r in rates]}
+    return {"file": "throughput_vs_offered.png", "title": "Throughput vs offered txn rate (finite capacity)",
+            "x": "offered txn/s", "x_scale": "log2",
+            "panels": [{"title": "achieved committed txn/s", "y": "txn/s", "lines": {**lines("achieved"), **offered}},
+                       {"title": "commit to visible p50", "y": "ms", "y_scale": "log", "lines": lines("p50")},
+                       {"title": "commit to visible p99", "y": "ms", "y_scale": "log", "lines": lines("p99")}]}

@@ -1,0 +1,1 @@
+"""Streaming replay: a trace fed through Kafka and replayed by a Faust app."""
