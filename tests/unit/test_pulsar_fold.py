@@ -197,3 +197,24 @@ def test_a_restart_window_explains_what_came_again_in_it() -> None:
     # from the crash to the first delivery once the broker was back (9500); the restart took 8 ms
     assert r.latency["time_to_first_dispatch_after_crash_us"]["sum_us"] == 8500
     assert r.counts["pulsar.restart_ms"] == 8
+
+
+def test_a_resent_copy_is_kept_in_the_deliveries_and_left_out_of_the_checked_history() -> None:
+    """m0 stored twice (the producer re-sent it, deduplication off): its second message id is a
+    copy the broker delivers as a new message, not a redelivery of the first."""
+    def with_id(ev: dict[str, Any], message_id: str) -> dict[str, Any]:
+        return {**ev, "message_id": message_id} if ev.get("ev") == "deliver" and ev["msg"] == "m0" else ev
+
+    events = [with_id(ev, "7:0:-1") for ev in EVENTS]
+    events[-2] = with_id(events[-2], "7:3:-1")  # the m0 delivered after the ack: a copy at 7:3
+    f = EventFold("v4", ROWS, {B: T}, trace_span_us=10_000, history=True)
+    for ev in events:
+        f.feed(ev)
+    r = f.finish()
+    assert r.deliveries["msg"] == ["m0", "m1", "m0"] and r.counts["deliveries.of_resent_copies"] == 1
+    assert [d[3] for d in r.history.deliveries] == ["m0", "m1"] and check(r.history) == []
+    # the same message id twice is the same stored entry: a redelivery, judged as before
+    same = EventFold("v4", ROWS, {B: T}, trace_span_us=10_000, history=True)
+    for ev in [with_id(ev, "7:0:-1") for ev in EVENTS]:
+        same.feed(ev)
+    assert sorted(v.kind for v in check(same.finish().history)) == ["acked_redelivered", "duplicate"]
