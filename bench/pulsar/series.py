@@ -17,7 +17,7 @@ from bench.replay.timeseries import WINDOW_US, from_timeline
 
 def broker_series(fold: EventFold, window_us: int = WINDOW_US) -> list[dict[str, Any]]:
     first: dict[str, int] = {}
-    for _topic, _sub, msg, t, _redelivery in fold.deliveries:
+    for _topic, _sub, msg, t, *_ in fold.deliveries:
         if msg not in first or t < first[msg]:
             first[msg] = t
     committed = {label for label, txn in fold.txns.items() if txn.outcome == "committed"}

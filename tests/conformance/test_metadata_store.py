@@ -9,7 +9,9 @@ is ``False`` (degraded) reports range changes only at ``relist()`` and only thei
 
 from __future__ import annotations
 
+import subprocess
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -26,6 +28,8 @@ from metadata_v5.store.port import (
     ABSENT, STAT_KEYS, ChangeKind, Check, Delete, DeleteSequence, IndexEntry, IndexSpec, MetadataStore, OpResult,
     Put, PutSequential, Record, WatchEvent, partition_key, sequential_key,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DEADLINE = IndexSpec("txn-by-deadline", "/txn/", ("timeout_ms",), numeric=True, where={"state": "OPEN"})
 FINAL = IndexSpec("txn-by-final-state", "/txn/", ("state", "finalized_ms"), int_fields=("finalized_ms",),
@@ -517,9 +521,14 @@ def test_redis_watch_survives_reconnect(redis_url: str, degraded: bool) -> None:
 
 
 @pytest.mark.redis
-def test_redis_server_side_disconnect(redis_url: str) -> None:
+def test_redis_server_side_disconnect(redis_url: str, tmp_path: Path) -> None:
     import redis as redislib
 
+    # a server of its own: the kill below drops every other client, and the suite's server has
+    # the other test worker's connections on it
+    d = tmp_path / "redis"
+    redis_url = subprocess.run([ROOT / "scripts" / "redis.sh", "start", d], check=True, capture_output=True,
+                               text=True).stdout.strip()
     f = Factory("redis", redis_url)
     try:
         a, b = f.open(), f.open()
@@ -539,6 +548,7 @@ def test_redis_server_side_disconnect(redis_url: str) -> None:
         pytest.fail("a killed connection must be replaced transparently for reads")
     finally:
         f.close()
+        subprocess.run([ROOT / "scripts" / "redis.sh", "stop", d], check=True, capture_output=True)
 
 
 @pytest.mark.redis
