@@ -11,7 +11,7 @@ multi-op batches (ZooKeeper ``multi``), prefix listing (``getChildren``) and poi
 * **Queries** list the whole index (``/__txnbench/idx/<index>/``) and filter/sort client-side.
 * **Sequential keys** come from client counter records ``/__txnbench/seq/<prefix>`` read before
   the batch and CAS-incremented in it.
-* **Range watches** are re-lists: :meth:`relist` (every :data:`RELIST_US` once :meth:`attach`\ed to
+* **Range watches** are re-lists: :meth:`relist` (every :data:`RELIST_US` once attached (:meth:`attach`) to
   the engine's scheduler; callers may also run it) lists each
   watched index once, diffs it with the last listing and raises the net changes (so
   ``Capabilities.range_watch_events`` is ``False``: nothing arrives between re-lists, intermediate
