@@ -43,10 +43,11 @@ def _free_port() -> int:
 
 
 def _spark_home() -> Path:
-    pyspark = pytest.importorskip("pyspark")
+    import pyspark  # a dependency: its wheel ships the launcher a standalone cluster runs
+
     home = Path(pyspark.__file__).parent
     if not (home / "bin" / "spark-class").is_file():
-        pytest.skip(f"no bin/spark-class in {home}")
+        pytest.fail(f"no bin/spark-class in {home}: the pyspark install is incomplete")
     return home
 
 
