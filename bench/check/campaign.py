@@ -24,9 +24,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import ConfigError
@@ -64,7 +66,16 @@ class CampaignResult:
         return out
 
 
+def _checkout_on_path() -> None:
+    """The console script does not put the checkout on ``sys.path`` (``python -m`` from its root
+    does): add the root this ``bench`` package was loaded from when it holds ``tests/stateful``."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "tests" / "stateful").is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
 def _machine(redis_url: str | None) -> tuple[Any, dict[str, int]]:
+    _checkout_on_path()
     try:
         from tests.combos import COMBOS
         from tests.stateful import test_lockstep as lockstep
