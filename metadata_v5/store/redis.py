@@ -267,6 +267,15 @@ redis.call('HSET', P .. 'specs', ARGV[2], ARGV[3])
 return {'ok', tostring(redis.call('INCR', P .. 'schema'))}
 """
 
+# ARGV: prefix. The declared indexes, the schema version, the change stream's last entry id and
+# the revision, read atomically on the handle's own connection (a pipeline would take another).
+_SCHEMA = r"""
+local P = ARGV[1]
+local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
+return {redis.call('HGETALL', P .. 'specs'), redis.call('GET', P .. 'schema') or '0',
+        last[1] and last[1][1] or '0-0', redis.call('GET', P .. 'rev') or '0'}
+"""
+
 _UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY", "CLUSTERDOWN")
 
 
@@ -364,7 +373,7 @@ class RedisMetadataStore(MetadataStore):
             raise BackendUnavailable(f"redis at {url}: {e}") from e
         self._scripts = {name: self.client.register_script(src) for name, src in
                          (("batch", _BATCH), ("get_watch", _GET_WATCH), ("range", _RANGE), ("list", _LIST),
-                          ("define", _DEFINE))}
+                          ("define", _DEFINE), ("schema", _SCHEMA))}
         self._cursor = "0-0"  # last change-stream id seen
         self._last_rev = 0     # revision of that entry
         # True while the last reply (a write's) brought the stream up to date: a non-blocking
@@ -455,30 +464,17 @@ class RedisMetadataStore(MetadataStore):
         if self._run_id is not None and run_id != self._run_id:
             raise BackendUnavailable(f"redis at {self.url} restarted during the run (server run_id {self._run_id} -> "
                                      f"{run_id}): what the run wrote there is gone; start the run again")
+        self._run_id = run_id
 
     def _load_schema(self, with_cursor: bool = False) -> None:
-        P = self.prefix
-
-        def load() -> builtins.list[Any]:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hgetall(P + "specs")
-            pipe.get(P + "schema")
-            pipe.info("server")
-            if with_cursor:
-                pipe.xrevrange(P + "log", "+", "-", count=1)
-                pipe.get(P + "rev")
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        res = self._rt(load)
-        self._specs = {name: IndexSpec.from_json(text) for name, text in res[0].items()}
-        self._schema = res[1] or "0"
-        run_id = res[2]["run_id"]
-        if self._run_id is not None and run_id != self._run_id:
-            raise BackendUnavailable(f"redis at {self.url} restarted during the run (server run_id changed): what the "
-                                     "run wrote there is gone; start the run again")
-        self._run_id = run_id
+        if self._run_id is None:  # the server this handle starts with (see _check_same_server)
+            self._check_same_server()
+        res = self._rt(self._scripts["schema"], args=[self.prefix])
+        flat = res[0]
+        self._specs = {flat[i]: IndexSpec.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
+        self._schema = res[1]
         if with_cursor:
-            self._jump_cursor(res[3][0][0] if res[3] else "0-0", int(res[4] or 0))
+            self._jump_cursor(res[2], int(res[3]))
 
     def _jump_cursor(self, stream_id: str, revision: int) -> None:
         self._cursor = stream_id
