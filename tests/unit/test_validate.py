@@ -198,3 +198,12 @@ def test_timer_snapshots_differ_either_way_by_at_most_the_timed_ones() -> None:
     assert rows["TB snapshot writes (v4)"].verdict == "differs"  # fewer than the first snapshots alone
     rows = {c.metric: c for c in count_checks("v4", model, {"snapshot.writes": 40})}
     assert rows["TB snapshot writes (v4)"].verdict == "explained"  # a longer broker run: more timer windows
+
+
+def test_data_entries_above_the_model_explained_by_the_copies_the_broker_delivered() -> None:
+    rows = {c.metric: c for c in count_checks("v4", {"ledger.appends.data": 936},
+                                              {"ledger.appends.data": 1103, "deliveries.of_resent_copies": 167})}
+    assert rows["data entries"].verdict == "explained" and "resendMessages" in rows["data entries"].why
+    rows = {c.metric: c for c in count_checks("v4", {"ledger.appends.data": 936},
+                                              {"ledger.appends.data": 1103, "deliveries.of_resent_copies": 100})}
+    assert rows["data entries"].verdict == "differs"  # more extra entries than copies seen
