@@ -7,8 +7,9 @@ broker's at the trace's timestamps (counts and latencies) and the broker's as fa
 runs them and :mod:`bench.report.report` renders the section.
 
 - **Counts** the broker exports under the models' names (:data:`bench.report.model_vs_broker.COUNTS`):
-  "exact", or "explained" when they differ in the direction Pulsar's code says they must
-  (:data:`EXPLAINED`, with class refs), else "differs".
+  "exact", or "explained" when they differ in a direction Pulsar's code says they may, by no more
+  than what the runs count of that reason (:data:`EXPLAINED`: :class:`Why`, with class refs), else
+  "differs".
 - **Latency** p50/p99 of publish, end-txn, commit-to-visible and dispatch: the model's relative
   error ``(model - broker) / broker`` against :class:`Goals` (p50 ±20 %, p99 ±35 %).
 - **Throughput at saturation**: committed txns per second (the last commit's end time over the
