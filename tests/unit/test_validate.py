@@ -158,3 +158,52 @@ def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
     assert dict(latency.latencies_us) == dict(DEFAULT_LATENCIES_US) and "latency profile constants" in note
     latency, note = model_latency("redis-local", 1)  # a shipped profile by name
     assert latency.of("meta.read") != DEFAULT_LATENCIES_US["meta.read"] and "redis-local" in note
+
+
+def test_reconcile_rereads_explain_v5_reads_above_the_broker_within_their_number() -> None:
+    # model 300 reads, 120 of them triggerReconcile's re-reads; a broker at 200 is 100 below: explained
+    model = {"meta.reads": 300, "tb.reconcile_header_reads": 90, "pending_ack.reconcile_header_reads": 30}
+    row = {c.metric: c for c in count_checks("v5", model, {"meta.reads": 200})}["metadata reads"]
+    assert row.verdict == "explained" and "triggerReconcile" in row.why
+    # 130 below is more than the 120 re-reads can account for
+    row = {c.metric: c for c in count_checks("v5", model, {"meta.reads": 170})}["metadata reads"]
+    assert row.verdict == "differs" and row.why == ""
+    # more on the broker: its other stores' gets, the older reason
+    row = {c.metric: c for c in count_checks("v5", model, {"meta.reads": 400})}["metadata reads"]
+    assert row.verdict == "explained" and "MetadataStoreStats" in row.why
+
+
+def test_deliveries_below_the_broker_explained_by_txn_acks_first_and_resent_copies() -> None:
+    model = {"deliveries": 100, "acks.txn_before_delivery": 3}
+    rows = {c.metric: c for c in count_checks("v4", model, {"deliveries": 105, "deliveries.of_resent_copies": 2})}
+    assert rows["deliveries"].verdict == "explained"  # 5 = 3 acked first + 2 copies
+    assert "filterEntriesForConsumer" in rows["deliveries"].why and "resendMessages" in rows["deliveries"].why
+    rows = {c.metric: c for c in count_checks("v5", model, {"deliveries": 106, "deliveries.of_resent_copies": 2})}
+    assert rows["deliveries"].verdict == "differs"  # one delivery more than both reasons allow
+    rows = {c.metric: c for c in count_checks("v5", model, {"deliveries": 99})}
+    assert rows["deliveries"].verdict == "differs"  # a delivery the broker did not make: no reason given
+    # undelivered at end: the model's own, bounded by the pairs acked first
+    rows = {c.metric: c for c in count_checks("v5", {"undelivered_at_end": 2, "acks.txn_before_delivery": 4},
+                                              {"undelivered_at_end": 0})}
+    assert rows["undelivered at end"].verdict == "explained" and "pending ack" in rows["undelivered at end"].why
+
+
+def test_timer_snapshots_differ_either_way_by_at_most_the_timed_ones() -> None:
+    # 4 topics: 4 first snapshots (untimed) + 27 on the timer in the model
+    model = {"snapshot.writes": 31, "tb.snapshot_writes.by_time": 27, "tb.snapshot_writes.first": 4}
+    rows = {c.metric: c for c in count_checks("v4", model, {"snapshot.writes": 28})}
+    assert rows["TB snapshot writes (v4)"].verdict == "explained"
+    assert "takeSnapshotByTimeout" in rows["TB snapshot writes (v4)"].why
+    rows = {c.metric: c for c in count_checks("v4", model, {"snapshot.writes": 3})}
+    assert rows["TB snapshot writes (v4)"].verdict == "differs"  # fewer than the first snapshots alone
+    rows = {c.metric: c for c in count_checks("v4", model, {"snapshot.writes": 40})}
+    assert rows["TB snapshot writes (v4)"].verdict == "explained"  # a longer broker run: more timer windows
+
+
+def test_data_entries_above_the_model_explained_by_the_copies_the_broker_delivered() -> None:
+    rows = {c.metric: c for c in count_checks("v4", {"ledger.appends.data": 936},
+                                              {"ledger.appends.data": 1103, "deliveries.of_resent_copies": 167})}
+    assert rows["data entries"].verdict == "explained" and "resendMessages" in rows["data entries"].why
+    rows = {c.metric: c for c in count_checks("v4", {"ledger.appends.data": 936},
+                                              {"ledger.appends.data": 1103, "deliveries.of_resent_copies": 100})}
+    assert rows["data entries"].verdict == "differs"  # more extra entries than copies seen
