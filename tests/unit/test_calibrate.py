@@ -92,3 +92,19 @@ def test_a_profile_says_how_every_kind_was_measured() -> None:
     assert kinds["meta.read"] == {"how": "not measured", "source": "", "value": "kept from constants"}
     assert prof.operations["meta.watch"].points == ((0.5, DEFAULT_LATENCIES_US["meta.watch"]),)
     assert len(prof.provenance["load_average"].split()) == 3
+
+
+def test_pulsar_append_comes_from_the_runs_own_topic_buckets() -> None:
+    from bench.calibrate import calibrate_pulsar as cp
+
+    mine, other = "persistent://public/tb-1-v4-default/calib-partition-0", "persistent://public/tb-0-v4-default/calib-partition-0"
+
+    def buckets(topic: str, le: dict[str, float]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(f"{cp.WRITE}_{k}", (("topic", topic),)): v for k, v in le.items()}
+
+    before = buckets(other, {"count": 4, "le_1": 4})  # an earlier run's topic: not this one
+    after = {**before, **buckets(mine, {"count": 10, "le_0_5": 0, "le_1": 2, "le_5": 6, "le_10": 2, "overflow": 0})}
+    q, n, topic = cp.topic_write_quantiles(before, after)
+    # ranks 5, 9, 9.9 of 10: inside (1, 5] ms at 3/6, then (5, 10] ms at 1/2 and 1.9/2
+    assert (q, n, topic) == ({"p50": 3000, "p90": 7500, "p99": 9750}, 10, mine)
+    assert cp.topic_write_quantiles(after, after) == ({}, 0, "")
