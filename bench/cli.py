@@ -140,7 +140,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _add_latency_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-profile", default=None, metavar="FILE",
                    help="virtual-time latencies: a profile file, or the name of one in datasets/latency/ "
-                        "(constants, pulsar-standalone-5.0.0-M1, redis-local, kafka-local); default: constants")
+                        "(constants, pulsar-standalone-5.0.0-M1, redis-local, kafka-local); default: pulsar-standalone-5.0.0-M1")
     p.add_argument("--latency", action="append", default=[], metavar="KIND=VALUE",
                    help="override one operation kind of the profile with a constant in µs, e.g. meta.cas=1500; repeatable")
     p.add_argument("--latency-seed", type=int, default=1, metavar="N",
@@ -743,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="at most this long waiting for deliveries after the last row (default 30000)")
     p.add_argument("--latency-profile", default=None, metavar="FILE",
-                   help="the model's latency profile, a file or a shipped name (datasets/latency/; default: constants)")
+                   help="the model's latency profile, a file or a shipped name (datasets/latency/; default: pulsar-standalone-5.0.0-M1)")
     p.add_argument("--no-saturation", action="store_true",
                    help="leave out the broker's as-fast-as-possible run (no throughput-at-saturation figure)")
     p.add_argument("--out", default="txnbench-out/validate")

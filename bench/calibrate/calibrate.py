@@ -262,6 +262,16 @@ def host_text() -> str:
     return f"{os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, {platform.node()}"
 
 
+def load_average() -> str:
+    """The host's 1/5/15-minute load averages when the profile was written (other work on the
+    machine inflates what was measured; the profile says how busy it was)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
 def build_profile(name: str, measurements: Sequence[Measurement], samples: int, command: str,
                   base: LatencyProfile | None = None) -> LatencyProfile:
     """A profile from what was measured; every other kind kept from ``base`` (the constants), said so."""
@@ -270,8 +280,13 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
     resources: dict[str, ResourceSpec] = dict(base.resources)
     notes: list[str] = []
     measured: set[str] = set()
+    kinds: dict[str, dict[str, str]] = {}  # kind -> how it was measured (provenance["kinds"])
     for m in measurements:
+        for kind, why in m.unmeasurable.items():
+            kinds.setdefault(kind, {"how": "not measurable", "backend": m.backend, "source": why})
+            notes.append(f"{kind} [{m.backend}]: not measurable: {why}")
         for kind, spec in m.operations.items():
+            kinds[kind] = {"how": m.how.get(kind, "probe"), "backend": m.backend, "source": m.notes.get(kind, "")}
             if kind not in DEFAULT_LATENCIES_US:
                 raise ConfigError(f"calibrate: {m.backend} measured unknown kind {kind!r}")
             ops[kind] = LatencyProfile.from_json(
@@ -285,9 +300,12 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
     kept = [k for k in DEFAULT_LATENCIES_US if k not in measured]
     if kept:
         notes.append(f"kept from {base.name} (not measured by this calibration): {', '.join(kept)}")
+    for kind in kept:
+        kinds[kind] = {**kinds.get(kind, {"how": "not measured", "source": ""}), "value": f"kept from {base.name}"}
     prov = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": host_text(),
             "command": command, "versions": {m.backend: m.version for m in measurements},
-            "samples": samples, "notes": "; ".join(notes),
+            "samples": samples, "load_average": load_average(), "notes": "; ".join(notes),
+            "kinds": {k: kinds[k] for k in DEFAULT_LATENCIES_US},
             "extra": {f"{m.backend}.{k}": v for m in measurements for k, v in m.extra.items()}}
     return LatencyProfile(name, prov, ops, resources)
 

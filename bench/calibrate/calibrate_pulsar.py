@@ -2,24 +2,27 @@
 (bench/pulsar) and the broker's own metrics.
 
 A synthetic trace (one partition, one Failover subscription; per txn: open, one txn publish, one
-plain publish, commit; paced 20 ms apart so the broker is not loaded) runs through each design
+plain publish, commit; paced 40 ms apart so the broker is not loaded) runs through each design
 (v4 on persistent://, v5 on topic://). What the client sees per design (publish, txn publish,
 end-txn, commit-to-visible, dispatch) is recorded in ``provenance.extra``; the operation kinds are
 mapped from the broker's metrics where one means the same thing:
 
-- ``ledger.append``: ``pulsar_broker_publish_latency`` (a Summary; BrokerService's publish latency
-  from the broker receiving a send to the managed ledger's add completing, i.e. the append as the
-  broker waits for it), its quantiles scraped right after the v4 run (the summary's window);
-- ``rpc``: derived, (client's plain publish p50 - append p50) / 2: the model bills a publish as
-  two hops plus the append (engine/broker.py), so this is what a hop must be for the model's
-  publish to match;
+- ``ledger.append``: the v4 run's topic's ``pulsar_storage_write_latency_le_*`` buckets (the
+  managed ledger's add-entry latency of that topic alone; p50/p90/p99 interpolated in them), else
+  ``pulsar_broker_publish_latency`` (a Summary over a sliding window of the broker's recent
+  publishes, earlier runs' included: a p50/p99/p999 with no p90, which the profile's linear
+  interpolation turns into a heavy body);
+- ``rpc``, ``consumer.deliver``, ``ledger.read``: probes, the client's plain publishes and their
+  deliveries in the v4 run read through the model's billing of those calls (:func:`_client_kinds`);
 - ``meta.read`` / ``meta.list``: ``pulsar_metadata_store_ops_latency_ms`` type ``get`` during the
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
   20 ... ms: coarse below 1 ms); background ops of the broker are counted too.
 
-The rest (ledger.read, cursor.empty_read, consumer.deliver, meta.pipelined, meta.watch) has no
-metric that isolates it: kept from the constants, said so in the notes.
+The rest (cursor.empty_read, meta.pipelined, meta.watch) cannot be measured from outside the broker
+(:data:`UNMEASURABLE` says why, kind by kind): kept from the constants, said so in
+``provenance.kinds``. Every kind's entry there says how it was measured: ``metric`` (a broker
+metric), ``probe`` (the client's calls), ``not measurable``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import math
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,18 +40,22 @@ from bench.pulsar.metrics import scrape
 from bench.pulsar.target import PulsarTarget, parse_target, probe
 from bench.trace.trace import TraceWriter
 
-SPACING_US = 20_000  # between txns: an unloaded broker
+SPACING_US = 40_000  # between txns: an unloaded broker (and a client that keeps up on 2 shared cores)
+WARMUP_TXNS = 50  # first txns of each run, not measured by the probes: the client's JVM and the broker warm up
+STATS_WAIT_S = 90  # longest wait for the v4 topic's write buckets after its run
 MAX_LAG_US = 100_000  # a client further behind than this measured its own queue, not the broker
 TOPIC = "persistent://public/default/calib-partition-0"
 META = "pulsar_metadata_store_ops_latency_ms"
 PUBLISH = "pulsar_broker_publish_latency"
+LOOKUP = "pulsar_broker_lookup"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def write_trace(path: Path, txns: int) -> Path:
+    """``WARMUP_TXNS`` txns, then ``txns`` measured ones (the probes skip the warm-up's messages)."""
     with TraceWriter(path, metadata={"profile": "calibrate", "seed": "1"}) as w:
         w.add(0, "subscribe", topic=TOPIC, subscription="calib")
-        for i in range(txns):
+        for i in range(WARMUP_TXNS + txns):
             t = 10_000 + i * SPACING_US
             w.add(t, "new_txn", txn=f"t{i}")
             w.add(t + 1_000, "publish", txn=f"t{i}", topic=TOPIC, msg=f"x{i}", size=100)
@@ -97,6 +105,48 @@ def summary_quantiles(after: Samples, name: str) -> dict[str, int]:
     return out
 
 
+WRITE = "pulsar_storage_write_latency"  # per topic: the managed ledger's add-entry latency, in ms buckets
+
+
+def topic_write_quantiles(before: Samples, after: Samples) -> tuple[dict[str, int], int, str]:
+    """p50/p90/p99 (µs) of the calibration topic's managed-ledger appends, from the broker's
+    per-topic ``pulsar_storage_write_latency_le_*`` buckets (0.5, 1, 5, 10, 20, 50, 100, 200,
+    1000 ms, overflow) of the one run's topic: a topic (its namespace is the run's own) that the
+    scrape before the run did not have. Interpolated inside a bucket as histogram_quantiles does;
+    buckets are per-bucket counts (their sum is ``_count``) or cumulative (the largest is)."""
+    topics = {dict(labs).get("topic", "") for (n, labs) in after if n == WRITE + "_count"}
+    fresh = sorted(t for t in topics if t.endswith("/" + TOPIC.rsplit("/", 1)[1])
+                   and not any(dict(labs).get("topic") == t for (n, labs) in before))
+    if not fresh:
+        return {}, 0, ""
+    topic = fresh[-1]
+    counts: dict[float, float] = {}
+    total = 0.0
+    for (n, labs), v in after.items():
+        if dict(labs).get("topic") != topic or not n.startswith(WRITE):
+            continue
+        suffix = n[len(WRITE):]
+        if suffix == "_count":
+            total = v
+        elif suffix == "_overflow":
+            counts[math.inf] = v
+        elif suffix.startswith("_le_"):
+            counts[float(suffix[4:].replace("_", "."))] = v
+    if total <= 0:
+        return {}, 0, topic
+    bounds = sorted(counts)
+    if abs(sum(counts.values()) - total) > 0.5:  # cumulative already
+        cum = {b: counts[b] for b in bounds}
+    else:
+        run, cum = 0.0, {}
+        for b in bounds:
+            run += counts[b]
+            cum[b] = run
+    as_histogram = {(WRITE + "_bucket", (("le", "+Inf" if b == math.inf else str(b)),)): c for b, c in cum.items()}
+    q, n = histogram_quantiles({}, as_histogram, WRITE, {})
+    return {k: v for k, v in q.items() if k != "p999"}, n, topic
+
+
 def _monotone(p: dict[str, int]) -> dict[str, int]:
     """Percentiles made non-decreasing in quantile order (a summary's quantiles are estimates)."""
     order = ["p0", "p50", "p90", "p99", "p999", "max"]
@@ -105,6 +155,100 @@ def _monotone(p: dict[str, int]) -> dict[str, int]:
         if k in p:
             last = out[k] = max(p[k], last)
     return out
+
+
+UNMEASURABLE = {
+    "cursor.empty_read": ("a dispatcher read that returns at once at maxReadPosition: the broker exports no "
+                          "per-topic dispatcher read counter or latency (PULSAR.md) and a client never sees one"),
+    "meta.pipelined": ("the cost of each further op of a batch: pulsar_metadata_store_ops_latency_ms times every "
+                       "op alone (MetadataStoreStats), whether it went out in a batch or not"),
+    "meta.watch": ("store write -> watcher callback: the broker exports no notification latency, and the "
+                   "notification is internal to the broker (no client sees it)"),
+}
+
+
+def _diff(a: dict[str, int], b: dict[str, int], scale: float = 1.0) -> dict[str, int]:
+    """Per-percentile ``(a - b) * scale`` over the percentiles both have (at least 1 µs): a
+    quantile of a difference approximated by the difference of quantiles."""
+    return _monotone({k: max(1, round((a[k] - b[k]) * scale)) for k in ("p50", "p90", "p99") if k in a and k in b})
+
+
+def plain_probes(events: Path) -> tuple[list[int], list[int], int]:
+    """From the client's event log (jvm/PROTOCOL.md): per measured plain message ``p{i}`` (i >=
+    WARMUP_TXNS), its publish latency (op ``end_us - start_us``) and its publish-answered ->
+    delivered time (``deliver.t_us - end_us``); and the largest issue lag (``start_us - due_us``)
+    over the measured rows. Publishes issued more than MAX_LAG_US late are left out of the
+    publish latencies: the client was behind then, and its own queue is in their time."""
+    ends: dict[str, tuple[int, int]] = {}
+    delivered: dict[str, int] = {}
+    dues: dict[str, int] = {}
+    lag = 0
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        msg = str(e.get("msg") or "")
+        if not msg.startswith("p") or not msg[1:].isdigit() or int(msg[1:]) < WARMUP_TXNS:
+            continue
+        if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok"):
+            ends[msg] = (int(e["start_us"]), int(e["end_us"]))
+            dues[msg] = int(e.get("due_us", e["start_us"]))
+            lag = max(lag, int(e["start_us"]) - int(e.get("due_us", e["start_us"])))
+        elif e.get("ev") == "deliver" and not e.get("redelivery"):
+            delivered.setdefault(msg, int(e["t_us"]))
+    publish = [end - start for m, (start, end) in ends.items() if start - dues[m] <= MAX_LAG_US]
+    after = [max(0, delivered[k] - end) for k, (_, end) in ends.items() if k in delivered]
+    return publish, after, lag
+
+
+def _pcts(samples: list[int]) -> dict[str, int]:
+    from bench.calibrate.calibrate import percentiles
+
+    return percentiles(samples) if samples else {}
+
+
+def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: Samples) -> None:
+    """rpc, consumer.deliver and ledger.read from the client's plain publishes and their deliveries
+    in the v4 run (the probes; warm-up txns skipped), by the model's own billing of those calls:
+
+    - a plain publish is ``rpc + ledger.append + rpc`` (engine/broker.py), so
+      ``rpc = (publish - append) / 2`` per percentile (the append is the broker's summary);
+    - a plain message's delivery, timed from its publish, is ``rpc + ledger.append + ledger.read +
+      consumer.deliver`` (the dispatcher reads the entry once it is added and pushes it,
+      engine/dispatcher.py); ``consumer.deliver`` is one hop to the consumer on the same loopback
+      connection (taken = rpc), so per message ``ledger.read = delivered - publish answered``.
+
+    Publishes the client issued late (more than MAX_LAG_US) include its own queue and are left out;
+    when that leaves fewer than half, or the broker's append summary (a sliding 10-minute window
+    that may hold earlier, slower runs) is not below the client's publish at p50, rpc (and so
+    consumer.deliver) is the broker's lookup latency
+    (``pulsar_broker_lookup``, a request the broker answers from its ownership cache without
+    storage), said so in the note."""
+    samples, reads, lag_us = plain_probes(events)
+    publish = _pcts(samples)
+    m.extra["probe_max_issue_lag_us"] = lag_us
+    rpc = _diff(publish, append, 0.5) if "p50" in append and "p50" in publish else {}
+    if len(samples) * 2 >= len(reads) and publish.get("p50", 0) > append.get("p50", math.inf):
+        m.notes["rpc"] = (f"probe: (client's plain publish {publish} - broker append {append}) / 2 µs per percentile "
+                          f"({len(samples)} publishes issued on time; the client's largest lag {lag_us / 1000:.0f} ms), "
+                          "the model's publish being 2 hops + the append")
+    else:
+        rpc = _monotone(summary_quantiles(after, LOOKUP))
+        m.how.update({"rpc": "metric", "consumer.deliver": "metric"} if "p50" in rpc else {})
+        m.notes["rpc"] = (f"{LOOKUP} quantiles (a lookup the broker answers from its ownership cache, no storage), "
+                          f"scraped after the v4 run: the probe did not apply (client's plain publish {publish} µs, "
+                          f"{len(samples)} of {len(reads)} issued on time, up to {lag_us / 1000:.0f} ms late; the broker's "
+                          "append summary, a 10-minute window, not below the client's publish at p50)")
+    if "p50" in rpc:
+        m.operations["rpc"] = m.operations["consumer.deliver"] = rpc
+        m.notes["consumer.deliver"] = "one hop broker -> consumer on the client's connection, taken = rpc (see rpc)"
+    else:
+        m.unmeasurable["rpc"] = m.unmeasurable["consumer.deliver"] = "the client lagged and the broker exported no lookup latency"
+    if reads:
+        m.operations["ledger.read"] = _pcts(reads)
+        m.notes["ledger.read"] = (f"probe: per plain message, publish answered -> delivered ({len(reads)} messages; "
+                                  "the dispatcher's read of the just-added entry, the push taken as consumer.deliver "
+                                  "= rpc cancelling the publish's answer hop)")
+    else:
+        m.unmeasurable["ledger.read"] = "no measured plain message was published and delivered in the v4 run"
 
 
 def measure_pulsar(url: str, admin_url: str, samples: int,
@@ -121,31 +265,40 @@ def measure_pulsar(url: str, admin_url: str, samples: int,
         scraped: dict[str, tuple[Samples, Samples]] = {}
         lags: dict[str, int] = {}
         for design in ("v4", "v5"):
-            progress(f"pulsar {design}: {samples} txns, {SPACING_US // 1000} ms apart")
+            progress(f"pulsar {design}: {WARMUP_TXNS} + {samples} txns, {SPACING_US // 1000} ms apart")
             before = scrape(target)
             manifest = pulsar_replay(trace, [design], target, scratch / design)
             lags[design] = int(manifest["runs"][design].get("rates", {}).get("max_issue_lag_us") or 0)
-            scraped[design] = (before, scrape(target))
+            after = scrape(target)
+            waited = 0
+            # the topic's write buckets appear at the broker's next stats update (about a minute)
+            while design == "v4" and topic_write_quantiles(before, after)[1] < 2 * (WARMUP_TXNS + samples) \
+                    and waited < STATS_WAIT_S:
+                time.sleep(5)
+                waited += 5
+                after = scrape(target)
+            scraped[design] = (before, after)
             lat = json.loads((scratch / design / "latency.json").read_text())[design]
             observed[design] = {k: {p: v for p, v in s.items() if p in ("count", "p50_us", "p90_us", "p99_us", "max_us")}
                                 for k, s in lat.items()}
         m.extra["client_observed_us"] = observed
         m.extra["client_max_issue_lag_us"] = lags
 
-        append = _monotone(summary_quantiles(scraped["v4"][1], PUBLISH))
+        append, n_appends, topic = topic_write_quantiles(*scraped["v4"])
         if "p50" in append:
+            append = _monotone(append)
+            m.operations["ledger.append"] = append
+            m.notes["ledger.append"] = (f"{WRITE}_le_* of the v4 run's topic {topic} ({n_appends} appends: txn and plain "
+                                        "publishes and markers; buckets 0.5/1/5/10/20/50/100/200/1000 ms, interpolated)")
+        elif "p50" in (append := _monotone(summary_quantiles(scraped["v4"][1], PUBLISH))):
             m.operations["ledger.append"] = append
             m.notes["ledger.append"] = ("pulsar_broker_publish_latency quantiles (the broker's send -> add-complete, "
-                                        "its recent window) scraped after the v4 run")
-        plain = observed["v4"].get("publish_nontxn_us", {}).get("p50_us")
-        if plain is not None and "p50" in append and lags["v4"] > MAX_LAG_US:
-            m.notes["rpc"] = (f"not derived: the client fell {lags['v4'] / 1000:.0f} ms behind the trace in the v4 run, "
-                              f"so its publish latency ({plain} µs p50) includes its own queueing; kept")
-        elif plain is not None and "p50" in append:
-            rpc = max(0, round((plain - append["p50"]) / 2))
-            m.operations["rpc"] = {"constant": rpc}
-            m.notes["rpc"] = (f"derived: (client's plain publish p50 {plain} µs - append p50 {append['p50']} µs) / 2, "
-                              "the model's publish being 2 hops + the append")
+                                        "its recent window) scraped after the v4 run (the topic's own buckets were absent)")
+        else:  # observed here: absent from /metrics on a broker up for less than about a minute
+            m.unmeasurable["ledger.append"] = (f"{PUBLISH} not exported yet (absent on a broker up for less than "
+                                               "about a minute): calibrate on a broker that has run a while")
+        m.how["ledger.append"] = "metric"
+        _client_kinds(m, scratch / "v4" / "pulsar-events-v4.jsonl", append, scraped["v4"][1])
         before, after = scraped["v5"]
         for mtype, kinds in (("get", ("meta.read", "meta.list")), ("put", ("meta.write", "meta.cas"))):
             q, n = histogram_quantiles(before, after, META, {"type": mtype, "status": "success"})
@@ -154,6 +307,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int,
                     m.operations[kind] = _monotone(q)
                     m.notes[kind] = (f"{META} type={mtype} over the v5 run ({n} ops, background included; "
                                      "buckets 1/3/5/10.. ms, interpolated)")
+                    m.how[kind] = "metric"
+        m.unmeasurable.update(UNMEASURABLE)
         return m
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -18,4 +18,6 @@ class Measurement:
     operations: dict[str, dict[str, int]] = field(default_factory=dict)
     resources: dict[str, ResourceSpec] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # kind (or extra measure) -> what it is
+    how: dict[str, str] = field(default_factory=dict)  # measured kind -> "metric" | "probe" (default "probe")
+    unmeasurable: dict[str, str] = field(default_factory=dict)  # kind -> why this backend cannot measure it
     extra: dict[str, Any] = field(default_factory=dict)  # measured but billed by no kind (e.g. delete)

@@ -14,7 +14,7 @@ from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
 # The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
-DEFAULT_LATENCY_PROFILE = "constants"
+DEFAULT_LATENCY_PROFILE = "pulsar-standalone-5.0.0-M1"
 TIME_MODES = ("virtual", "wall")
 
 

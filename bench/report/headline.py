@@ -131,6 +131,9 @@ def context_line(rs: dict[str, Any]) -> str:
     where = (f"real broker Pulsar {m.get('target', {}).get('version', '?')}" if m.get("target", {}).get("kind") == "pulsar"
              else "model; " + "; ".join(backends))
     engines = ", ".join(f"{label} ({c['design']})" if c.get("design") else label for label, c in zip(runs, cfgs))
+    if m.get("target", {}).get("kind") != "pulsar":  # the model's latencies: which profile they came from
+        names = sorted({str((c.get("latency_profile") or {}).get("name", "constants")) for c in cfgs})
+        where += f"; latency profile {', '.join(names)}"
     return (f"Engines {engines} — {where}; trace profile {trace.get('profile', '?')}, {trace.get('rows', '?')} events, "
             f"seed {trace.get('seed', '?')}; {', '.join(modes)} time; {', '.join(dispatch)}.")
 

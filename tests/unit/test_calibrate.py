@@ -48,3 +48,63 @@ def test_calibrate_redis_writes_a_profile_of_the_metadata_operations(redis_url: 
 def test_calibrate_without_a_backend_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--out", str(tmp_path / "x.json")]) == 2
     assert "at least one of --redis" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_pulsar_probes_skip_the_warmup_and_time_each_plain_message(tmp_path: Path) -> None:
+    from bench.calibrate import calibrate_pulsar as cp
+
+    w = cp.WARMUP_TXNS
+    lines = [
+        {"ev": "op", "op": "publish", "msg": "p0", "ok": True, "due_us": 0, "start_us": 9_000_000, "end_us": 9_100_000},
+        {"ev": "deliver", "msg": "p0", "t_us": 9_900_000, "redelivery": False},  # warm-up: skipped
+        {"ev": "op", "op": "publish", "msg": f"p{w}", "ok": True, "due_us": 100, "start_us": 150, "end_us": 3150},
+        {"ev": "op", "op": "publish", "msg": f"x{w}", "ok": True, "due_us": 100, "start_us": 160, "end_us": 9999},
+        {"ev": "deliver", "msg": f"p{w}", "t_us": 4150, "redelivery": False},
+        {"ev": "deliver", "msg": f"p{w}", "t_us": 8000, "redelivery": True},  # a redelivery: not the first
+        {"ev": "op", "op": "publish", "msg": f"p{w + 1}", "ok": True, "due_us": 200, "start_us": 230, "end_us": 2230},
+    ]
+    events = tmp_path / "e.jsonl"
+    events.write_text("\n".join(json.dumps(e) for e in lines) + "\n")
+    publish, after, lag = cp.plain_probes(events)
+    assert sorted(publish) == [2000, 3000] and after == [1000] and lag == 50
+    late = lines[2] | {"due_us": 150 - cp.MAX_LAG_US - 1}  # issued late: its time is the client's queue
+    events.write_text("\n".join(json.dumps(e) for e in [late, *lines[3:]]) + "\n")
+    publish, after, lag = cp.plain_probes(events)
+    assert publish == [2000] and after == [1000] and lag == cp.MAX_LAG_US + 1
+
+
+def test_a_profile_says_how_every_kind_was_measured() -> None:
+    from bench.calibrate.measurement import Measurement
+
+    m = Measurement("pulsar", "5")
+    m.operations["ledger.append"] = {"p50": 3000, "p99": 9000}
+    m.how["ledger.append"] = "metric"
+    m.notes["ledger.append"] = "a metric"
+    m.operations["rpc"] = {"p50": 200}
+    m.unmeasurable["meta.watch"] = "no metric"
+    prof = cal.build_profile("p", [m], 10, "txnbench calibrate")
+    kinds = prof.provenance["kinds"]
+    assert list(kinds) == list(DEFAULT_LATENCIES_US)
+    assert kinds["ledger.append"] == {"how": "metric", "backend": "pulsar", "source": "a metric"}
+    assert kinds["rpc"]["how"] == "probe"
+    assert kinds["meta.watch"] == {"how": "not measurable", "backend": "pulsar", "source": "no metric",
+                                   "value": "kept from constants"}
+    assert kinds["meta.read"] == {"how": "not measured", "source": "", "value": "kept from constants"}
+    assert prof.operations["meta.watch"].points == ((0.5, DEFAULT_LATENCIES_US["meta.watch"]),)
+    assert len(prof.provenance["load_average"].split()) == 3
+
+
+def test_pulsar_append_comes_from_the_runs_own_topic_buckets() -> None:
+    from bench.calibrate import calibrate_pulsar as cp
+
+    mine, other = "persistent://public/tb-1-v4-default/calib-partition-0", "persistent://public/tb-0-v4-default/calib-partition-0"
+
+    def buckets(topic: str, le: dict[str, float]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(f"{cp.WRITE}_{k}", (("topic", topic),)): v for k, v in le.items()}
+
+    before = buckets(other, {"count": 4, "le_1": 4})  # an earlier run's topic: not this one
+    after = {**before, **buckets(mine, {"count": 10, "le_0_5": 0, "le_1": 2, "le_5": 6, "le_10": 2, "overflow": 0})}
+    q, n, topic = cp.topic_write_quantiles(before, after)
+    # ranks 5, 9, 9.9 of 10: inside (1, 5] ms at 3/6, then (5, 10] ms at 1/2 and 1.9/2
+    assert (q, n, topic) == ({"p50": 3000, "p90": 7500, "p99": 9750}, 10, mine)
+    assert cp.topic_write_quantiles(after, after) == ({}, 0, "")

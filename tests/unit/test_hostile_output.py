@@ -147,7 +147,8 @@ def test_compare_twice_shows_only_the_second_runs_contents(tmp_path: Path, capsy
     real = sc.run_scenarios
     monkeypatch.setattr(sc, "run_scenarios", lambda *a, **k: real(["interop"]))  # one fast scenario
     out = tmp_path / "cmp"
-    base = ["compare", "--events", "300", "--drain-ms", "1000", "--no-progress", "--out", str(out)]
+    base = ["compare", "--events", "300", "--drain-ms", "1000", "--no-progress", "--latency-profile", "constants",
+            "--out", str(out)]
     assert run(capsys, *base)[0] == 0
     assert (out / "scenarios.json").is_file()
     assert "interop" in (out / "report" / "report.md").read_text().lower()

@@ -138,7 +138,8 @@ def test_sets_of_different_traces_say_nothing_comparable_never_no_change(tmp_pat
 
 def test_replay_repeat_records_each_repeat_and_the_report_uses_medians_and_spreads(tmp_path: Path, trace: Path,
                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", "--trace", str(trace), "--out", str(tmp_path / "a"), "--repeat", "3", "--no-progress"]) == 0
+    assert main(["replay", "--trace", str(trace), "--out", str(tmp_path / "a"), "--repeat", "3", "--no-progress",
+                 "--latency-profile", "constants"]) == 0
     rep = json.loads((tmp_path / "a" / "repeats.json").read_text())
     assert rep["repeats"] == 3 and len(rep["samples"]["v4"]["end_txn_us.p50"]) == 3
     assert len(set(rep["samples"]["v4"]["end_txn_us.p50"])) == 1  # virtual time: every repeat the same

@@ -141,7 +141,8 @@ def test_build_report_includes_scenarios_json_found_next_to_results(tmp_path: Pa
     from bench.report.report import build_report
 
     results = tmp_path / "results"
-    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress", "--no-scenarios"]) == 0
+    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress", "--no-scenarios",
+                 "--latency-profile", "constants"]) == 0
     assert not (tmp_path / "scenarios.json").exists()
     sc.run_scenarios(["interop", "endtxn"], results, params={"endtxn": {"sizes": (1, 2)}})
     build_report([results], tmp_path / "rep")
@@ -160,10 +161,11 @@ def test_compare_answers_the_review_questions_in_its_report(tmp_path: Path, monk
     # the main job runs every scenario (here two, small) and its report draws their figures
     quick = {"polling": lambda: sc.polling(hold_s=0.05), "recovery": lambda: sc.recovery(sizes=(100, 300))}
     monkeypatch.setattr(sc, "SCENARIOS", quick)
-    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["compare", "--events", "300", "--out", str(tmp_path), "--no-progress", "--latency-profile", "constants"]) == 0
     assert [s["name"] for s in json.loads((tmp_path / "scenarios.json").read_text())["scenarios"]] == list(quick)
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("## Review questions:") == 2
+    assert "latency profile constants;" in md.split("\n## ")[1]  # the headline names the model's profile
     for png in ("empty_reads_vs_blocked_time.png", "recovery_vs_log_length.png"):
         assert f"![{png}]({png})" in md and (tmp_path / "report" / png).is_file()
     assert "recovery.png" not in md  # the replay had no crash: no empty recovery chart

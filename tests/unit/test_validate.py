@@ -154,7 +154,10 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no-such.json"):
         model_latency(tmp_path / "no-such.json", 1)
-    latency, note = model_latency(None, 1)  # the default profile: today's constants
+    latency, note = model_latency(None, 1)  # the default profile: the measured Pulsar standalone one
+    assert "latency profile pulsar-standalone-5.0.0-M1" in note
+    assert latency.of("ledger.append") != DEFAULT_LATENCIES_US["ledger.append"]
+    latency, note = model_latency("constants", 1)  # the constants stay a named profile
     assert dict(latency.latencies_us) == dict(DEFAULT_LATENCIES_US) and "latency profile constants" in note
     latency, note = model_latency("redis-local", 1)  # a shipped profile by name
     assert latency.of("meta.read") != DEFAULT_LATENCIES_US["meta.read"] and "redis-local" in note
