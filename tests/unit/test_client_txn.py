@@ -176,3 +176,27 @@ def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine:
     assert _outcomes(result) == {"t1": "aborted"}
     assert result.deliveries["msg"] == ["m1", "m1"] and result.deliveries["redelivery"] == [False, True]
     assert check(history) == []
+
+
+@pytest.mark.parametrize("engine, options", [("v4", {}), ("v5", {}), ("v5", {"variant": "pip"})])
+def test_an_end_txn_a_crash_cut_off_fails_at_the_client_after_the_operation_timeout(tmp_path: Path, engine: str, options: dict[str, Any]) -> None:
+    # the commit at 3 us; the broker (the coordinator with it) dies at 5 us, before its answer
+    # reaches the client: TransactionMetaStoreHandler fails the request 30 s after it was sent
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": 1000},
+        {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 3, "op": "commit", "txn": "t1"},
+        {"ts_us": 5, "op": "crash_broker"},
+    ]
+    before = _run(tmp_path, engine, rows, drain_ms=29_000, options=options)  # still waiting
+    assert before.in_flight["ending_txns"] == 1
+    # unanswered: the row says what the coordinator knows (v4 forgets a finished txn)
+    assert before.txns["outcome"] == (["unfinished"] if engine == "v4" else ["committed"])
+    assert "client_errors.TimeoutException" not in before.counts
+    result = _run(tmp_path, engine, rows, drain_ms=31_000, options=options)
+    assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0}
+    assert _outcomes(result) == {"t1": "end_timed_out"} and result.counts["txns.end_timed_out"] == 1
+    assert result.counts["client_errors.TimeoutException"] == 1
+    assert result.txns["end_ts_us"] == [3 + 30_000_000]
+    assert _delivered(result) == {"m1"}  # the coordinator had committed it: only the answer was lost
