@@ -28,11 +28,23 @@ from engine.ports import AckKind, EngineFactory, TxnAction, TxnStatus
 from engine.records import MessageId
 
 
+# The Java client's operationTimeoutMs (ClientConfigurationData, default 30 s): an END_TXN the
+# coordinator never answers (a broker or coordinator crash cut it off) fails at the client with
+# ``PulsarClientException.TimeoutException("Transaction coordinator request is timeout.")`` once
+# TransactionMetaStoreHandler.run finds it in its timeoutQueue that long after it was sent; a late
+# answer then finds no pending op and is dropped. TransactionImpl.commit passes the failure on
+# and leaves the txn COMMITTING: what happened to it is the coordinator's business (its timeout
+# aborts a txn it never saw end; one it did end stays as decided).
+OPERATION_TIMEOUT_US = 30_000_000
+
+
 class ScriptedClient:
     """A broker over durable stores in virtual time, with recording consumers.
 
     ``outcomes`` holds the status each end-txn answered with, ``outcome_us`` the virtual time of
-    the answer; ``ids`` maps every published message to its id (scripts name messages)."""
+    the answer, ``timed_out`` the virtual time an end-txn failed unanswered after the client's
+    operation timeout (:data:`OPERATION_TIMEOUT_US`); ``ids`` maps every published message to its
+    id (scripts name messages)."""
 
     def __init__(self, ledgers: LedgerFactory, config: BrokerConfig, engine: EngineFactory | None,
                  sched: VirtualScheduler | None = None) -> None:
@@ -44,6 +56,8 @@ class ScriptedClient:
         self.ids: dict[str, MessageId] = {}
         self.outcomes: dict[TxnID, TxnStatus] = {}
         self.outcome_us: dict[TxnID, int] = {}
+        self.timed_out: dict[TxnID, int] = {}
+        self._pending_ends: dict[TxnID, object] = {}  # txn -> its latest unanswered end-txn request
         self._subs: list[tuple[str, str]] = []
         self.crashes = 0
         self.broker = self.new_broker()
@@ -78,9 +92,26 @@ class ScriptedClient:
         self.outcome_us[txn] = self.sched.now_us()
 
     def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
-        """End ``txn``; returns the virtual time of the call (the answer lands in ``outcomes``)."""
-        self.broker.end_txn(txn, action, self._answered)
+        """End ``txn``; returns the virtual time of the call (the answer lands in ``outcomes``,
+        or, if none comes within the operation timeout, the failure in ``timed_out``)."""
+        request = object()
+        self._pending_ends[txn] = request
+        timer = self.sched.call_later(OPERATION_TIMEOUT_US, self._end_timed_out, txn, request)
+
+        def answered(t: TxnID, status: TxnStatus) -> None:
+            if self._pending_ends.get(t) is not request:
+                return  # timed out (or superseded by a retry) already: no pending op, dropped
+            del self._pending_ends[t]
+            timer.cancel()
+            self._answered(t, status)
+
+        self.broker.end_txn(txn, action, answered)
         return self.sched.now_us()
+
+    def _end_timed_out(self, txn: TxnID, request: object) -> None:
+        if self._pending_ends.get(txn) is request:
+            del self._pending_ends[txn]
+            self.timed_out[txn] = self.sched.now_us()
 
     def commit(self, txn: TxnID) -> None:
         self.end(txn, TxnAction.COMMIT)

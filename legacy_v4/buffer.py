@@ -116,6 +116,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ready_at_us = 0
         self._snapshot_timer: Timer | None = None
         self._found_no_snapshot = False  # the lookup in flight will find none
+        self._first_record_written = False  # the first snapshot's record is durable, its send not taken yet
 
     # -- reads (dispatcher side) ---------------------------------------------------------------
 
@@ -162,6 +163,15 @@ class TopicTransactionBuffer(TransactionBuffer):
             if self.state is TBState.INITIALIZING and self._found_no_snapshot:
                 # then the first snapshot's send, billed when it is taken (_take_first_snapshot)
                 wait += self._meter.of("rpc") + self._meter.of("ledger.append")
+                if not self._ongoing:
+                    # Pulsar's parked append reaches the ledger only after the first snapshot, so
+                    # a txn entry never lies in the ledger without one (a crash in between loses
+                    # the parked append; the next TB finds no snapshot and no txn entry either:
+                    # noNeedToRecover). This model appends at once, so that snapshot's record is
+                    # made durable first (at the last entry, as noNeedToRecover would set it);
+                    # its send is timed and counted when the lookup answers, as before.
+                    self._snapshots.write(TBSnapshot(self._ledger.name, self._ledger.last_confirmed(), tuple(self._aborts.items())))
+                    self._first_record_written = True
             self._request.us += max(0, wait)
         lwm = self._lwm.get(txn.most_bits)
         if lwm is not None and lwm >= txn.least_bits:  # internalAppendBufferToTxn
@@ -290,7 +300,9 @@ class TopicTransactionBuffer(TransactionBuffer):
     def _take_snapshot(self, why: str) -> int:
         """Write a snapshot: a send to __transaction_buffer_snapshot (an RPC and that topic's
         append, D18); returns its time."""
-        self._snapshots.write(TBSnapshot(self._ledger.name, self._max_read, tuple(self._aborts.items())))
+        if not self._first_record_written:  # else the parked first append wrote it already
+            self._snapshots.write(TBSnapshot(self._ledger.name, self._max_read, tuple(self._aborts.items())))
+        self._first_record_written = False
         self.stats["snapshot_writes"] += 1
         self.stats[f"snapshot_writes.{why}"] += 1
         with self._meter.tab() as took:

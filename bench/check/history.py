@@ -44,6 +44,9 @@ class History:
     pubs: dict[str, Pub] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
     subs: dict[tuple[str, str], int] = field(default_factory=dict)  # (topic, sub) -> first subscribe seq
+    # subscriptions that started at the latest entry (SubscriptionInitialPosition.Latest: a real
+    # broker's, the reference client asks for it); the model's start at the earliest entry
+    latest_subs: set[tuple[str, str]] = field(default_factory=set)
     end_requests: dict[str, tuple[int, str]] = field(default_factory=dict)  # txn -> (seq, action)
     outcomes: dict[str, str] = field(default_factory=dict)  # txn -> final outcome
     heard_at: dict[str, int] = field(default_factory=dict)  # txn -> seq when the client heard it committed
@@ -57,7 +60,11 @@ class History:
 
     # -- recording (call only for operations that succeeded) ------------------------------------
 
-    def subscribe(self, topic: str, sub: str) -> None:
+    def subscribe(self, topic: str, sub: str, latest: bool = False) -> None:
+        """``latest``: the subscription's cursor started at the last confirmed entry (else at the
+        earliest, as the model's do)."""
+        if (topic, sub) not in self.subs and latest:
+            self.latest_subs.add((topic, sub))
         self.subs.setdefault((topic, sub), self._next())
 
     def publish(self, msg: str, topic: str, txn: Hashable | None, key: str | None, message_id: Any) -> None:

@@ -89,6 +89,16 @@ class HistoryIndex:
                     return True
         return False
 
+    def owes(self, sub: str, p: Pub) -> bool:
+        """``S`` should see ``p``: always if ``S`` started at the earliest entry (the model's
+        subscriptions); if it started at the latest (``SubscriptionInitialPosition.Latest``, the
+        consumer's default and what the reference client asks for: ``ManagedCursorImpl``'s
+        initial position is the last confirmed entry), only if ``p`` was published after ``S``
+        subscribed. A txn's message is stored when published and visible at the commit, so one
+        stored before the subscription (behind an open txn) is not owed to it either."""
+        key = (p.topic, sub)
+        return key not in self.h.latest_subs or p.seq > self.h.subs.get(key, 0)
+
     def blocked(self, p: Pub) -> bool:
         """``p`` is stored behind an entry of a txn still undecided at the end: maxReadPosition
         holds it back by design (``TopicTransactionBuffer`` maxReadPosition rules)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from bench.check.history import History
 
-UNHEARD = (None, "unknown", "unfinished")  # outcomes that say nothing about the decision
+UNHEARD = (None, "unknown", "unfinished", "end_timed_out")  # outcomes that say nothing about the decision
 
 
 @dataclass(frozen=True)

@@ -57,16 +57,16 @@ def uncommitted_read(ix: HistoryIndex) -> Found:
 
 
 def lost_write(ix: HistoryIndex) -> Found:
-    """``m`` is plain or of a committed txn, ``S`` was subscribed at some point (a new
-    subscription reads from the earliest entry, so when does not matter), ``m`` was never
-    delivered on ``S`` and no ack on ``S`` covers it. Pulsar: a durable subscription's cursor
-    delivers every entry it has not acked. A message stored behind an entry of a txn still
-    undecided at the end is blocked by design (maxReadPosition), not lost."""
+    """``m`` is plain or of a committed txn, owed to ``S`` (published after ``S`` subscribed, if
+    ``S`` started at the latest entry: :meth:`HistoryIndex.owes`), ``m`` was never delivered on ``S``
+    and no ack on ``S`` covers it. Pulsar: a durable subscription's cursor delivers every entry
+    it has not acked. A message stored behind an entry of a txn still undecided at the end is
+    blocked by design (maxReadPosition), not lost."""
     for p in ix.h.pubs.values():
         if (p.txn is not None and p.txn not in ix.outcomes.committed) or ix.blocked(p):
             continue
         for sub in ix.subs_by_topic.get(p.topic, ()):
-            if (sub, p.msg) not in ix.first and not ix.covered(sub, p):
+            if (sub, p.msg) not in ix.first and ix.owes(sub, p) and not ix.covered(sub, p):
                 yield Violation("lost_write", sub, p.msg, p.txn, "never delivered and never acked")
 
 
@@ -95,7 +95,7 @@ def _torn_in_order(ix: HistoryIndex) -> Found:
                 at = ix.first.get((sub, later.msg))
                 if at is None:
                     continue
-                missing = [e.msg for e in msgs[:i] if ix.first.get((sub, e.msg), NEVER) > at
+                missing = [e.msg for e in msgs[:i] if ix.first.get((sub, e.msg), NEVER) > at and ix.owes(sub, e)
                            and not ix.covered(sub, e, at) and (sub, e.msg) not in ix.exempt]
                 if missing:
                     yield Violation("torn_txn", sub, later.msg, txn, f"visible while earlier {', '.join(missing)} of the txn were not")
@@ -114,7 +114,7 @@ def _torn_ambiguous(ix: HistoryIndex) -> Found:
         owed: dict[str, str] = {}
         for p in ps:
             for sub in ix.subs_by_topic.get(p.topic, ()):
-                if (sub, p.msg) not in ix.first and not ix.blocked(p) and not ix.covered(sub, p):
+                if (sub, p.msg) not in ix.first and ix.owes(sub, p) and not ix.blocked(p) and not ix.covered(sub, p):
                     owed.setdefault(sub, p.msg)
         for sub, msg in owed.items():
             yield Violation("torn_txn", sub, msg, txn, f"never visible while {seen[1]} of the txn was on {seen[0]} "

@@ -111,7 +111,7 @@ class EventFold:
         self.resumed: list[int] = []
         self.op_starts: list[int] = []  # issue times of the rows that wait for no delivery
         self.max_issue_lag_us = 0
-        self.events: list[tuple[int, int, str, tuple[Any, ...]]] = []  # history: (t, rank, kind, args)
+        self.events: list[tuple[int, float, str, tuple[Any, ...]]] = []  # history: (t, rank, kind, args)
         self.answers: list[tuple[int, str, int]] = []  # (answer time, publish|commit|abort, latency): time series
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -123,7 +123,7 @@ class EventFold:
             t = self.txns[label] = _Txn(label)
         return t
 
-    def _log(self, t: int, rank: int, kind: str, *args: Any) -> None:
+    def _log(self, t: int, rank: float, kind: str, *args: Any) -> None:
         if self.want_history:
             self.events.append((t, rank, kind, args))
 
@@ -140,7 +140,9 @@ class EventFold:
             topic = self._trace_topic(ev.get("row"), ev.get("topic"))
             self.subscribed.add(topic)
             self.subs.add((topic, str(ev["subscription"])))
-            self._log(int(ev["t_us"]), 0, "subscribe", topic, ev["subscription"])
+            # after the publishes issued at the same instant: the cursor starts at the latest
+            # entry (the client asks for SubscriptionInitialPosition.Latest), which may be theirs
+            self._log(int(ev["t_us"]), 1.5, "subscribe", topic, ev["subscription"])
         elif kind == "ready":
             self.client = {k: v for k, v in ev.items() if k != "ev"}
         elif kind == "crash":
@@ -336,7 +338,8 @@ class EventFold:
         h = History()
         for _t, _rank, kind, args in sorted(self.events, key=lambda e: (e[0], e[1])):
             if kind == "subscribe":
-                h.subscribe(*args)
+                topic, sub = args
+                h.subscribe(topic, sub, latest=True)
             elif kind == "publish":
                 p = self.pubs[args[0]]
                 h.publish(args[0], p.topic, p.txn, p.key, MessageRef(p.ledger, p.position))

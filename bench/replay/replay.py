@@ -31,7 +31,13 @@ The replayer also plays the Java client's own transaction logic (``TransactionIm
   ``aborted`` at its deadline (``txns.client_timed_out``);
 * failed ops: a publish or ack of a txn that fails marks the txn (``hasOpsFailed``); its commit
   is sent as an abort and fails with ``TransactionHasOperationFailedException``
-  (``client_errors.TxnOpFailed``; ``TransactionImpl.commit``).
+  (``client_errors.TxnOpFailed``; ``TransactionImpl.commit``);
+* its request timeout: a commit or abort no answer reaches (a broker or coordinator crash cut it
+  off) fails ``operationTimeoutMs`` (30 s) after it was sent with ``TimeoutException``
+  (``client_errors.TimeoutException``; ``TransactionMetaStoreHandler.run``, see
+  :data:`engine.scripted.OPERATION_TIMEOUT_US`) and a late answer is dropped; the txn's row says
+  ``end_timed_out`` (``txns.end_timed_out``), and what the coordinator decided goes to the checker's
+  history (ambiguous if it no longer knows). A later commit or abort row of it is a retry.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from engine.errors import (
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnAction, TxnStatus
 from engine.records import MessageId
+from engine.scripted import OPERATION_TIMEOUT_US
 from bench.replay.config import RunConfig
 from bench.replay.engines import Setup, build
 from bench.replay.gcpolicy import replay_gc
@@ -86,6 +93,7 @@ class _Txn:
     deadline_us: int = 0  # when the client's TransactionImpl timer fires
     client_timed_out: bool = False  # TransactionImpl state TIME_OUT
     ops_failed: bool = False  # TransactionImpl.hasOpsFailed
+    end_timed_out: bool = False  # its END_TXN went unanswered for the client's operation timeout
 
 
 @dataclass
@@ -435,6 +443,9 @@ class Replayer:
         failed = action is TxnAction.COMMIT and txn.ops_failed
         if failed:  # TransactionImpl.commit: hasOpsFailed -> abort(), then fail the commit
             action = TxnAction.ABORT
+        if self._end_timer(txn):  # a retry after the last request timed out
+            txn.end_timed_out = False
+            txn.outcome = None
         txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
         self.broker.end_txn(txn_id, action, self._on_end)
@@ -446,6 +457,8 @@ class Replayer:
     def _on_end(self, txn_id: TxnID, status: TxnStatus) -> None:
         txn = self.by_id.get(txn_id)
         if txn is None:  # already retired: an answer repeated after a coordinator restart
+            return
+        if self._end_timer(txn):  # the client failed the request already: no pending op, dropped
             return
         txn.outcome = status.value
         if self.history is not None:
@@ -466,6 +479,23 @@ class Replayer:
         self._release_acks(txn)
         if status.final and (not txn.msgs or txn.visible_us is not None):
             self._retire(txn)
+
+    def _end_timer(self, txn: _Txn) -> bool:
+        """True once ``txn``'s END_TXN has gone unanswered for the client's operation timeout
+        (``TransactionMetaStoreHandler.run`` fails it with ``TimeoutException``); the first
+        time, the request is failed at its deadline."""
+        if txn.end_timed_out:
+            return True
+        if txn.outcome is not None or txn.end_requested_us is None or txn.id is None:
+            return False
+        deadline = txn.end_requested_us + OPERATION_TIMEOUT_US
+        if self.sched.now_us() < deadline:
+            return False
+        txn.end_timed_out = True
+        txn.outcome = "end_timed_out"
+        txn.end_us = deadline
+        self.counts["client_errors.TimeoutException"] += 1
+        return True
 
     def _op_commit(self, e: Event) -> None:
         self._end(e, TxnAction.COMMIT)
@@ -602,13 +632,14 @@ class Replayer:
         for t in self.txns.values():
             if t.outcome == "committed" and t.msgs and t.visible_us is None:
                 not_visible += 1
-            elif t.outcome is None and t.end_requested_us is not None and t.id is not None:
-                ending += 1  # commit or abort requested, not finished
+            elif t.outcome is None and t.end_requested_us is not None and t.id is not None and not self._end_timer(t):
+                ending += 1  # commit or abort requested, not answered, not yet timed out
         return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending}
 
     def _retire(self, txn: _Txn) -> None:
         """Move a txn whose story is over (or the run is) to the txn rows."""
         self._client_timer(txn)  # an open txn past its deadline ended at the client
+        self._end_timer(txn)  # so did an END_TXN unanswered past the operation timeout
         self.txns.pop(txn.label, None)
         if txn.id is not None:
             self.by_id.pop(txn.id, None)
@@ -616,18 +647,21 @@ class Replayer:
             outcome = "never_opened"  # its new_txn was refused (transactions disabled)
         else:
             outcome = txn.outcome or ("open" if txn.end_requested_us is None else "unfinished")
-        if txn.outcome is None and txn.id is not None:
+        decided = outcome  # what the coordinator decided, if it still knows: for the checker
+        if (txn.outcome is None or txn.end_timed_out) and txn.id is not None:
             try:  # e.g. aborted by the coordinator's timeout without a client request
                 status = self.broker.coordinator().status(txn.id)
-                outcome = status.value if status.final else outcome
+                decided = status.value if status.final else outcome
             except TxnbenchError:
                 pass
+            if not txn.end_timed_out:
+                outcome = decided
         self.counts["txns." + outcome] += 1
         if self.history is not None:
             if txn.client_timed_out and txn.id is not None:  # the system's outcome: settled at the end
                 self._timed_out.append((txn.label, txn.id))
             else:
-                self.history.outcome(txn.label, outcome)
+                self.history.outcome(txn.label, decided)
         if outcome == "committed" and txn.published and txn.visible_us is None and txn.msgs:
             self.counts["txns.committed_not_visible"] += 1
         rows = self._txn_rows

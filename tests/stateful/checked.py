@@ -47,14 +47,14 @@ class CheckedSystem(System):
         self.txn_ids.append(txn)
         return txn
 
-    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
-        def done(t: TxnID, status: TxnStatus) -> None:
-            self._answered(t, status)
-            self.history.heard(t, status)
+    def _answered(self, txn: TxnID, status: TxnStatus) -> None:
+        super()._answered(txn, status)
+        self.history.heard(txn, status)
 
-        self.broker.end_txn(txn, action, done)
+    def end(self, txn: TxnID, action: TxnAction = TxnAction.COMMIT) -> int:
+        now = super().end(txn, action)  # unanswered after the operation timeout: never heard
         self.history.end(txn, action.value)
-        return self.sched.now_us()
+        return now
 
     def redeliver_unacked(self, topic: str, sub: str) -> None:
         self.broker.redeliver_unacked(topic, sub)

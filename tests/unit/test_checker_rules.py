@@ -175,6 +175,30 @@ def test_a_write_behind_a_txn_still_open_is_blocked_not_lost() -> None:
     assert [(v.kind, v.msg) for v in check(h)] == [("lost_write", "q")]
 
 
+@pytest.mark.parametrize("latest", [True, False])
+def test_a_latest_subscription_is_owed_only_what_was_published_after_it_subscribed(latest: bool) -> None:
+    """SubscriptionInitialPosition.Latest (a real broker's subscriptions): a cursor starts at the
+    last confirmed entry, and a txn's message is stored when published (visible at the commit), so
+    a subscription opened after m1 and p1 were stored (at the same instant, earlier in the history)
+    is not owed them, while p2, stored after it subscribed, is. The model's subscriptions start at
+    the earliest entry: owed everything."""
+    h = _h("s")
+    _pub(h, "m1", 0, "t1")  # behind an open txn
+    _pub(h, "p1", 1)
+    h.subscribe(T, "late", latest=latest)
+    _pub(h, "m2", 2, "t1")
+    _pub(h, "p2", 3)
+    _commit(h, "t1")
+    h.deliver(T, "s", [_D("m1"), _D("p1"), _D("m2"), _D("p2")])
+    h.deliver(T, "late", [_D("m2")])  # m2 without m1: m1 was stored before "late" existed
+    found = [(v.kind, v.subscription, v.msg) for v in check(h)]
+    if latest:
+        assert found == [("lost_write", "late", "p2")]
+    else:
+        assert found == [("lost_write", "late", "m1"), ("lost_write", "late", "p1"), ("lost_write", "late", "p2"),
+                         ("torn_txn", "late", "m2")]
+
+
 # -- outcomes inferred, not heard -----------------------------------------------------------------
 
 

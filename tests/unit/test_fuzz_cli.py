@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from bench.cli import main
+from bench.trace.trace import MAX_TS_US
 from tests.unit.test_trace import GOOD, T, row_st, write
 
 
@@ -25,14 +26,17 @@ def _one_line_error(err: str) -> None:
     assert err.count("\n") == 1 and "Traceback" not in err and ": error: " in err, err
 
 
-# rows near the valid ones: a good prefix, then one mutated row, so errors come late in the trace
-mutated = st.tuples(st.integers(0, len(GOOD)), row_st)
+# rows near the valid ones: a good prefix, then one mutated row, so errors come late in the trace.
+# Its time stays within 100 s of the start, or just past the bound the validator refuses: a replay
+# closes one time-series window per virtual second, so a valid row days later costs minutes of CPU
+# (test_trace.py fuzzes the validator over the whole range)
+mutated = st.tuples(st.integers(0, len(GOOD)), st.builds(
+    lambda row, ts: {**row, "ts_us": ts}, row_st, st.one_of(st.integers(-5, 100_000_000), st.just(MAX_TS_US + 1))))
 
 
-# derandomized: random runs also find two known model limits that this CLI test is not about, a
-# subscription opened at the same instant as a publish behind an open txn counted as owed that
-# message, and END_TXNs a crash cut off (issue 20's notes); tests/unit/test_trace.py fuzzes at random
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# random draws (the campaign's kind of search), plus pinned examples: crashes that cut off an
+# END_TXN (the client fails it after its 30 s operation timeout, within this test's drain)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutated, st.sampled_from(["replay", "check"]))
 @example((7, {"op": "crash_broker", "ts_us": 74_220}), "replay")  # crashes that cut off an END_TXN
 @example((5, {"op": "crash_tc", "ts_us": 3}), "replay")
@@ -45,20 +49,16 @@ def test_a_fuzzed_trace_is_replayed_or_refused_by_row(tmp_path_factory: pytest.T
     trace = write(tmp / "t.parquet", rows)
     out = tmp / "out"
     # the PIP's v5: this tests the CLI on any validated trace, and crash rows would otherwise hit the
-    # shipped design's crash windows (an END_TXN a crash cuts off is never answered, D8; reads the
-    # checker flags, D13/D14), which tests/unit/test_v5_shipped.py asserts as findings
+    # shipped design's crash windows (reads the checker flags, D13/D14), which
+    # tests/unit/test_v5_shipped.py asserts as findings. The drain outlasts the client's operation
+    # timeout (30 s): an END_TXN a crash cut off has failed at the client by then
     code, _, err = _run(capsys, verb, "--trace", str(trace), "--engine", "v5", "--v5-variant", "pip", "--out", str(out),
-                        "--no-progress", "--drain-ms", "2000")
+                        "--no-progress", "--drain-ms", "31000")
     if code == 2:
         _one_line_error(err)
         m = re.search(r"row (\d+)", err)
         assert m is not None and int(m.group(1)) < len(rows), err
         assert not out.exists()
-    elif code == 1 and "not quiescent" in err:
-        # a crash cut off an END_TXN: the client hears no answer (Pulsar's client fails the request
-        # only after its operation timeout, 30 s, beyond this 2 s drain), and says so in one warning
-        assert err.count("\n") == 1 and "txns still ending" in err, err
-        assert any(r.get("op") in ("crash_broker", "crash_tc") for r in rows) and out.exists()
     else:
         assert code == 0, err
         assert out.exists()

@@ -37,3 +37,29 @@ def test_a_bad_script_step_or_crash_point_is_one_config_error() -> None:
         play(_system(), [("pub", T, "m0"), ("publish", T, "m1")], [(T, "sub")])
     with pytest.raises(ConfigError, match="broker or coordinator"):
         CrashAt(3, 0, "tc")
+
+
+@pytest.mark.parametrize("combo", ["v4/memory", "v5-shipped/memory", "v5-pip/memory"])
+def test_an_end_txn_a_crash_cut_off_fails_after_the_operation_timeout(combo: str) -> None:
+    """TransactionMetaStoreHandler.run: no answer within operationTimeoutMs (30 s) fails the
+    request at the client; a late answer is dropped, and an answered one never times out."""
+    from engine.ports import TxnAction
+    from engine.scripted import OPERATION_TIMEOUT_US
+    from tests.combos import COMBOS
+
+    s = System(next(c for c in COMBOS if c.name == combo), DispatchMode.NOTIFY)
+    s.subscribe(T, "sub")
+    answered = s.new_txn()
+    s.end(answered, TxnAction.COMMIT)
+    s.run(1_000_000)
+    assert answered in s.outcomes and answered not in s.timed_out
+    cut = s.new_txn()
+    s.publish(T, "m0", txn=cut)
+    sent = s.end(cut, TxnAction.COMMIT)
+    s.crash()  # before the coordinator's answer reaches the client
+    s.run(OPERATION_TIMEOUT_US - 1_000)
+    assert cut not in s.outcomes and cut not in s.timed_out  # still pending at the client
+    s.run(1_000_000)
+    assert s.timed_out == {cut: sent + OPERATION_TIMEOUT_US} and cut not in s.outcomes
+    s.run(OPERATION_TIMEOUT_US)
+    assert answered not in s.timed_out  # its timer was cancelled by the answer
