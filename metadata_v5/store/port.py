@@ -590,6 +590,12 @@ class MetadataStore(ABC):
         spec; ``ConfigError`` for a different spec under the same name, or for a new index whose
         prefix already holds records (indexes are schema, declared before data)."""
 
+    def define_indexes(self, specs: Sequence[IndexSpec]) -> None:
+        """:meth:`define_index` for each of ``specs`` in order (a remote store does it in one
+        round trip)."""
+        for spec in specs:
+            self.define_index(spec)
+
     @abstractmethod
     def indexes(self) -> dict[str, IndexSpec]:
         """The declared indexes by name."""

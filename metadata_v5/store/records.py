@@ -114,8 +114,7 @@ class StoreTxnRecords(TxnRecords):
     def __init__(self, store: MetadataStore, notify: Callable[[Callable[[], None]], None]) -> None:
         self.store = store
         self._notify = notify
-        for spec in INDEXES:
-            store.define_index(spec)
+        store.define_indexes(INDEXES)
         self._watches: dict[tuple[object, object], Watch] = {}
         self._ids: dict[int, tuple[int, int]] = {}  # tc -> (next, end of reserved block)
 

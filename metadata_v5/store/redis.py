@@ -253,18 +253,24 @@ end
 return out
 """
 
-# ARGV: prefix, name, spec JSON, index prefix
+# ARGV: prefix, then (name, spec JSON, index prefix) per index, defined in order; stops at the
+# first that is defined differently or whose prefix holds records ({status, detail, schema}).
 _DEFINE = r"""
 local P = ARGV[1]
-local cur = redis.call('HGET', P .. 'specs', ARGV[2])
-if cur then
-  if cur == ARGV[3] then return {'same'} end
-  return {'different', cur}
+local schema = redis.call('GET', P .. 'schema') or '0'
+for i = 2, #ARGV, 3 do
+  local name, spec, prefix = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local cur = redis.call('HGET', P .. 'specs', name)
+  if cur then
+    if cur ~= spec then return {'different', cur, schema, name} end
+  else
+    local first = redis.call('ZRANGEBYLEX', P .. 'keys', '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+    if #first > 0 then return {'nonempty', first[1], schema, name} end
+    redis.call('HSET', P .. 'specs', name, spec)
+    schema = tostring(redis.call('INCR', P .. 'schema'))
+  end
 end
-local first = redis.call('ZRANGEBYLEX', P .. 'keys', '[' .. ARGV[4], '(' .. ARGV[4] .. '\255', 'LIMIT', 0, 1)
-if #first > 0 then return {'nonempty', first[1]} end
-redis.call('HSET', P .. 'specs', ARGV[2], ARGV[3])
-return {'ok', tostring(redis.call('INCR', P .. 'schema'))}
+return {'ok', '', schema, ''}
 """
 
 # ARGV: prefix. The declared indexes, the schema version, the change stream's last entry id and
@@ -620,19 +626,29 @@ class RedisMetadataStore(MetadataStore):
     # -- indexes --
 
     def define_index(self, spec: IndexSpec) -> None:
-        text = spec.to_json()
-        known = self._specs.get(spec.name)
-        if known is not None and known.to_json() == text:
-            return  # the server would answer 'same': indexes are never dropped, so no round trip
-        res = self._rt(self._scripts["define"], args=[self.prefix, spec.name, text, spec.prefix], idempotent=False)
+        self.define_indexes([spec])
+
+    def define_indexes(self, specs: Sequence[IndexSpec]) -> None:
+        """All of ``specs`` in one script (one round trip); none if each is already defined
+        identically as far as this handle knows (indexes are never dropped)."""
+        todo = [(spec, spec.to_json()) for spec in specs]
+        todo = [(spec, text) for spec, text in todo
+                if (known := self._specs.get(spec.name)) is None or known.to_json() != text]
+        if not todo:
+            return
+        args = [self.prefix] + [x for spec, text in todo for x in (spec.name, text, spec.prefix)]
+        before = int(self._schema)
+        res = self._rt(self._scripts["define"], args=args, idempotent=False)
         if res[0] == "different":
-            raise ConfigError(f"index {spec.name} is already defined differently ({res[1]} vs {text})")
+            text = next(t for spec, t in todo if spec.name == res[3])
+            raise ConfigError(f"index {res[3]} is already defined differently ({res[1]} vs {text})")
         if res[0] == "nonempty":
-            raise ConfigError(f"index {spec.name}: records under {spec.prefix!r} exist; define indexes first")
-        if res[0] == "ok" and int(res[1]) == int(self._schema) + 1:
-            # only this definition came since our last load: the schema is ours plus it
-            self._specs[spec.name] = spec
-            self._schema = res[1]
+            prefix = next(spec.prefix for spec, _ in todo if spec.name == res[3])
+            raise ConfigError(f"index {res[3]}: records under {prefix!r} exist; define indexes first")
+        if int(res[2]) == before + len(todo):
+            # only these definitions came since our last load: the schema is ours plus them
+            self._specs.update((spec.name, spec) for spec, _ in todo)
+            self._schema = res[2]
             return
         self._load_schema()
 
