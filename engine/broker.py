@@ -193,7 +193,7 @@ class Broker:
         # What every publish waits for: the request hop, what the engine does on its path
         # (billed to the open request by the meter), the ledger append, the answer hop.
         bill = self._meter.bill
-        with self._ctx.request.opened() as request:  # engine calls on the way are billed to it
+        with self._ctx.request as request:  # engine calls on the way are billed to it
             bill("rpc")
             data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
             if txn is None:
