@@ -111,6 +111,34 @@ def headline(rows: Sequence[Any], crashed: bool, noise: float) -> list[Finding]:
     return out
 
 
+def ab_headline(changes: Sequence[Any], crashed: bool, noise: float, names: tuple[str, str]) -> list[Finding]:
+    """The per-question answers when each set holds one engine (``replay --engine v5`` twice, one
+    setting changed): the question's row of the A/B (values ``baseline``/``new``), each side named by
+    its run label, or by label and set when both sets use one label (``names``: the baseline's and
+    the new set's directory names)."""
+    by_id: dict[str, Any] = {}
+    for c in changes:
+        by_id.setdefault(c.row.id, c)
+    rows = []
+    for rid, change in by_id.items():
+        base, new = change.pair.split(" → ") if " → " in change.pair else (change.pair, change.pair)
+        label = ({"baseline": base, "new": new} if base != new  # the labels already carry the setting
+                 else {"baseline": f"{base} ({names[0]})", "new": f"{new} ({names[1]})"})
+        r = change.row
+        rows.append(_Relabelled(rid, r.unit, r.deterministic, {label[k]: v for k, v in r.values.items()}))
+    return headline(rows, crashed, noise)
+
+
+@dataclass(frozen=True)
+class _Relabelled:
+    """An A/B row as :func:`answer` reads an engine row: one value per (run, set)."""
+    id: str
+    unit: str
+    deterministic: bool
+    values: dict[str, float | None]
+    spread: None = None
+
+
 def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
     """One finding per scenario of a ``scenarios.json``: its question and the findings its code
     derived from its rows (virtual time: exact)."""

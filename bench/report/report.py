@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from bench.replay import registry
 from bench.report.abtest import Comparison, compare
-from bench.report.headline import context_line, headline, render_text, scenario_findings
+from bench.report.headline import ab_headline, context_line, headline, render_text, scenario_findings
 from bench.report.headline import render_markdown as render_headline_md
 from bench.replay.measure import METRICS
 from bench.report.model_vs_broker import comparison_rows, is_broker
@@ -477,6 +477,11 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
             "factor": list(comp.factor), "pairs": [{"design": p.design, "baseline": p.baseline, "new": p.new} for p in comp.pairs],
             "unmatched": list(comp.unmatched), "rows_compared": len(comp.rows), "verdict": comp.summary_line(),
             "changes": [{**_row_json(c.row), "pair": c.pair} for c in comp.changes]})
+    one_engine = len(main["manifest"].get("runs", {})) == 1
+    ab = next((c for c in comparisons if c.why_not is None), None)
+    if one_engine and ab is not None:  # nothing to rank within the set: answer each question by the A/B
+        findings = ab_headline(ab.rows, crashed, WALL_NOISE if wall else DETERMINISTIC_NOISE,
+                               (Path(ab.baseline).name, Path(ab.new).name))
     paced = [b for b in sets if is_broker(b) and not _asap(b)]
     for broker in (b for b in sets if is_broker(b) and (b in paced or not paced)):  # asap sets: saturation only
         for model in (m for m in sets if not is_broker(m)):

@@ -172,3 +172,17 @@ def test_polling_policies_compare_with_the_policy_as_the_factor(tmp_path: Path, 
     (comp,) = json.loads((tmp_path / "r" / "summary.json").read_text())["comparisons"]
     assert comp["comparable"] and comp["factor"] == ["polling: pulsar → spin"]
     assert [p["baseline"] for p in comp["pairs"]] == [p["new"] for p in comp["pairs"]]  # same labels: matched directly
+
+
+def test_one_engine_sets_answer_each_question_by_the_ab_not_nothing_to_compare(tmp_path: Path, trace: Path,
+                                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --engine v5`` once per variant: the headline ranks the two runs of the A/B."""
+    pip = tmp_path / "pip"
+    replay_trace(trace, [RunConfig(engine="v5", options={"variant": "pip"})], pip)
+    slow = _plant(pip, tmp_path / "slow", "v5-pip", "end_txn_us", 3.0)
+    assert _report(capsys, "--results", str(pip), str(slow), "--out", str(tmp_path / "r"))[0] == 0
+    headline = {h["metric"]: h for h in json.loads((tmp_path / "r" / "summary.json").read_text())["headline"]}
+    end = headline["end_txn_us.p50"]
+    assert end["winner"] == "v5-pip (pip)" and end["ratio"] == pytest.approx(3.0, rel=0.01)
+    assert "nothing to compare" not in (tmp_path / "r" / "report.md").read_text()
+    assert headline["commit_to_visible_us.p50"]["answer"].startswith("tie — identical")  # unchanged by the plant
