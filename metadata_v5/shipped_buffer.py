@@ -59,6 +59,11 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self._opts = opts
         self.stats = Counters()
         self._txns: dict[TxnID, TxnStatus] = {}  # tracked txns; OPEN until applied (L486-498)
+        # the OPEN ones, by first-tracked ordinal: a reconcile reads them in _txns' order without
+        # walking the decided txns kept until trimmed (on an untrimmed log: every txn ever seen)
+        self._open: dict[TxnID, int] = {}
+        self._ordinal: dict[TxnID, int] = {}
+        self._tracked_count = 0
         self._first: dict[TxnID, Position] = {}  # OPEN txns with a tracked first position, append order
         self._last: dict[TxnID, Position] = {}
         self._recovered_open: set[TxnID] = set()  # recoveryDiscoveredOpen: no positions known
@@ -86,7 +91,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             if header is None or header.state is not TxnStatus.OPEN:
                 state = TxnStatus.ABORTED if header is None else header.state  # missing = aborted (L352-355)
             else:
-                state = self._txns[txn] = TxnStatus.OPEN
+                state = self._track(txn, TxnStatus.OPEN)
         if state is not TxnStatus.OPEN:
             self.stats["rejected_not_open"] += 1
             raise TxnConflict(f"{self._segment}: {txn} is {state.value}, not open: TxnConflict")
@@ -122,7 +127,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         if self._closed:
             return
         self.stats["events"] += 1
-        tracked = [t for t, s in self._txns.items() if s is TxnStatus.OPEN]
+        tracked = sorted(self._open, key=self._open.__getitem__)
         decided: list[tuple[TxnID, TxnStatus]] = []
         with self._meter.batch() as took:  # the reads issued at once (FutureUtil.waitForAll)
             for txn in tracked:
@@ -171,7 +176,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         """State change first, then the durable steps (billed to the tail's tab, one after
         another)."""
         self._queued.discard(txn)
-        self._txns[txn] = state
+        self._track(txn, state)
         self._first.pop(txn, None)
         last = self._last.pop(txn, None)
         self._recovered_open.discard(txn)
@@ -193,6 +198,18 @@ class ShippedTransactionBuffer(TransactionBuffer):
         if last is not None:
             self._decided.append((last, txn))
         self._forget_trimmed()
+
+    def _track(self, txn: TxnID, state: TxnStatus) -> TxnStatus:
+        """Set a tracked txn's state, keeping the OPEN index in step."""
+        if txn not in self._txns:
+            self._ordinal[txn] = self._tracked_count
+            self._tracked_count += 1
+        self._txns[txn] = state
+        if state is TxnStatus.OPEN:
+            self._open[txn] = self._ordinal[txn]
+        else:
+            self._open.pop(txn, None)
+        return state
 
     def _persist_watermark(self) -> None:
         """``persistWatermarkIfAdvanced``: CAS the watermark if maxReadPosition passed it; on
@@ -234,6 +251,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             txn = self._decided.popleft()[1]
             if self._txns.get(txn) is not TxnStatus.OPEN:
                 self._txns.pop(txn, None)
+                self._ordinal.pop(txn, None)
             self.stats["decided_forgotten"] += 1
 
     def _prune_aborted(self) -> None:
@@ -279,10 +297,10 @@ class ShippedTransactionBuffer(TransactionBuffer):
             for txn, state in states.items():
                 if state is TxnStatus.OPEN:
                     if txn not in self._first:  # found open, position unknown
-                        self._txns[txn] = TxnStatus.OPEN
+                        self._track(txn, TxnStatus.OPEN)
                         self._recovered_open.add(txn)
                 elif self._txns.get(txn, TxnStatus.OPEN) is TxnStatus.OPEN:
-                    self._txns[txn] = TxnStatus.OPEN
+                    self._track(txn, TxnStatus.OPEN)
                     decided.append((txn, state))
             self.stats["recovered_open"] += len(self._recovered_open)
             self._recompute()
@@ -295,7 +313,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         return self._recovery
 
     def ongoing_txn_count(self) -> int:
-        return sum(1 for s in self._txns.values() if s is TxnStatus.OPEN)
+        return len(self._open)
 
     def close(self) -> None:
         self._closed = True
@@ -312,13 +330,15 @@ class ShippedTransactionBuffer(TransactionBuffer):
           first of them: ``recomputeMaxReadPositionLocked`` (L620-623) after every change.
         * maxReadPosition never passes the last entry (it is the LAC at most, L158).
         * recovered-open txns are OPEN; so are txns with a last position (both dropped when the
-          tail applies their outcome).
+          tail applies their outcome); the OPEN index holds exactly them, in tracking order.
         * the serial state tail (L486-498): a txn is in ``_queued`` exactly while its outcome
           waits on the tail; the watermark flag is set exactly while a persist waits on it; and
           the tail is never left waiting while idle (``_pump`` runs on every enqueue and every
           completion).
         """
         open_txns = {t for t, s in self._txns.items() if s is TxnStatus.OPEN}
+        in_order = [t for t in self._txns if t in open_txns]
+        assert sorted(self._open, key=self._open.__getitem__) == in_order, f"{self._segment}: OPEN index {self._open} vs {in_order}"
         assert self._max_read <= self._ledger.last_confirmed(), (
             f"{self._segment}: max read {self._max_read} beyond the last entry {self._ledger.last_confirmed()}")
         assert set(self._last) <= open_txns, f"{self._segment}: a finished txn keeps its last position"

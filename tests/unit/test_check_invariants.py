@@ -141,3 +141,11 @@ def test_shipped_buffer_check_finds_a_stale_watermark_flag() -> None:
     assert not tb._tail  # type: ignore[attr-defined]
     tb._watermark_queued = True  # type: ignore[attr-defined]  # a persist that never cleared it: coalesces all later ones away
     _planted(tb, s, "watermark flag is stale")
+
+
+def test_shipped_buffer_check_finds_an_open_txn_missing_from_the_open_index() -> None:
+    s = _v5("shipped")
+    txn = _busy(s)
+    tb = s.broker.transaction_buffer(T)
+    tb._open.pop(txn)  # type: ignore[attr-defined]  # a reconcile would never read its header again
+    _planted(tb, s, "OPEN index")
