@@ -80,6 +80,9 @@ class MemoryData:
         self._numeric: set[str] = set()
         # numeric index: (score, key) items; lexicographic: member items
         self.index: dict[str, DeferredSortedList] = {}
+        # lexicographic index: member -> its decoded entry, for the members in the index (a scan of
+        # a segment's op records decodes the same members again on every cleanup)
+        self.decoded: dict[str, dict[str, IndexEntry]] = {}
         # key -> {index name: (member, score)} for records with index entries: a write finds the
         # entries it replaces here instead of recomputing them from the old record
         self.entries: dict[str, dict[str, tuple[str, int]]] = {}
@@ -120,6 +123,7 @@ class MemoryData:
         if not new:  # a deleted record, or one that left every index: only removes
             for name, entry in old.items():
                 index[name].remove(self._item(name, entry))
+                self._forget(name, entry)
                 changes.append((name, entry, None))
             counters["index_writes"] += len(changes)
             return changes
@@ -131,6 +135,7 @@ class MemoryData:
             if o != nw:
                 if o is not None:
                     index[name].remove(self._item(name, o))
+                    self._forget(name, o)
                     writes += 1
                 if nw is not None:
                     index[name].add(self._item(name, nw))
@@ -138,6 +143,11 @@ class MemoryData:
             changes.append((name, o, nw))
         counters["index_writes"] += writes
         return changes
+
+    def _forget(self, name: str, entry: tuple[str, int]) -> None:
+        decoded = self.decoded.get(name)
+        if decoded is not None:
+            decoded.pop(entry[0], None)
 
     def scan(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool) -> builtins.list[IndexEntry]:
         if bounds.empty():
@@ -149,7 +159,14 @@ class MemoryData:
             it = sl.irange(lo, hi, inclusive=(True, False), reverse=reverse)
             return [IndexEntry(spec.name, score, key) for score, key in itertools.islice(it, limit)]
         it = sl.irange(bounds.lo, bounds.hi, inclusive=(True, False), reverse=reverse)
-        return [spec.decode(member, 0) for member in itertools.islice(it, limit)]
+        decoded = self.decoded[spec.name]
+        out = []
+        for member in itertools.islice(it, limit):
+            entry = decoded.get(member)
+            if entry is None:
+                entry = decoded[member] = spec.decode(member, 0)
+            out.append(entry)
+        return out
 
     # -- writes --
 
@@ -394,6 +411,8 @@ class MemoryData:
             if spec.numeric:
                 self._numeric.add(spec.name)
             self.index[spec.name] = DeferredSortedList()
+            if not spec.numeric:
+                self.decoded[spec.name] = {}
 
     def check(self) -> None:
         """Every index entry is produced by an existing record, and every record's entries are
@@ -412,6 +431,10 @@ class MemoryData:
                 sl._check()
                 assert list(sl) == sorted(expected[name]), (name, list(sl), sorted(expected[name]))
             assert set(self.index) == set(self.specs)
+            for name, decoded in self.decoded.items():  # the cache holds index members only, decoded right
+                members = set(self.index[name].sorted())
+                assert set(decoded) <= members, (name, set(decoded) - members)
+                assert all(e == self.specs[name].decode(m, 0) for m, e in decoded.items()), name
             assert set(self.entries) <= set(self.records), set(self.entries) - set(self.records)
             for prefix, n in self.seqs.items():
                 assert n >= 1, (prefix, n)
