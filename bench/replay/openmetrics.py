@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -108,9 +109,7 @@ def run_families(label: str, design: str, counts: Mapping[str, int], latency: Ma
 def _histogram(name: str, summary: Mapping[str, Any], values: list[str]) -> HistogramMetricFamily:
     base = name[:-3] if name.endswith("_us") else name
     h = HdrHistogram.decode(summary["hdr"])
-    # one walk of the histogram for every bound: a walk steps through every sub-bucket up to the
-    # largest value (millions of Python steps for a wide histogram), it was seconds per replay
-    recorded = [(item.value_iterated_to, item.count_at_value_iterated_to) for item in h.get_recorded_iterator()]
+    recorded = _recorded(h)
     buckets: list[tuple[str, float]] = []
     for bound in BUCKETS_S:
         buckets.append((repr(bound), float(_count_at_or_below(h, recorded, int(bound * 1e6)))))
@@ -119,6 +118,14 @@ def _histogram(name: str, summary: Mapping[str, Any], values: list[str]) -> Hist
                                 labels=LABELS)
     fam.add_metric(values, buckets, sum_value=summary["sum_us"] / 1e6)
     return fam
+
+
+def _recorded(h: HdrHistogram) -> list[tuple[int, int]]:
+    """What ``h.get_recorded_iterator()`` yields, (value iterated to, count) per non-empty bucket,
+    found with numpy: the iterator steps through every sub-bucket in Python (0.2 s per replay)."""
+    counts = np.ctypeslib.as_array(h.counts)[: h.counts_len]
+    return [(h.get_highest_equivalent_value(h.get_value_from_index(int(i))), int(counts[i]))
+            for i in np.flatnonzero(counts)]
 
 
 def _count_at_or_below(h: HdrHistogram, recorded: list[tuple[int, int]], value_us: int) -> int:

@@ -139,3 +139,17 @@ def test_a_negative_count_is_a_gauge_not_a_counter() -> None:
     samples = _samples(text)  # the parser refuses a negative counter: this one parses
     assert samples[("txnbench_count_signed", (("count", "ledger.bytes.marker"), ("design", "v4"), ("engine", "pulsar-v4")))] == -3
     assert samples[("txnbench_count_total", (("count", "deliveries"), ("design", "v4"), ("engine", "pulsar-v4")))] == 4
+
+
+def test_recorded_buckets_are_what_hdrs_recorded_iterator_yields() -> None:
+    """``_recorded`` finds the non-empty buckets with numpy; hdrh's own iterator is the oracle."""
+    from hdrh.histogram import HdrHistogram
+
+    from bench.replay.openmetrics import _recorded
+
+    h = HdrHistogram(1, 3_600_000_000, 3)
+    for v in (1, 2, 2, 999, 1_000, 1_001, 65_536, 1_234_567, 3_599_999_999):
+        h.record_value(v)
+    expected = [(i.value_iterated_to, i.count_at_value_iterated_to) for i in h.get_recorded_iterator()]
+    assert _recorded(h) == expected and sum(c for _, c in expected) == 9
+    assert _recorded(HdrHistogram(1, 1000, 2)) == []
