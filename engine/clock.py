@@ -241,7 +241,8 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
 
 
 # Quantile of each percentile name a profile may give (engine.profile): p0 is the minimum seen.
-PERCENTILES: Mapping[str, float] = {"p0": 0.0, "p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999, "max": 1.0}
+PERCENTILES: Mapping[str, float] = {"p0": 0.0, "p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999,
+                                     "max": 1.0}
 
 
 @dataclass(frozen=True)

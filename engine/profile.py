@@ -3,7 +3,7 @@
 A profile is one JSON file (``datasets/latency/NAME.json``; the format is the latency-profile
 contract, described in ``datasets/README.md``): ``name``, ``provenance`` (where, when and how it was
 measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_US`, each
-``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p99``/``p999``/``max``, at least
+``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
 ``p50``) and optional ``resources`` (``service_us``, ``concurrency``). A bad file is one
 :class:`ConfigError` naming the file and the key.
 """
@@ -165,7 +165,7 @@ def _is_int(v: Any) -> bool:
 
 def _distribution(spec: Any, key: str, bad: Any) -> Distribution:
     if not isinstance(spec, dict) or not spec:
-        raise bad(key, "expected {\"constant\": µs} or percentiles (p0, p50, p90, p99, p999, max)")
+        raise bad(key, "expected {\"constant\": µs} or percentiles (p0, p50, p90, p95, p99, p999, max)")
     if "constant" in spec:
         if len(spec) != 1:
             raise bad(key, "a constant has no percentiles beside it")

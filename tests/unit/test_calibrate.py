@@ -17,7 +17,7 @@ from engine.profile import LatencyProfile
 
 def test_percentiles_are_nearest_rank_values_that_were_seen() -> None:
     got = cal.percentiles(list(range(1, 1001)))
-    assert got == {"p0": 1, "p50": 500, "p90": 900, "p99": 990, "p999": 999, "max": 1000}
+    assert got == {"p0": 1, "p50": 500, "p90": 900, "p95": 950, "p99": 990, "p999": 999, "max": 1000}
 
 
 def test_calibrate_redis_writes_a_profile_of_the_metadata_operations(redis_url: str, tmp_path: Path,
@@ -108,3 +108,33 @@ def test_pulsar_append_comes_from_the_runs_own_topic_buckets() -> None:
     # ranks 5, 9, 9.9 of 10: inside (1, 5] ms at 3/6, then (5, 10] ms at 1/2 and 1.9/2
     assert (q, n, topic) == ({"p50": 3000, "p90": 7500, "p99": 9750}, 10, mine)
     assert cp.topic_write_quantiles(after, after) == ({}, 0, "")
+
+
+def test_pulsar_publish_summary_gives_every_exported_quantile_but_no_nan() -> None:
+    """``pulsar_broker_publish_latency`` as a broker exports it (ms, quantiles 0 ... 1): the append's
+    percentiles, p95 included; a quantile with no observation in the window (NaN) is left out."""
+    from bench.calibrate import calibrate_pulsar as cp
+
+    exported = {"0.0": 0.439, "0.5": 1.627, "0.95": 3.492, "0.99": 9.306, "0.999": 84.774, "0.9999": 84.774,
+                "1.0": 84.774}
+    after = {(cp.PUBLISH, (("cluster", "standalone"), ("quantile", q))): v for q, v in exported.items()}
+    assert cp.summary_quantiles(after, cp.PUBLISH) == {"p0": 439, "p50": 1627, "p95": 3492, "p99": 9306,
+                                                       "p999": 84774, "max": 84774}
+    stale = {k: float("nan") for k in after}
+    assert cp.summary_quantiles(stale, cp.PUBLISH) == {}
+
+
+def test_metadata_ops_in_the_lowest_bucket_spread_over_twice_their_mean_from_the_sum() -> None:
+    """90 ops of 0.1 ms (recorded 0 or 1 ms: their sum is 9 ms in expectation) and 10 of 2 ms:
+    the 1-ms bucket is spread over [0, 0.2] ms, the mean its ops' share of the sum gives."""
+    from bench.calibrate import calibrate_pulsar as cp
+
+    labels = (("type", "get"),)
+    cum = {"1.0": 90, "3.0": 100, "+Inf": 100}
+    after = {(cp.META + "_bucket", (*labels, ("le", le))): float(c) for le, c in cum.items()}
+    after[(cp.META + "_sum", labels)] = 90 * 0.1 + 10 * 2.0
+    q, n = cp.histogram_quantiles({}, after, cp.META, {"type": "get"}, lowest_from_sum=True)
+    # ranks 50 and 90 of the 90 in [0, 0.2] ms; rank 99 is 9/10 of the way through (1, 3] ms
+    assert n == 100 and q["p50"] == round(50 / 90 * 200) and q["p90"] == 200 and q["p99"] == 2800
+    plain, _ = cp.histogram_quantiles({}, after, cp.META, {"type": "get"})
+    assert plain["p50"] == round(50 / 90 * 1000) and plain["p99"] == 2800
