@@ -9,7 +9,9 @@ several repeats with their spread, and a difference inside the noise band is cal
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 # (question, row id, lower is better); the row ids are summary.json's (counts/latency keys)
@@ -144,6 +146,36 @@ def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
     derived from its rows (virtual time: exact)."""
     return [Finding(s["question"], " · ".join(s.get("findings", [])) or "no finding recorded.", None, None, None,
                     "exact (virtual time, deterministic)") for s in scenarios]
+
+
+def held_against_broker(rs: dict[str, Any]) -> str | None:
+    """How far the model's latencies held against a real broker with the profile this set ran:
+    the validation objects kept beside the profile (``datasets/validation/*.json``, written by
+    ``txnbench validate``) whose profile has the same sha256, the one with most goals met when
+    several. None when no model run used such a profile."""
+    profiles = {(c.get("latency_profile") or {}).get("sha256"): (c.get("latency_profile") or {}).get("path")
+                for c in (r.get("config", {}) for r in rs["manifest"].get("runs", {}).values())}
+    for sha, path in profiles.items():
+        if not sha or not path or rs["manifest"].get("target", {}).get("kind") == "pulsar":
+            continue
+        folder = Path(path).parent.parent / "validation"
+        found = []
+        for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                v = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(v, dict) and f"sha256 {sha[:12]}" in str(v.get("profile", "")):
+                met = str(v.get("tally", "")).split(" ")
+                found.append((int(met[0]) / max(1, int(met[2])) if len(met) > 2 and met[0].isdigit() and met[2].isdigit() else 0.0, f, v))
+        for _, f, v in sorted(found, key=lambda x: -x[0])[:1]:
+            name = lambda c: c["metric"] if c["metric"].startswith(c["design"]) else f"{c['design']} {c['metric']}"  # noqa: E731
+            missed = [f"{name(c)} ({c['error']:+.0%})" if c.get("error") is not None and c["section"] == "Latency"
+                      else name(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
+            tally = str(v.get("tally", "?")).replace("meet them", "meet the goals")
+            return (f"**Held against a real broker** with this profile (`{folder.name}/{f.name}`): {tally}"
+                    + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's." if missed else "."))
+    return None
 
 
 def context_line(rs: dict[str, Any]) -> str:

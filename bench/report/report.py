@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from bench.replay import registry
 from bench.report.abtest import Comparison, compare
-from bench.report.headline import ab_headline, context_line, headline, render_text, scenario_findings
+from bench.report.headline import ab_headline, context_line, headline, held_against_broker, render_text, scenario_findings
 from bench.report.headline import render_markdown as render_headline_md
 from bench.replay.measure import METRICS
 from bench.report.model_vs_broker import comparison_rows, is_broker
@@ -495,6 +495,9 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
                 extra.append(f"**Model vs broker ({design})** — factor: model → Pulsar "
                              f"{broker['manifest'].get('target', {}).get('version', '?')} broker: {agree} rows equal, "
                              f"{len(differs)} differ" + (f" ({', '.join(differs[:4])}{', …' if len(differs) > 4 else ''})." if differs else "."))
+    held = held_against_broker(main)
+    if held is not None:
+        extra.append(held)
     validation = validation_section(sets)
     if validation is not None:
         v, vsection = validation

@@ -110,3 +110,34 @@ def test_github_markdown_puts_the_summary_first_and_tables_in_details(report: Pa
     assert md.index("## What this run shows") < md.index("<details>")
     assert "](" not in md.replace("](#", "")  # no image or relative links
     assert md.count("<details>") == md.count("</details>") >= 3
+
+
+def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_path: Path) -> None:
+    """The default profile has a validation object beside it (datasets/validation/): the headline
+    quotes its tally and names every missed goal; a profile with none says nothing."""
+    import json as _json
+
+    from bench.replay.config import RunConfig
+    from bench.replay.runner import replay_trace
+    from bench.report.report import build
+    from engine.profile import LatencyProfile, resolve
+
+    root = Path(__file__).resolve().parents[2]
+    trace = root / "datasets" / "samples" / "small.parquet"
+    prof = LatencyProfile.load(resolve("pulsar-standalone-5.0.0-M1"))
+    held = [v for v in map(lambda f: _json.loads(f.read_text()), sorted((root / "datasets" / "validation").glob("*.json")))
+            if f"sha256 {prof.sha256[:12]}" in str(v.get("profile", ""))]
+    assert held, "the default profile ships with its validation against the broker"
+    missed = [c for c in held[0]["checks"] if c["verdict"] == "missed"]
+    replay_trace(trace, [RunConfig(engine="v5", latency=prof.to_latency_model(1), latency_profile=prof)], tmp_path / "r")
+    md = build([tmp_path / "r"], tmp_path / "out").markdown.read_text()
+    line = next(x for x in md.splitlines() if "Held against a real broker" in x)
+    assert held[0]["tally"].replace("meet them", "meet the goals") in line
+    assert all(c["metric"] in line for c in missed) and line.count("(") >= len(missed)
+
+    (tmp_path / "mine").mkdir()  # a profile of one's own: no validation beside it
+    plain = LatencyProfile.load(resolve("constants"))
+    (tmp_path / "mine" / "p.json").write_text(_json.dumps(plain.to_json()))
+    plain = LatencyProfile.load(tmp_path / "mine" / "p.json")
+    replay_trace(trace, [RunConfig(engine="v5", latency=plain.to_latency_model(1), latency_profile=plain)], tmp_path / "c")
+    assert "Held against a real broker" not in build([tmp_path / "c"], tmp_path / "out2").markdown.read_text()
