@@ -152,30 +152,46 @@ def held_against_broker(rs: dict[str, Any]) -> str | None:
     """How far the model's latencies held against a real broker with the profile this set ran:
     the validation objects kept beside the profile (``datasets/validation/*.json``, written by
     ``txnbench validate``) whose profile has the same sha256, the one with most goals met when
-    several. None when no model run used such a profile."""
-    profiles = {(c.get("latency_profile") or {}).get("sha256"): (c.get("latency_profile") or {}).get("path")
-                for c in (r.get("config", {}) for r in rs["manifest"].get("runs", {}).values())}
-    for sha, path in profiles.items():
-        if not sha or not path or rs["manifest"].get("target", {}).get("kind") == "pulsar":
+    several. None for a broker's set, or when no such object exists."""
+    if rs["manifest"].get("target", {}).get("kind") == "pulsar":
+        return None
+    for run in rs["manifest"].get("runs", {}).values():
+        prof = run.get("config", {}).get("latency_profile") or {}
+        if not prof.get("sha256") or not prof.get("path"):
             continue
-        folder = Path(path).parent.parent / "validation"
-        found = []
-        for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                v = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(v, dict) and f"sha256 {sha[:12]}" in str(v.get("profile", "")):
-                met = str(v.get("tally", "")).split(" ")
-                found.append((int(met[0]) / max(1, int(met[2])) if len(met) > 2 and met[0].isdigit() and met[2].isdigit() else 0.0, f, v))
-        for _, f, v in sorted(found, key=lambda x: -x[0])[:1]:
-            name = lambda c: c["metric"] if c["metric"].startswith(c["design"]) else f"{c['design']} {c['metric']}"  # noqa: E731
-            missed = [f"{name(c)} ({c['error']:+.0%})" if c.get("error") is not None and c["section"] == "Latency"
-                      else name(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
+        found = _validations(Path(prof["path"]).parent.parent / "validation", prof["sha256"])
+        if found:
+            name, v = max(found, key=lambda fv: _met_share(str(fv[1].get("tally", ""))))
+            missed = [_missed(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
             tally = str(v.get("tally", "?")).replace("meet them", "meet the goals")
-            return (f"**Held against a real broker** with this profile (`{folder.name}/{f.name}`): {tally}"
-                    + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's." if missed else "."))
+            return (f"**Held against a real broker** with this profile (`validation/{name}`): {tally}"
+                    + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's."
+                       if missed else "."))
     return None
+
+
+def _validations(folder: Path, sha256: str) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, validation object) of each object in ``folder`` made with that profile."""
+    out = []
+    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            v = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(v, dict) and f"sha256 {sha256[:12]}" in str(v.get("profile", "")):
+            out.append((f.name, v))
+    return out
+
+
+def _met_share(tally: str) -> float:
+    """"38 of 42 judged rows meet them" -> 38/42."""
+    words = tally.split()
+    return int(words[0]) / max(1, int(words[2])) if len(words) > 2 and words[0].isdigit() and words[2].isdigit() else 0.0
+
+
+def _missed(check: dict[str, Any]) -> str:
+    name = check["metric"] if check["metric"].startswith(check["design"]) else f"{check['design']} {check['metric']}"
+    return f"{name} ({check['error']:+.0%})" if check.get("error") is not None and check["section"] == "Latency" else name
 
 
 def context_line(rs: dict[str, Any]) -> str:
