@@ -18,7 +18,7 @@ mapped from the broker's metrics where one means the same thing:
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
   20 ... ms); inside the 1-ms bucket, over twice its ops' mean, which the histogram's sum gives
-  (:func:`histogram_quantiles`: RocksDB gets average ~0.05 ms here, not the 0.5 ms that plain
+  (:func:`histogram_quantiles`: RocksDB gets average 0.02-0.05 ms here, not the 0.5 ms that plain
   interpolation says); background ops of the broker are counted too.
 
 The rest (cursor.empty_read, meta.pipelined, meta.watch) cannot be measured from outside the broker
