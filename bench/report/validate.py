@@ -215,7 +215,12 @@ EXPLAINED: dict[tuple[str, str], tuple[Why, ...]] = {
         "(ProducerImpl.resendMessages) and deduplication is off (brokerDeduplicationEnabled=false): each "
         "extra stored copy is an entry the model, which stores each publish once, does not write; their "
         "deliveries are counted as deliveries.of_resent_copies (bench.pulsar.fold), at least one per copy stored "
-        "and delivered"), lambda model, broker: int(broker.get("deliveries.of_resent_copies", 0))),),
+        "and delivered; a copy of a message in a txn that aborted is stored and never delivered (the dispatcher "
+        "skips aborted txns' entries: AbstractBaseDispatcher.filterEntriesForConsumer, "
+        "TopicTransactionBuffer.isTxnAborted), so those copies are at most the aborted entries the model's "
+        "dispatchers skipped (dispatch.aborted_skipped)"),
+        lambda model, broker: int(broker.get("deliveries.of_resent_copies", 0))
+        + int(model.get("dispatch.aborted_skipped", 0))),),
     ("v4", "deliveries"): (Why("broker>model", _TXN_ACK_FIRST + _RESENT, _undelivered_here),
                            Why("broker<model", _TXN_ACK_FIRST_ON_THE_BROKER, _txn_acks_after)),
     ("v5", "deliveries"): (Why("broker>model", _TXN_ACK_FIRST + _RESENT, _undelivered_here),
