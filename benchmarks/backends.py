@@ -183,7 +183,7 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
             put = _rate(n, lambda: [store.put(k, {"a": "1", "b": str(i)}) for i, k in enumerate(keys)])
             raw_ns = ns + "raw:"
             script = store._scripts["batch"]
-            payloads = [_ops_json([Put(k, {"a": "1", "b": str(i)})], {}) for i, k in enumerate(keys)]
+            payloads = [_ops_json([Put(k, {"a": "1", "b": str(i)})], {}, []) for i, k in enumerate(keys)]
             client.script_load(script.script)
             raw_put = _rate(n, lambda: [client.evalsha(script.sha, 0, raw_ns, "0", p, 100_000, "", 1000)
                                         for p in payloads])

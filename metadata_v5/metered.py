@@ -224,6 +224,12 @@ class MeteredTxnRecords(TxnRecords):
         self.inner.delete_op(record)
         self._bill("meta.write", _M)
 
+    def delete_op_each(self, records: list[OpRecord]) -> None:
+        """One ``meta.write`` per record; the caller's ``meter.batch()`` makes them concurrent."""
+        self.inner.delete_op_each(records)
+        for _ in records:
+            self._bill("meta.write", _M)
+
     def count_events(self) -> int:
         return self.inner.count_events()
 

@@ -192,8 +192,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         mine = self._records.writes_scan(self._segment, txn)  # deleteWriteOpsForSegmentAndTxn
         self.stats["cleanup_scans"] += 1
         with self._meter.batch(None):  # the deletes are issued together
-            for rec in mine:
-                self._records.delete_op(rec)
+            self._records.delete_op_each(mine)
         self.stats["op_deletes"] += len(mine)
         if last is not None:
             self._decided.append((last, txn))

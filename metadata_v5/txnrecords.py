@@ -235,6 +235,11 @@ class TxnRecords(ABC):
     def delete_op(self, record: OpRecord) -> None:
         """``deleteIfExists`` of one op record (TxnMetadataStore L290-317: one call per record)."""
 
+    def delete_op_each(self, records: list[OpRecord]) -> None:
+        """:meth:`delete_op` of each record, the calls issued at once and waited for together."""
+        for record in records:
+            self.delete_op(record)
+
     @abstractmethod
     def count_events(self) -> int:
         """Participant event records in the store (5.0.1 never deletes them: D10)."""

@@ -562,6 +562,23 @@ class MetadataStore(ABC):
         assigns (``ValueError``, nothing written). A batch that changes anything takes
         one new revision. One round trip on Redis."""
 
+    def batches(self, groups: Sequence[Sequence[Op]]) -> builtins.list[builtins.list[OpResult]]:
+        """Independent batches issued at once (what Pulsar does with several futures it waits for
+        together): each applies all-or-nothing as by :meth:`batch`, in any order relative to the
+        others, and every one is attempted; the first failure (in ``groups`` order) is raised
+        after all were tried. One round trip on Redis (a pipeline), one result list per batch."""
+        out: builtins.list[builtins.list[OpResult]] = []
+        failed: Exception | None = None
+        for ops in groups:
+            try:
+                out.append(self.batch(ops))
+            except (MetadataError, ValueError) as e:
+                failed = failed or e
+                out.append([])
+        if failed is not None:
+            raise failed
+        return out
+
     def put(self, key: str, fields: Mapping[str, str], expected_version: int | None = None) -> Record:
         """Create or replace ``key`` (compare-and-set with ``expected_version``)."""
         result = self.batch([Put(key, fields, expected_version)])[0]

@@ -371,6 +371,10 @@ class StoreTxnRecords(TxnRecords):
     def delete_op(self, record: OpRecord) -> None:
         self.store.batch([Delete(record.key or sequential_key(op_prefix(record.txn), record.seq))])
 
+    def delete_op_each(self, records: list[OpRecord]) -> None:
+        # one store batch per record, as Pulsar's calls are (one round trip on Redis: a pipeline)
+        self.store.batches([[Delete(r.key or sequential_key(op_prefix(r.txn), r.seq))] for r in records])
+
     def count_events(self) -> int:
         return len(self.store.list_keys("/txn-pevents/"))
 

@@ -35,6 +35,10 @@ END_TXN's CAS), so each costs one round trip. Pulsar's store cannot do this (eac
 goes to the store there), so the meters (``reads``) still count every read the model issues, as
 the embedded store does; only ``round_trips`` shows what went to the server.
 
+Independent batches the engine issues at once (:meth:`RedisMetadataStore.batches`, e.g. the
+buffer's one delete per op record) go as one pipeline on the held connection: one round trip,
+each batch still its own script, counted as if sent one by one.
+
 Driver exceptions are translated in one place (:meth:`RedisMetadataStore._rt`), which also counts
 round trips. Writes are never retried (a lost reply could mean "applied"); reads are retried once
 on a fresh connection.
@@ -45,7 +49,7 @@ from __future__ import annotations
 import builtins
 
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import redis as redislib
@@ -64,6 +68,7 @@ DEFAULT_PREFIX = "txnbench:"
 DEFAULT_STREAM_MAXLEN = 100_000
 _XREAD_COUNT = 1000
 _CACHE_MAX = 100_000  # records an exclusive handle keeps; beyond, it starts again empty
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # json.dumps builds one per call
 
 # (url, prefix) -> the highest store revision any handle of this process has seen: an exclusive
 # handle's cache is current only while it has applied every change up to this revision
@@ -305,40 +310,43 @@ def _fields(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(it, it))
 
 
-def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec]) -> str:
+def _ops_json(ops: Sequence[Op], specs: dict[str, IndexSpec],
+              conds: Sequence[tuple[str, int]]) -> str:
+    """The batch script's request; ``ops`` are validated (:func:`validate_ops`) and ``conds`` are
+    their :func:`conditions`."""
     out: builtins.list[dict[str, Any]] = []
     for op in ops:
-        if isinstance(op, Check):
-            out.append({"t": "c", "k": op.key})
+        if isinstance(op, PutSequential):  # first: most writes are op records
+            # the key of a sequential put is not known yet: its prefix decides coverage and the
+            # script appends the key to the member (members are "<sort part><key>")
+            out.append(_write_item({"t": "q", "p": op.prefix}, op.prefix, op.fields, specs))
+        elif isinstance(op, Put):
+            out.append(_write_item({"t": "p", "k": op.key}, op.key, op.fields, specs))
         elif isinstance(op, Delete):
             out.append({"t": "d", "k": op.key})
-        elif isinstance(op, DeleteSequence):
-            out.append({"t": "ds", "p": op.prefix})
+        elif isinstance(op, Check):
+            out.append({"t": "c", "k": op.key})
         else:
-            fields = validate_fields(op.fields)
-            item: dict[str, Any]
-            if isinstance(op, Put):
-                # the key of a sequential put is not known yet: its prefix decides coverage and the
-                # script appends the key to the member (members are "<sort part><key>")
-                covered, item = op.key, {"t": "p", "k": op.key}
-            else:
-                covered, item = op.prefix, {"t": "q", "p": op.prefix}
-            entries = []
-            for spec in specs.values():
-                if not spec.covers(covered):
-                    continue
-                sk = spec.sort_key(fields)
-                if sk is None:
-                    continue
-                if isinstance(sk, int):
-                    entries.append([spec.name, "", str(sk)])
-                else:
-                    entries.append([spec.name, spec.encode(sk) + "\x00", "0"])
-            item["f"] = [x for kv in fields.items() for x in kv]
-            item["x"] = entries
-            out.append(item)
-    conds = [[k, str(v)] for k, v in conditions(ops)]
-    return json.dumps({"c": conds, "o": out}, ensure_ascii=False, separators=(",", ":"))
+            out.append({"t": "ds", "p": op.prefix})
+    return _encode({"c": [[k, str(v)] for k, v in conds], "o": out})
+
+
+def _write_item(item: dict[str, Any], covered: str, fields: Mapping[str, str],
+                specs: dict[str, IndexSpec]) -> dict[str, Any]:
+    entries = []
+    for spec in specs.values():
+        if not covered.startswith(spec.prefix):
+            continue
+        sk = spec.sort_key(fields)
+        if sk is None:
+            continue
+        if isinstance(sk, int):
+            entries.append([spec.name, "", str(sk)])
+        else:
+            entries.append([spec.name, spec.encode(sk) + "\x00", "0"])
+    item["f"] = [x for kv in fields.items() for x in kv]
+    item["x"] = entries
+    return item
 
 
 class RedisMetadataStore(MetadataStore):
@@ -442,6 +450,24 @@ class RedisMetadataStore(MetadataStore):
                 raise BackendUnavailable(f"redis at {self.url}: {e}") from e
         raise AssertionError("unreachable")
 
+    def _eval(self, name: str, *args: Any, idempotent: bool = True) -> Any:
+        """One of this module's scripts, by EVALSHA, through :meth:`_rt`."""
+        return self._rt(self._evalsha, self._scripts[name], args, idempotent=idempotent)
+
+    def _evalsha(self, script: Any, args: Sequence[Any]) -> Any:
+        """EVALSHA on the held connection: redis-py packs, sends and parses (hiredis) as for any
+        command, without the layers above (``Script`` -> ``evalsha`` -> ``execute_command`` ->
+        ``Retry``), which cost about 13 us a call on this machine (``benchmarks/backends.py``).
+        A server that lost the script (``SCRIPT FLUSH``) gets it again, as ``Script`` does."""
+        conn = self.client.connection
+        try:
+            conn.send_command("EVALSHA", script.sha, 0, *args)
+            return conn.read_response()
+        except redislib.exceptions.NoScriptError:
+            script.sha = self.client.script_load(script.script)
+            conn.send_command("EVALSHA", script.sha, 0, *args)
+            return conn.read_response()
+
     def _check_connection(self) -> None:
         """What redis-py's pool does at checkout, for the held connection: one the server closed
         (readable with nothing asked) is dropped before a command is sent on it, so a write is
@@ -475,7 +501,7 @@ class RedisMetadataStore(MetadataStore):
     def _load_schema(self, with_cursor: bool = False) -> None:
         if self._run_id is None:  # the server this handle starts with (see _check_same_server)
             self._check_same_server()
-        res = self._rt(self._scripts["schema"], args=[self.prefix])
+        res = self._eval("schema", self.prefix)
         flat = res[0]
         self._specs = {flat[i]: IndexSpec.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
         self._schema = res[1]
@@ -526,7 +552,7 @@ class RedisMetadataStore(MetadataStore):
             return self._cache[key]
         # read with the store revision and stream position: a watch on the same key registered
         # right after (the buffer's check-then-watch of a txn header) takes this snapshot
-        res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+        res = self._eval("get_watch", self.prefix, key)
         self._snapshot = (key, self._counters["round_trips"], res)
         self._counters["reads"] += 1
         record = _record(key, res[2])
@@ -550,7 +576,7 @@ class RedisMetadataStore(MetadataStore):
                 for k, r in zip(keys, res)]
 
     def list(self, prefix: str, *, limit: int | None = None) -> builtins.list[Record]:
-        flat = self._rt(self._scripts["list"], args=[self.prefix, prefix, -1 if limit is None else limit])
+        flat = self._eval("list", self.prefix, prefix, -1 if limit is None else limit)
         self._counters["lists"] += 1
         out = []
         for i in range(0, len(flat), 2):
@@ -562,50 +588,113 @@ class RedisMetadataStore(MetadataStore):
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
-        return self.raw_batch(ops)
+        return self._batch(ops)
 
     def raw_batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops, user=False)
+        return self._batch(ops)
+
+    def _batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
+        conds = conditions(ops)
+        payload = _ops_json(ops, self._specs, conds)  # ValueError here: nothing sent
         for attempt in (1, 2):
-            payload = _ops_json(ops, self._specs)  # ValueError here: nothing sent
             # with live watches the reply also carries the change stream after our cursor
             cursor = self._cursor if self._hub.has_watches() else ""
-            res = self._rt(self._scripts["batch"], args=[self.prefix, self._schema, payload, self.stream_maxlen,
-                                                         cursor, _XREAD_COUNT], idempotent=False)
+            res = self._eval("batch", self.prefix, self._schema, payload, self.stream_maxlen, cursor,
+                             _XREAD_COUNT, idempotent=False)
             if res[0] == "schema" and attempt == 1:
                 self._load_schema()
+                payload = _ops_json(ops, self._specs, conds)
                 continue
             break
-        if res[0] == "dup":
-            raise ValueError(f"batch writes {res[1]!r} twice")
-        if res[0] == "schema":
-            raise MetadataError(f"redis at {self.url}: index schema keeps changing under this client")
-        if res[0] == "conflict":
-            self._cache.clear()  # a condition failed: what this handle believed is not what is stored
-            self._counters["cas_conflict"] += 1
-            raise condition_error(res[1], int(res[2]), int(res[3]) if res[3] != "" else None)
+        return self._applied(ops, conds, res, cursor)
+
+    def batches(self, groups: Sequence[Sequence[Op]]) -> builtins.list[builtins.list[OpResult]]:
+        """One pipeline (no MULTI: the batches are independent) of one batch script per group;
+        only the last asks for the change stream, which then holds every group's entry. A group
+        the server refused unapplied (index schema moved, script flushed) goes again on its own."""
+        if len(groups) < 2:
+            return [self.batch(ops) for ops in groups]
+        for ops in groups:
+            validate_ops(ops)
+        conds = [conditions(ops) for ops in groups]
+        payloads = [_ops_json(ops, self._specs, c) for ops, c in zip(groups, conds)]
+        cursor = self._cursor if self._hub.has_watches() else ""
+        sha = self._scripts["batch"].sha
+
+        def run() -> builtins.list[Any]:
+            # pipelined on the held connection: every command is sent before the first reply is read
+            conn = self.client.connection
+            conn.send_packed_command(conn.pack_commands([
+                ("EVALSHA", sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
+                 cursor if i == len(payloads) - 1 else "", _XREAD_COUNT) for i, payload in enumerate(payloads)]))
+            replies = []
+            for _ in payloads:
+                try:
+                    replies.append(conn.read_response())
+                except redislib.exceptions.ResponseError as e:  # this command's error reply
+                    replies.append(e)
+            return replies
+
+        replies = self._rt(run, idempotent=False)
+        out: builtins.list[builtins.list[OpResult]] = []
+        failed: Exception | None = None
+        for i, (ops, res) in enumerate(zip(groups, replies)):
+            try:
+                if isinstance(res, redislib.exceptions.NoScriptError) or (isinstance(res, list) and res[0] == "schema"):
+                    out.append(self._batch(ops))  # not applied: the script did not run or changed nothing
+                    continue
+                if isinstance(res, Exception):
+                    raise MetadataError(f"redis at {self.url}: {res}")
+                out.append(self._applied(ops, conds[i], res, cursor if i == len(groups) - 1 else ""))
+            except (MetadataError, ValueError) as e:
+                failed = failed or e
+                out.append([])
+        if failed is not None:
+            raise failed
+        return out
+
+    def _applied(self, ops: Sequence[Op], conds: Sequence[tuple[str, int]], res: builtins.list[Any],
+                 cursor: str) -> builtins.list[OpResult]:
+        """A batch script's reply: results, counters, cache, and the change stream it carried."""
+        if res[0] != "ok":
+            self._failed(res)
         c = self._counters
-        nchanges, nindex = int(res[2]), int(res[3])
-        results = [OpResult(res[i], int(res[i + 1]) if res[i + 1] != "" else None) for i in range(6, len(res), 2)]
+        results = [OpResult(k, int(v) if v != "" else None) for k, v in zip(res[6::2], res[7::2])]
         c["batches"] += 1
-        c["writes"] += nchanges
-        c["index_writes"] += nindex
-        c["seq_allocs"] += sum(1 for op in ops if isinstance(op, PutSequential))
-        if conditions(ops):
+        c["writes"] += int(res[2])
+        c["index_writes"] += int(res[3])
+        written = []
+        for op, r in zip(ops, results):
+            if isinstance(op, PutSequential):
+                c["seq_allocs"] += 1
+            elif isinstance(op, (Check, DeleteSequence)):
+                continue
+            if not r.key.startswith(RESERVED_PREFIX):
+                written.append(r.key)
+        if conds:
             c["cas_ok"] += 1
-        written = [r.key for op, r in zip(ops, results)
-                   if not isinstance(op, (Check, DeleteSequence)) and not r.key.startswith(RESERVED_PREFIX)]
-        if count_partitions(written) > 1:
+        if len(written) > 1 and count_partitions(written) > 1:
             c["multi_partition_batches"] += 1
         if res[1] != "":
             self._wrote(ops, results, int(res[1]), res[5])
         if cursor:
             entries = _arr(res[4])
-            self._take([(sid, _fields(flat)) for sid, flat in entries])
+            self._take(entries)
             # the reply holds every change up to this write: a poll now has nothing more to ask
             self._fresh = len(entries) < _XREAD_COUNT
         self._arm_poll()
         return results
+
+    def _failed(self, res: builtins.list[Any]) -> None:
+        if res[0] == "dup":
+            raise ValueError(f"batch writes {res[1]!r} twice")
+        if res[0] == "schema":
+            raise MetadataError(f"redis at {self.url}: index schema keeps changing under this client")
+        assert res[0] == "conflict", res
+        self._cache.clear()  # a condition failed: what this handle believed is not what is stored
+        self._counters["cas_conflict"] += 1
+        raise condition_error(res[1], int(res[2]), int(res[3]) if res[3] != "" else None)
 
     def _wrote(self, ops: Sequence[Op], results: builtins.list[OpResult], rev: int, stream_id: str) -> None:
         """This handle's batch made revision ``rev``: its records are current at ``rev``; the rest of
@@ -638,7 +727,7 @@ class RedisMetadataStore(MetadataStore):
             return
         args = [self.prefix] + [x for spec, text in todo for x in (spec.name, text, spec.prefix)]
         before = int(self._schema)
-        res = self._rt(self._scripts["define"], args=args, idempotent=False)
+        res = self._eval("define", *args, idempotent=False)
         if res[0] == "different":
             text = next(t for spec, t in todo if spec.name == res[3])
             raise ConfigError(f"index {res[3]} is already defined differently ({res[1]} vs {text})")
@@ -674,9 +763,9 @@ class RedisMetadataStore(MetadataStore):
             hi = "+" if bounds.hi is None else "(" + str(bounds.hi)
         if bounds.empty():
             lo, hi = ("+inf", "-inf") if bounds.numeric else ("+", "-")
-        res = self._rt(self._scripts["range"], args=[
-            self.prefix, spec.name, "1" if spec.numeric else "0", "1" if reverse else "0", lo, hi,
-            -1 if limit is None else limit, "1" if records else "0"])
+        res = self._eval(
+            "range", self.prefix, spec.name, "1" if spec.numeric else "0", "1" if reverse else "0", lo, hi,
+            -1 if limit is None else limit, "1" if records else "0")
         items = res[2]
         entries = [spec.decode(items[i], int(float(items[i + 1]))) for i in range(0, len(items), 2)]
         recs = []
@@ -726,7 +815,7 @@ class RedisMetadataStore(MetadataStore):
         if snap is not None and snap[0] == key and snap[1] == self._counters["round_trips"]:
             res = snap[2]  # this handle's last round trip read the key: a watch from that instant
         else:
-            res = self._rt(self._scripts["get_watch"], args=[self.prefix, key])
+            res = self._eval("get_watch", self.prefix, key)
         rev = int(res[0])
         self._registering(res[1], rev)
         return self._hub.add(Watch(callback, _record(key, res[2]), rev, key=key))
@@ -775,35 +864,44 @@ class RedisMetadataStore(MetadataStore):
                 block = None
         return self._hub.drain()
 
-    def _take(self, entries: builtins.list[tuple[str, dict[str, str]]]) -> None:
+    def _take(self, entries: builtins.list[tuple[str, Any]]) -> None:
+        """Apply change-stream entries: ``(id, fields)``, the fields a dict (XREAD through redis-py)
+        or flat as the batch script returns them (``r``, revision, ``c``, changes: see XADD)."""
         changes: builtins.list[Change] = []
+        hub, exclusive = self._hub, self.exclusive
+        ranges = hub.has_range_watches()
         for stream_id, data in entries:
-            rev = int(data["r"])
-            first = len(changes)
+            rev_s, body = (data["r"], data["c"]) if isinstance(data, dict) else (data[1], data[3])
+            rev = int(rev_s)
+            if rev <= self._last_rev:
+                continue  # taken already (a pipelined group that went again read past it)
             if rev > self._last_rev + 1:
                 raise MetadataError(
                     f"redis at {self.url}: change stream lost events (revisions {self._last_rev + 1}..{rev - 1} "
                     f"were trimmed before this client read them; raise stream_maxlen)")
-            for key, kind, flat, ixlog in json.loads(data["c"]):
+            mine = exclusive and rev > self._known_rev  # a change this handle has not applied
+            if mine:
+                if rev != self._known_rev + 1:
+                    self._cache.clear()
+                self._known_rev, self._known_id = rev, stream_id
+            for key, kind, flat, ixlog in json.loads(body):
                 fields = None
                 if kind == "p":
                     it = iter(_arr(flat))
                     fields = dict(zip(it, it))
+                if mine:
+                    self._keep(key, None if fields is None else Record(key, fields, rev))
+                if not (ranges or hub.may_want(key)):
+                    continue  # nobody here watches it (most changes are op records)
                 index = [(name, None if om is False else (om, int(float(os))),
                           None if nm is False else (nm, int(float(ns))))
-                         for name, om, os, nm, ns in _arr(ixlog)]
+                         for name, om, os, nm, ns in _arr(ixlog)] if ranges else []
                 changes.append(Change(key, ChangeKind.PUT if kind == "p" else ChangeKind.DELETE, rev, fields, index))
-            if self.exclusive and rev > self._known_rev:  # a change this handle has not applied
-                if rev != self._known_rev + 1:
-                    self._cache.clear()
-                self._known_rev, self._known_id = rev, stream_id
-                for change in changes[first:]:
-                    self._keep(change.key, None if change.fields is None else Record(change.key, change.fields, rev))
             self._seen(rev, stream_id)
             self._cursor = stream_id
             self._last_rev = rev
         if changes:
-            self._hub.on_changes(changes)
+            hub.on_changes(changes)
 
     # -- lifecycle --
 

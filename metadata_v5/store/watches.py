@@ -90,6 +90,8 @@ class WatchHub:
 
     def add(self, watch: Watch) -> Watch:
         with self._lock:
+            if not watch.active:  # cancelled before it was added: nothing to hold
+                return watch
             if watch.key is not None:
                 self._points.setdefault(watch.key, []).append(watch)
             else:
@@ -128,24 +130,16 @@ class WatchHub:
         watch (a cheap filter for adapters: most writes are op records nobody watches by key)."""
         return not self.closed and (key in self._points or bool(self._ranges))
 
+    def has_range_watches(self) -> bool:
+        return bool(self._ranges)
+
     def range_watches(self) -> builtins.list[Watch]:
         with self._lock:
-            self._prune()
             return [w for ws in self._ranges.values() for w in ws]
 
     def has_watches(self) -> bool:
-        with self._lock:
-            self._prune()
-            return bool(self._points or self._ranges)
-
-    def _prune(self) -> None:
-        for table in (self._points, self._ranges):
-            for name in [n for n, ws in table.items() if not all(w.active for w in ws)]:
-                alive = [w for w in table[name] if w.active]
-                if alive:
-                    table[name] = alive
-                else:
-                    del table[name]
+        # every watch the tables hold is live: a cancel removes its watch at once (_discard)
+        return bool(self._points or self._ranges)
 
     def on_changes(self, changes: Iterable[Change], specs: Mapping[str, IndexSpec] | None = None,
                    range_watches: bool = True) -> None:

@@ -190,6 +190,44 @@ def test_batch_is_all_or_nothing(store: MetadataStore) -> None:
     store._check()
 
 
+def test_batches_apply_each_on_its_own_and_raise_the_first_failure_after_trying_all(factory: Factory) -> None:
+    store, other = factory.open(), factory.open()
+    for spec in SPECS:
+        store.define_index(spec)
+    events: list[WatchEvent] = []
+    other.watch("/txn/{2}", events.append)
+    v1 = txn(store, "1")
+    res = store.batches([[Put("/txn/{1}", {"state": "COMMITTED", "timeout_ms": "100", "finalized_ms": "3"}, v1)],
+                         [Put("/txn/{2}", {"state": "OPEN", "timeout_ms": "7"})],
+                         [PutSequential("/txn-op/{1}/", {"kind": "write", "segment": "s", "txn": "1"}),
+                          Delete("/txn/{9}")]])
+    assert [len(r) for r in res] == [1, 1, 2]
+    assert res[0][0].version is not None and res[0][0].version > v1 and res[2][1].version is None
+    assert store.get("/txn/{2}") is not None and [e.key for e in store.query(WRITES.name, prefix=("s",))] == [res[2][0].key]
+    settle(other)
+    assert [e.fields for e in events] == [{"state": "OPEN", "timeout_ms": "7"}]
+    # a failing batch refuses only itself: the ones before and after it are applied
+    with pytest.raises(BadVersion):
+        store.batches([[Delete("/txn/{2}")], [Put("/txn/{1}", {"state": "ABORTED", "timeout_ms": "1"}, v1)],
+                       [Put("/txn/{3}", {"state": "OPEN", "timeout_ms": "9"})]])
+    assert store.get("/txn/{2}") is None and store.get("/txn/{3}") is not None
+    assert store.get("/txn/{1}").fields["state"] == "COMMITTED"  # type: ignore[union-attr]
+    assert store.batches([]) == [] and len(store.batches([[Delete("/txn/{3}")]])) == 1
+    settle(other)
+    assert [e.kind for e in events] == [ChangeKind.PUT, ChangeKind.DELETE]
+    # counted as the same batches one by one (only round trips may differ)
+    s0 = store.stats()
+    store.batches([[Put("/y/1", {"n": "1"})], [Put("/y/2", {"n": "2"})], [Delete("/y/0")]])
+    s1 = store.stats()
+    store.batch([Put("/y/3", {"n": "3"})])
+    store.batch([Put("/y/4", {"n": "4"})])
+    store.batch([Delete("/y/5")])
+    s2 = store.stats()
+    assert {k: s1[k] - s0[k] for k in s0 if k != "round_trips"} == {k: s2[k] - s1[k] for k in s0 if k != "round_trips"}
+    assert s1["batches"] > s0["batches"]
+    store._check()
+
+
 def test_sequential_keys(store: MetadataStore) -> None:
     a = [store.put_sequential("/txn-op/{7}/", {"kind": "ack"}).key for _ in range(12)]
     b = store.put_sequential("/txn-op/{8}/", {"kind": "ack"}).key
@@ -579,8 +617,35 @@ def test_redis_round_trips_per_operation(redis_url: str) -> None:
         rt("poll_watches", s.poll_watches)
         rt("gc batch", lambda: s.batch([Delete(k) for k in s.list_keys("/txn-op/{1}/")]
                                        + [Delete("/txn/{1}"), DeleteSequence("/txn-op/{1}/")]))
+        rt("4 batches issued at once", lambda: s.batches([[Delete(f"/x/{i}")] for i in range(4)]))
         assert all(n == 1 for name, n in counts.items() if name != "gc batch"), counts
         assert counts["gc batch"] == 2  # the list, then one batch
+        assert s.stats()["batches"] == 4 + 4  # header, op record, CAS, gc; then one pipeline, each batch counted
+    finally:
+        f.close()
+
+
+@pytest.mark.redis
+def test_redis_pipelined_batches_the_server_refused_unapplied_go_again(redis_url: str) -> None:
+    """A pipeline whose scripts the server flushed, or whose index schema another handle moved,
+    is refused unapplied: each batch goes again on its own and lands once, indexed."""
+    import redis as redislib
+
+    f = Factory("redis", redis_url)
+    try:
+        a, b = f.open(), f.open()
+        a.define_index(DEADLINE)
+        redislib.Redis.from_url(redis_url).script_flush()
+        res = a.batches([[Put("/txn/{1}", {"state": "OPEN", "timeout_ms": "5"})],
+                         [Put("/txn/{2}", {"state": "OPEN", "timeout_ms": "6"})]])
+        assert [e.key for e in b.query(DEADLINE.name)] == ["/txn/{1}", "/txn/{2}"] and res[0][0].version
+        late = IndexSpec("late", "/later/", ("f",))
+        b.define_index(late)  # a's schema is now behind: its scripts refuse to write
+        before = a.stats()["batches"]
+        a.batches([[Put("/later/x", {"f": "2"})], [Put("/later/y", {"f": "1"})]])
+        assert a.stats()["batches"] - before == 2
+        assert [e.key for e in b.query(late.name)] == ["/later/y", "/later/x"]  # indexed: a learnt the schema
+        a._check()
     finally:
         f.close()
 
