@@ -480,6 +480,10 @@ class Broker:
         if self._engine is not None:
             total.update(self._engine.stats())
         total.update(self._meter.billed.prefixed("billed."))  # what the meter billed, per kind
+        local, run = self._meter.capacity_stats()
+        total.update({f"capacity.{k}": v for k, v in local.items()})
+        for k, v in run.items():  # the run's own figures, not added to a crashed broker's retired copy
+            total[f"capacity.{k}"] = v
         return total
 
     def backlog(self) -> dict[str, int]:

@@ -16,7 +16,7 @@ a slot freed earlier: a small approximation of FIFO, exact for one caller at a t
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import weakref
 from typing import Mapping
 
@@ -26,27 +26,74 @@ PER_RUN = frozenset({"metadata", "bookie"})  # shared by every broker of a run
 
 
 class Resource:
-    """One resource's slots: a heap of the instants each slot is next free."""
+    """One resource's slots, each a calendar of the blocks it is busy (sorted, merged): a request
+    takes the earliest gap at or after its issue instant that holds its service time, on any slot.
+    Engine code issues a serial chain's later calls when it bills the chain, for instants still to
+    come; a calendar keeps the time before such a booking free for requests issued earlier, where
+    a slot's next-free instant alone would count the slot busy from now on (and, under load, queue
+    everything behind bookings far ahead)."""
 
-    __slots__ = ("spec", "_free", "busy_us", "queued_us", "requests")
+    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests")
 
     def __init__(self, spec: ResourceSpec) -> None:
         self.spec = spec
-        self._free = [0] * spec.concurrency
+        self._starts: list[list[int]] = [[] for _ in range(spec.concurrency)]
+        self._ends: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self.busy_us = 0  # service time summed over requests
         self.queued_us = 0  # time requests waited for a slot, summed
         self.requests = 0
 
-    def admit(self, at_us: int, latency_us: int) -> int:
+    def admit(self, at_us: int, latency_us: int, now_us: int | None = None) -> int:
         """A request issued at ``at_us`` taking ``latency_us`` once served: returns how long
-        after ``at_us`` it completes (its wait for a slot plus its latency)."""
-        free = self._free
-        start = free[0] if free[0] > at_us else at_us
-        heapq.heapreplace(free, start + self.spec.service_us)
+        after ``at_us`` it completes (its wait for a slot plus its latency). ``now_us``: no later
+        request is issued before it (blocks that ended by then are forgotten)."""
+        service = self.spec.service_us
+        if service is None:  # the request's own latency is the work (see ResourceSpec)
+            service = latency_us
+        best, best_slot = -1, 0
+        for k, (starts, ends) in enumerate(zip(self._starts, self._ends)):
+            if now_us is not None and ends and ends[0] <= min(now_us, at_us):
+                gone = bisect.bisect_right(ends, min(now_us, at_us))
+                del starts[:gone], ends[:gone]
+            start = _fit(starts, ends, at_us, service)
+            if best < 0 or start < best:
+                best, best_slot = start, k
+                if start == at_us:
+                    break
+        _book(self._starts[best_slot], self._ends[best_slot], best, best + service)
         self.requests += 1
-        self.busy_us += self.spec.service_us
-        self.queued_us += start - at_us
-        return start - at_us + latency_us
+        self.busy_us += service
+        self.queued_us += best - at_us
+        return best - at_us + latency_us
+
+
+def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:
+    """The earliest start >= ``at`` with ``service`` free before the next block."""
+    i = bisect.bisect_right(ends, at)  # the first block still busy after ``at``
+    start = at
+    while i < len(starts):
+        if starts[i] >= start + service:
+            return start
+        if ends[i] > start:
+            start = ends[i]
+        i += 1
+    return start
+
+
+def _book(starts: list[int], ends: list[int], start: int, end: int) -> None:
+    """Add the busy block [start, end), merged with the blocks it touches."""
+    if start == end:
+        return
+    i = bisect.bisect_left(starts, start)
+    if i > 0 and ends[i - 1] == start:  # continues the block before
+        i -= 1
+        ends[i] = end
+    else:
+        starts.insert(i, start)
+        ends.insert(i, end)
+    if i + 1 < len(starts) and starts[i + 1] == end:  # and touches the one after
+        ends[i] = ends[i + 1]
+        del starts[i + 1], ends[i + 1]
 
 
 class Capacity:
@@ -61,6 +108,8 @@ class Capacity:
         spec = self._specs.get(name)
         if spec is None:
             return None
+        if spec.shared:
+            key = ""
         res = self._resources.get((name, key))
         if res is None:
             res = self._resources[(name, key)] = Resource(spec)

@@ -286,14 +286,28 @@ RESOURCE_NAMES = ("metadata", "bookie", "coordinator", "dispatch")
 
 @dataclass(frozen=True)
 class ResourceSpec:
-    """One shared resource: busy ``service_us`` per request, serving ``concurrency`` at once."""
+    """One shared resource: busy ``service_us`` per request, serving ``concurrency`` at once.
 
-    service_us: int
+    ``service_us=None``: each request holds its slot for its own latency (a store that runs the
+    operation on the caller's thread, as RocksdbMetadataStore does: the latency is the work).
+    ``shared``: one instance for the whole run whatever the caller's key (a standalone's single
+    bookie, whose one journal every ledger writes through) instead of one per key. ``kinds``: the
+    operation kinds that go through it (None: all); the others run beside it (RocksDB: reads
+    take no part in the writes' commit queue)."""
+
+    service_us: int | None
     concurrency: int
+    shared: bool = False
+    kinds: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
-        if self.service_us < 0 or self.concurrency < 1:
+        if (self.service_us is not None and self.service_us < 0) or self.concurrency < 1:
             raise ConfigError(f"resource spec needs service_us >= 0 and concurrency >= 1, got {self}")
+
+    def describe(self) -> str:
+        service = "its latency" if self.service_us is None else f"{self.service_us} µs"
+        return (f"service {service} x{self.concurrency}" + (", one per run" if self.shared else "")
+                + (f", {'/'.join(sorted(self.kinds))} only" if self.kinds is not None else ""))
 
 
 class _Constants(dict[str, int]):

@@ -146,11 +146,13 @@ class Meter:
             return took
         top = tabs[-1] if tabs else None
         res = self._resource(resource, key)
+        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
+            res = None  # a kind the resource does not serve: runs beside its queue
         took = 0
         for _ in range(times):
             lat = of(kind)
             if res is not None:
-                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat)
+                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat, self._now())
             if top is not None:
                 top.add(lat)
             took += lat
@@ -192,7 +194,7 @@ class Meter:
             return 0
         tabs = self._tabs
         tab = tabs[-1] if tabs else None
-        took = res.admit(tab.issue_at() if tab is not None else self._now(), res.spec.service_us)
+        took = res.admit(tab.issue_at() if tab is not None else self._now(), res.spec.service_us or 0, self._now())
         if tab is not None:
             tab.add(took)
         return took
@@ -206,10 +208,12 @@ class Meter:
         if times == 1 and (self._run is None or resource is None):
             return of(kind)
         res = self._resource(resource, key) if resource is not None and self._run is not None else None
+        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
+            res = None
         took = 0
         for _ in range(times):
             lat = of(kind)
-            took += res.admit(self._now() + took, lat) if res is not None else lat
+            took += res.admit(self._now() + took, lat, self._now()) if res is not None else lat
         return took
 
     def tab(self) -> Tab:
@@ -226,14 +230,11 @@ class Meter:
         """Calls issued at once (see the module doc), one call of the enclosing tab."""
         return Tab(self, None if each_further is None else self.of(each_further), join=True)
 
-
-    def capacity_stats(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for cap in (self._run, self._local):
-            if cap is not None:
-                for k, v in cap.stats().items():
-                    out[k] = out.get(k, 0) + v
-        return out
+    def capacity_stats(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per resource: requests, busy and queued µs: (this broker's resources, the run's,
+        which every broker of the run shares and so counts since the run started)."""
+        return (self._local.stats() if self._local is not None else {},
+                self._run.stats() if self._run is not None else {})
 
 
 def billed_counts(meters: Any) -> Counters:

@@ -4,7 +4,8 @@ A profile is one JSON file (``datasets/latency/NAME.json``; the format is the la
 contract, described in ``datasets/README.md``): ``name``, ``provenance`` (where, when and how it was
 measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_US`, each
 ``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
-``p50``) and optional ``resources`` (``service_us``, ``concurrency``). A bad file is one
+``p50``) and optional ``resources`` (``service_us`` µs or ``"latency"``, ``concurrency``, optional
+``shared``: see :class:`engine.clock.ResourceSpec`). A bad file is one
 :class:`ConfigError` naming the file and the key.
 """
 
@@ -21,6 +22,7 @@ from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, Latenc
 from engine.errors import ConfigError
 
 RESOURCES = ("metadata", "bookie", "coordinator", "dispatch")  # the contract's shared resources
+SERVED = ("coordinator",)  # billed by Meter.serve: a fixed service time, no latency of its own
 CONSTANTS_NAME = "constants"
 
 
@@ -90,14 +92,26 @@ class LatencyProfile:
             key = f"resources.{rname}"
             if rname not in RESOURCES:
                 raise bad(key, f"unknown resource; expected {', '.join(RESOURCES)}")
-            if not isinstance(spec, dict) or set(spec) != {"service_us", "concurrency"}:
-                raise bad(key, "expected an object with service_us and concurrency")
-            service, conc = spec["service_us"], spec["concurrency"]
-            if not _is_int(service) or service < 0:
-                raise bad(f"{key}.service_us", f"expected an integer >= 0 (µs), got {service!r}")
+            if not isinstance(spec, dict) or not {"service_us", "concurrency"} <= set(spec) <= {
+                    "service_us", "concurrency", "shared", "kinds"}:
+                raise bad(key, "expected an object with service_us, concurrency and optionally shared, kinds")
+            service, conc, shared = spec["service_us"], spec["concurrency"], spec.get("shared", False)
+            kinds = spec.get("kinds")
+            if kinds is not None and (not isinstance(kinds, list) or not kinds
+                                      or any(k not in DEFAULT_LATENCIES_US for k in kinds)):
+                raise bad(f"{key}.kinds", f"expected a list of operation kinds, got {kinds!r}")
+            if service == "latency":
+                if rname in SERVED:
+                    raise bad(f"{key}.service_us", f"{rname} serves requests that have no latency of their own: "
+                                                   "expected an integer >= 0 (µs)")
+                service = None
+            elif not _is_int(service) or service < 0:
+                raise bad(f"{key}.service_us", f'expected an integer >= 0 (µs) or "latency", got {service!r}')
             if not _is_int(conc) or conc < 1:
                 raise bad(f"{key}.concurrency", f"expected an integer >= 1, got {conc!r}")
-            resources[rname] = ResourceSpec(service, conc)
+            if not isinstance(shared, bool):
+                raise bad(f"{key}.shared", f"expected true or false, got {shared!r}")
+            resources[rname] = ResourceSpec(service, conc, shared, None if kinds is None else frozenset(kinds))
         return cls(name, prov, dists, resources, None if source.startswith("<") else source, sha256)
 
     def to_json(self) -> dict[str, Any]:
@@ -110,7 +124,9 @@ class LatencyProfile:
                 ops[kind] = {names[q]: v for q, v in dist.points}
         out: dict[str, Any] = {"name": self.name, "provenance": dict(self.provenance), "operations": ops}
         if self.resources:
-            out["resources"] = {r: {"service_us": s.service_us, "concurrency": s.concurrency}
+            out["resources"] = {r: {"service_us": "latency" if s.service_us is None else s.service_us,
+                                    "concurrency": s.concurrency, **({"shared": True} if s.shared else {}),
+                                    **({"kinds": sorted(s.kinds)} if s.kinds is not None else {})}
                                 for r, s in self.resources.items()}
         return out
 
@@ -153,6 +169,8 @@ class LatencyProfile:
                                "provenance": dict(self.provenance)}
         if model is not None:
             out["seed"] = model.seed
+            if model.resources:  # the capacities the run queued with
+                out["resources"] = {r: s.describe() for r, s in sorted(model.resources.items())}
             out["overrides"] = {k: v for k, v in model.latencies_us.items()
                                 if k not in model.distributions and (k not in self.operations or
                                                                      self.operations[k] != Distribution.constant(v))}

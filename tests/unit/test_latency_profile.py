@@ -12,7 +12,7 @@ import pytest
 from bench.cli import main
 from bench.replay.config import RunConfig
 from bench.trace.trace import TraceWriter
-from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel
+from engine.clock import DEFAULT_LATENCIES_US, Distribution, LatencyModel, ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LATENCY_DIR, LatencyProfile
 
@@ -70,6 +70,14 @@ def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal
     again = LatencyProfile.load(prof.save(tmp_path / "x.json").path or "")
     assert again.operations == prof.operations and again.resources == prof.resources
     assert again.to_latency_model().resources["bookie"].concurrency == 2
+    occupied = LatencyProfile.from_json({"name": "y", "operations": _ops(), "resources": {
+        "bookie": {"service_us": "latency", "concurrency": 3, "shared": True},
+        "metadata": {"service_us": 900, "concurrency": 1, "kinds": ["meta.write", "meta.cas"]}}})
+    back = LatencyProfile.load(occupied.save(tmp_path / "y.json").path or "")
+    assert back.resources == occupied.resources
+    assert back.resources["bookie"] == ResourceSpec(None, 3, shared=True)
+    assert back.resources["metadata"].kinds == frozenset({"meta.write", "meta.cas"})
+    assert '"service_us": "latency"' in (tmp_path / "y.json").read_text()
 
 
 @pytest.mark.parametrize("data, key", [
@@ -80,6 +88,15 @@ def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal
     ({"name": "b", "operations": _ops(**{"rpc": {"constant": -1}})}, "operations.rpc.constant"),
     ({"name": "b", "operations": _ops(), "resources": {"bookie": {"service_us": 1, "concurrency": 0}}},
      "resources.bookie.concurrency"),
+    ({"name": "b", "operations": _ops(), "resources": {"coordinator": {"service_us": "latency", "concurrency": 1}}},
+     "resources.coordinator.service_us"),  # served without a latency of its own
+    ({"name": "b", "operations": _ops(), "resources": {"bookie": {"service_us": "fast", "concurrency": 1}}},
+     "resources.bookie.service_us"),
+    ({"name": "b", "operations": _ops(), "resources": {"metadata": {"service_us": 1, "concurrency": 1,
+                                                                     "kinds": ["meta.bogus"]}}},
+     "resources.metadata.kinds"),
+    ({"name": "b", "operations": _ops(), "resources": {"metadata": {"service_us": 1, "concurrency": 1, "shared": 1}}},
+     "resources.metadata.shared"),
 ])
 def test_a_bad_profile_is_one_config_error_naming_the_file_and_the_key(tmp_path: Path, data: object, key: str) -> None:
     path = _write(tmp_path / "bad.json", data)

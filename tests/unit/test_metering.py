@@ -63,6 +63,19 @@ def test_a_resource_queues_work_beyond_its_concurrency() -> None:
     assert (res.requests, res.busy_us, res.queued_us) == (5, 500, 200)
 
 
+def test_a_booking_ahead_leaves_the_time_before_it_to_earlier_requests() -> None:
+    # a serial chain bills its later calls for instants still to come: the slot stays free before them
+    res = Resource(ResourceSpec(service_us=None, concurrency=1))
+    assert res.admit(1_000, 100) == 100  # booked 1000..1100
+    assert res.admit(0, 50) == 50  # 0..50: fits before the booking
+    assert res.admit(0, 2_000) == 1_100 + 2_000 - 0  # 950 free before 1000 is too short: after 1100
+    assert res.admit(60, 900) == 900  # 60..960 still fits
+    assert (res.requests, res.busy_us, res.queued_us) == (4, 3_050, 1_100)
+    assert res.admit(5_000, 10, now_us=4_000) == 10  # everything before now forgotten, idle again
+    shared = Capacity({"bookie": ResourceSpec(service_us=None, concurrency=1, shared=True)})
+    assert shared.resource("bookie", "ledger-a") is shared.resource("bookie", "ledger-b")
+
+
 def test_serial_calls_queue_behind_each_other_and_batches_queue_at_once() -> None:
     m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
     with m.tab() as serial:
@@ -74,7 +87,7 @@ def test_serial_calls_queue_behind_each_other_and_batches_queue_at_once() -> Non
         for _ in range(3):
             m2.bill("meta.read", "metadata")  # start at 0, 400, 800
     assert t.us == 800 + 300
-    assert m2.capacity_stats() == {"metadata.busy_us": 1_200, "metadata.queued_us": 1_200, "metadata.requests": 3}
+    assert m2.capacity_stats()[1] == {"metadata.busy_us": 1_200, "metadata.queued_us": 1_200, "metadata.requests": 3}
 
 
 def test_no_resources_or_wall_time_means_no_queueing() -> None:
