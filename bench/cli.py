@@ -210,7 +210,8 @@ def _configs(args: argparse.Namespace, engines: list[str]):  # type: ignore[no-u
     return [
         RunConfig(engine=e, ledger_url=args.ledger, metadata_url=args.metadata, dispatch=DispatchMode(args.dispatch),
                   polling=args.polling, time_mode=time_mode, latency=latency, latency_profile=profile,
-                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options[e])
+                  drain_ms=drain_ms, drain_max_ms=drain_max_ms, options=options[e],
+                  pacing=getattr(args, "pacing", "trace"))
         for e in engines
     ]
 
@@ -265,7 +266,8 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pacing", default="trace", choices=["trace", "asap"],
-                   help="--target: issue rows at the trace's timestamps, or as fast as possible")
+                   help="issue rows at the trace's timestamps, or as fast as possible (the broker: at once, up to "
+                        "the client's in-flight bound; the models: one microsecond apart in virtual time)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",
                    help="--target: the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), to restart it "
                         "for crash_broker rows")
@@ -468,6 +470,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 asap = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="asap"), tmp / "broker-asap")
                 _print_broker_runs(asap)
                 results.append(tmp / "broker-asap")
+                replay_trace(trace, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs],
+                             tmp / "model-asap", shown=shown)  # the models as fast as possible, beside it
+                results.append(tmp / "model-asap")
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")

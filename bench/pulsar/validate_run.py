@@ -2,8 +2,8 @@
 the emulated store a standalone broker runs) and through the real broker twice (at the trace's
 timestamps, then as fast as possible), then the "model vs broker" section (:mod:`bench.report.validate`).
 
-Layout of ``--out``: ``model/``, ``broker/``, ``broker-asap/`` (result sets; the last not with
-``--no-saturation``), ``validation.json``
+Layout of ``--out``: ``model/``, ``model-asap/``, ``broker/``, ``broker-asap/`` (result sets; the
+asap ones not with ``--no-saturation``), ``validation.json``
 (the section's rows) and ``report/`` (the report with the section). Written in a staging
 directory that becomes ``--out`` only when complete (:mod:`bench.replay.output`).
 """
@@ -65,13 +65,19 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         replay_trace(trace, model_configs(latency, prof), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
                      shown=shown)
         say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
+        model_sets = ["model"]
+        if saturation:
+            replay_trace(trace, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof)],
+                         tmp / "model-asap", extra_manifest={"validate": {"profile_note": note}}, shown=shown)
+            model_sets.append("model-asap")
+            say("model: both designs again as fast as possible (rows 1 µs apart): throughput at saturation")
         runs = [("broker", "trace")] + ([("broker-asap", "asap")] if saturation else [])
         for name, pacing in runs:
             manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing=pacing), tmp / name)
             for label, run in manifest["runs"].items():
                 say(f"broker {label} ({pacing} pacing): {run['events']} rows in {run['wall_seconds']} s, "
                     f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
-        sets: list[str | Path] = [tmp / name for name in ["model"] + [n for n, _ in runs]]
+        sets: list[str | Path] = [tmp / name for name in model_sets + [n for n, _ in runs]]
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -16,6 +16,7 @@ from engine.profile import LatencyProfile
 # The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
 DEFAULT_LATENCY_PROFILE = "pulsar-standalone-5.0.0-M1"
 TIME_MODES = ("virtual", "wall")
+PACINGS = ("trace", "asap")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class RunConfig:
     # ledger-name prefix) and is deleted after it (bench.replay.engines); a fresh one is drawn when
     # none is given. Empty on embedded backends, which are private to the run anyway.
     namespace: str = ""
+    # "asap": the rows go out one microsecond apart in the trace's order, as fast as the model can
+    # take them (virtual time only): the broker target's --pacing asap, for throughput at saturation
+    pacing: str = "trace"
 
     def __post_init__(self) -> None:
         if not self.namespace and not (self.ledger_url.startswith("memory:")
@@ -50,6 +54,10 @@ class RunConfig:
         if self.time_mode not in TIME_MODES:
             raise ConfigError(f"unknown time mode {self.time_mode!r}; expected virtual or wall")
         PollingPolicy.preset(self.polling)  # raises ConfigError on a bad name
+        if self.pacing not in PACINGS:
+            raise ConfigError(f"unknown pacing {self.pacing!r}; expected {' or '.join(PACINGS)}")
+        if self.pacing == "asap" and self.time_mode != "virtual":
+            raise ConfigError("pacing asap is a virtual-time replay (the rows one microsecond apart)")
         if self.drain_ms < 0:
             raise ConfigError(f"drain_ms must be >= 0, got {self.drain_ms}")
         if self.drain_max_ms is not None and self.drain_max_ms < self.drain_ms:

@@ -574,6 +574,8 @@ class Replayer:
         ops = self._ops
         op_counts = self._op_counts
         pacing = self.pacing
+        if self.cfg.pacing == "asap":
+            events = (e._replace(ts_us=i) for i, e in enumerate(events))
         due = self.series.due()
         try:
             with replay_gc():

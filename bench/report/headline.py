@@ -170,6 +170,38 @@ def held_against_broker(rs: dict[str, Any]) -> str | None:
     return None
 
 
+def capacity_line(rs: dict[str, Any]) -> str | None:
+    """Whether the model's runs stayed within the capacity their latency profile gives (its
+    ``resources``): per run and resource, the mean wait of a request for a slot (``capacity.*``
+    counts). A wait longer than the mean service means the trace offered more than the resource
+    serves: the run's latencies are those of a saturated broker. None without resources."""
+    runs = rs["manifest"].get("runs", {})
+    described = next((r.get("config", {}).get("latency_profile", {}).get("resources") for r in runs.values()
+                      if (r.get("config", {}).get("latency_profile") or {}).get("resources")), None)
+    if not described:
+        return None
+    parts, saturated = [], []
+    for label in runs:
+        c = rs["counts"].get(label, {})
+        waits = []
+        for res in sorted({k.split(".")[1] for k in c if k.startswith("capacity.") and k.endswith(".requests")}):
+            n = c.get(f"capacity.{res}.requests", 0)
+            if not n:
+                continue
+            wait, busy = c.get(f"capacity.{res}.queued_us", 0) / n, c.get(f"capacity.{res}.busy_us", 0) / n
+            waits.append(f"{res} {fmt_value(wait, 'µs')}")
+            if wait > busy:
+                saturated.append(f"{label}'s {res}")
+        if waits:
+            parts.append(f"{label} " + ", ".join(waits))
+    resources = "; ".join(f"{r} {d}" for r, d in sorted(described.items()))
+    verdict = (f" — {', '.join(saturated)} saturated (a request waited longer than it is served): this trace offers "
+               "more than the profile's broker serves, so those latencies are a saturated broker's"
+               if saturated else " — every resource below saturation")
+    return (f"**Capacity** (the profile's resources: {resources}): mean wait for a slot per request: "
+            + "; ".join(parts) + verdict + ".")
+
+
 def _validations(folder: Path, sha256: str) -> list[tuple[str, dict[str, Any]]]:
     """(file name, validation object) of each object in ``folder`` made with that profile."""
     out = []

@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from bench.replay import registry
 from bench.report.abtest import Comparison, compare
-from bench.report.headline import ab_headline, context_line, headline, held_against_broker, render_text, scenario_findings
+from bench.report.headline import (ab_headline, capacity_line, context_line, headline, held_against_broker, render_text,
+                                   scenario_findings)
 from bench.report.headline import render_markdown as render_headline_md
 from bench.replay.measure import METRICS
 from bench.report.model_vs_broker import comparison_rows, is_broker
@@ -483,8 +484,10 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
         findings = ab_headline(ab.rows, crashed, WALL_NOISE if wall else DETERMINISTIC_NOISE,
                                (Path(ab.baseline).name, Path(ab.new).name))
     paced = [b for b in sets if is_broker(b) and not _asap(b)]
+    models = [m for m in sets if not is_broker(m)]
+    paced_models = [m for m in models if not _asap(m)] or models
     for broker in (b for b in sets if is_broker(b) and (b in paced or not paced)):  # asap sets: saturation only
-        for model in (m for m in sets if not is_broker(m)):
+        for model in paced_models:
             for design, rows, note in comparison_rows(model, broker, Row):
                 sections.append((f"Model vs broker ({design}) — {Path(model['path']).name} vs {Path(broker['path']).name}",
                                  ["model", "broker"], rows, note))
@@ -498,6 +501,9 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
     held = held_against_broker(main)
     if held is not None:
         extra.append(held)
+    capacity = capacity_line(main)
+    if capacity is not None:
+        extra.append(capacity)
     validation = validation_section(sets)
     if validation is not None:
         v, vsection = validation
@@ -536,20 +542,26 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
 
 
 def _asap(rs: dict[str, Any]) -> bool:
-    return bool(rs["manifest"].get("target", {}).get("pacing") == "asap")
+    """A set run as fast as possible: the broker's (``--pacing asap``) or the model's (every run)."""
+    if rs["manifest"].get("target", {}).get("pacing") == "asap":
+        return True
+    runs = rs["manifest"].get("runs", {}).values()
+    return bool(runs) and all(run.get("config", {}).get("pacing") == "asap" for run in runs)
 
 
 def validation_section(sets: list[dict[str, Any]]) -> tuple[Any, Section] | None:
     """The "model vs broker" section (:mod:`bench.report.validate`): the first model set against the
-    first broker set run at the trace's timestamps and, for saturation, the first run asap."""
+    first broker set run at the trace's timestamps and, for saturation, the first of each run asap."""
     from bench.report.validate import section, validate_sets
 
-    model = next((rs for rs in sets if not is_broker(rs)), None)
+    model = next((rs for rs in sets if not is_broker(rs) and not _asap(rs)), None)
+    model_asap = next((rs for rs in sets if not is_broker(rs) and _asap(rs)), None)
     asap = next((rs for rs in sets if is_broker(rs) and _asap(rs)), None)
     broker = next((rs for rs in sets if is_broker(rs) and not _asap(rs)), asap)  # only asap: it is both
+    model = model or model_asap
     if model is None or broker is None:
         return None
-    v = validate_sets(model, broker, asap)
+    v = validate_sets(model, broker, asap, model_saturation=model_asap)
     return v, section(v, Row)
 
 

@@ -59,7 +59,9 @@ def test_saturation_ratio_against_25_percent() -> None:
     ratio = rows[-1]
     assert ratio.design == "v5/v4" and ratio.model == 1.0 and ratio.broker == 0.4
     assert ratio.error == pytest.approx(1.5) and ratio.verdict == "missed"
-    assert "storeScanByIndex" in ratio.why and "no capacity" in ratio.why
+    assert "at the trace's pace" in ratio.why and "no capacity" in ratio.why
+    both = throughput_checks({"v4": 100.0, "v5": 100.0}, {"v4": 100.0, "v5": 40.0}, capacity=True, model_asap=True)[-1]
+    assert both.verdict == "missed" and "+150%" in both.why and "do not carry over" in both.why
     ok = throughput_checks({"v4": 100.0, "v5": 45.0}, {"v4": 100.0, "v5": 40.0})[-1]
     assert ok.verdict == "within goal" and ok.why == ""
     assert throughput_checks({"v4": 100.0, "v5": 45.0}, {})[-1].verdict == "n/a"  # no asap run
