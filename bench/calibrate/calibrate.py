@@ -332,7 +332,17 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         progress(f"pulsar {pulsar}: {samples} txns per design")
         measurements.append(measure_pulsar(pulsar, admin_url, samples, progress))
     default = "-".join(m.backend for m in measurements) + "-local"
-    return build_profile(name or default, measurements, samples, command).save(out)
+    profile = build_profile(name or default, measurements, samples, command)
+    sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)
+    if sat is not None:  # the broker's saturated rates: the resources that give the model the same
+        from bench.calibrate.saturation import with_resources
+
+        progress("fitting the model's resources to the broker's saturated rates")
+        profile, note = with_resources(profile, sat["committed_txns_per_s"])
+        prov = dict(profile.provenance)
+        prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
+        profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
+    return profile.save(out)
 
 
 def summary_lines(profile: LatencyProfile) -> list[str]:
@@ -341,5 +351,5 @@ def summary_lines(profile: LatencyProfile) -> list[str]:
         pts = ", ".join(f"{n}={v}" for n, q in PERCENTILES.items() for qq, v in d.points if qq == q)
         lines.append(f"  {kind:<18} {'constant ' + str(d.points[0][1]) if d.is_constant else pts} µs")
     for r, s in profile.resources.items():
-        lines.append(f"  resource {r}: service {s.service_us} µs, concurrency {s.concurrency}")
+        lines.append(f"  resource {r}: {s.describe()}")
     return lines

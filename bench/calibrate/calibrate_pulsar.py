@@ -21,6 +21,10 @@ mapped from the broker's metrics where one means the same thing:
   (:func:`histogram_quantiles`: RocksDB gets average 0.02-0.05 ms here, not the 0.5 ms that plain
   interpolation says); background ops of the broker are counted too.
 
+Then both designs run :mod:`bench.calibrate.saturation`'s trace as fast as possible; ``calibrate``
+fits the profile's ``resources`` (the bookie's concurrency, the metadata writes' service time) so
+that the model saturates at the broker's rates on it.
+
 The rest (cursor.empty_read, meta.pipelined, meta.watch) cannot be measured from outside the broker
 (:data:`UNMEASURABLE` says why, kind by kind): kept from the constants, said so in
 ``provenance.kinds``. Every kind's entry there says how it was measured: ``metric`` (a broker
@@ -306,6 +310,9 @@ def measure_pulsar(url: str, admin_url: str, samples: int,
                                 for k, s in lat.items()}
         m.extra["client_observed_us"] = observed
         m.extra["client_max_issue_lag_us"] = lags
+        from bench.calibrate import saturation
+
+        m.extra["saturation"] = saturation.measure(target, scratch, progress)  # calibrate() fits the resources
 
         # The broker's publish summary first: its quantiles are exact over its window, where the
         # topic's buckets put every append of 1-5 ms at an interpolated 3 ms (on this machine: p50

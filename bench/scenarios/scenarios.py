@@ -701,7 +701,14 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
     """Offered txn rate against achieved rate and commit-to-visible, per design, with the shared
     resources of :data:`bench.scenarios.throughput.RESOURCES` (see :mod:`bench.scenarios.throughput`)."""
     rates = tuple(sorted(rates))
-    vals = tp.run(rates, txns)
+    latency = _LATENCY[0] if _LATENCY is not None else None
+    profile = _LATENCY[1] if _LATENCY is not None else None
+    measured = latency is not None and bool(latency.resources)
+    vals = tp.run(rates, txns, latency=latency)
+    resources = dict(latency.resources) if measured and latency is not None else tp.RESOURCES
+    where = (f"the latency profile's ({profile.name if profile is not None else 'given'}: fitted to a standalone "
+             "broker's saturated rates by calibrate --pulsar)" if measured else
+             "illustrative, not measured (the latency profile has none)")
     labels = ["offered txn/s", "committed", "achieved txn/s", "commit-to-visible p50 ms", "p99 ms"]
     rows = [_row(f"{d} {r}/s", "", {"offered txn/s": float(r), "committed": v["committed"], "achieved txn/s": v["achieved"],
                                      "commit-to-visible p50 ms": v["p50"], "p99 ms": v["p99"]})
@@ -716,10 +723,11 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
                     "txnbench scenarios throughput",
                     f"{txns} txns per point of {tp.SHAPE.txn_messages[0]} messages each over {tp.SHAPE.partitions} "
                     "partitions (1-2 per txn, 4 open at once), replayed open loop in virtual time. Achieved: committed "
-                    "txns over the span in which their messages became visible. Resources (illustrative, not measured, "
-                    f"until calibrated profiles exist): {tp.describe_resources(tp.RESOURCES)} (service time x "
-                    "concurrency): each queues work beyond its concurrency (engine/capacity.py). Other latencies: "
-                    "the default constants.", findings, figures=[tp.figure(vals, rates)])  # type: ignore[list-item]
+                    "txns over the span in which their messages became visible. Resources, "
+                    f"{where}: {tp.describe_resources(resources)}: each queues work beyond its concurrency "
+                    "(engine/capacity.py). Other latencies: "
+                    + (f"the profile's ({profile.name})." if latency is not None and profile is not None
+                       else "the default constants."), findings, figures=[tp.figure(vals, rates)])  # type: ignore[list-item]
 
 
 # -- running and writing ------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ Achieved rate: committed txns over the time their messages took to become visibl
 last. Past a design's capacity the achieved rate stops following the offered one and
 commit-to-visible grows with the queues.
 
-Resources: :data:`RESOURCES` until calibrated profiles are available (issue 17's "calib"); they
-are illustrative, chosen to put both designs' saturation in the range the real broker showed
-on this 2-core machine (PULSAR.md "First measurements": 10-message txns, v4 94-119 txn/s, v5
-25-51 txn/s), not measured.
+Resources: the latency profile's when it has some (the default profile's are fitted by
+``calibrate --pulsar`` to a standalone broker's saturated rates: :mod:`bench.calibrate.saturation`);
+else :data:`RESOURCES`, illustrative, chosen to put both designs' saturation in the range the
+real broker showed on this 2-core machine (PULSAR.md "First measurements": 10-message txns, v4
+94-119 txn/s, v5 25-51 txn/s), not measured.
 """
 
 from __future__ import annotations
@@ -57,11 +58,15 @@ def _point(trace: Path, design: str, latency: LatencyModel) -> dict[str, float |
             "p50": ms("p50_us"), "p99": ms("p99_us")}
 
 
-def run(rates: tuple[int, ...] = RATES, txns: int = TXNS,
-        resources: dict[str, ResourceSpec] | None = None) -> dict[str, dict[int, dict[str, float | None]]]:
+def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, ResourceSpec] | None = None,
+        latency: LatencyModel | None = None) -> dict[str, dict[int, dict[str, float | None]]]:
     """Per design, per offered rate: committed txns, achieved rate (txn/s), commit-to-visible
-    p50/p99 (ms)."""
-    latency = LatencyModel(resources=dict(RESOURCES if resources is None else resources))
+    p50/p99 (ms). ``latency``: the operations' latencies (default: the constants); ``resources``
+    (default: ``latency``'s when it has some, else :data:`RESOURCES`)."""
+    base = latency or LatencyModel()
+    if resources is None:
+        resources = dict(base.resources) or RESOURCES
+    latency = base.with_resources(dict(resources))
     out: dict[str, dict[int, dict[str, float | None]]] = {d: {} for d in DESIGNS}
     with tempfile.TemporaryDirectory(prefix="txnbench-throughput-") as tmp:
         for rate in rates:
@@ -75,7 +80,7 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS,
 
 
 def describe_resources(resources: dict[str, ResourceSpec]) -> str:
-    return ", ".join(f"{n} {r.service_us} µs x{r.concurrency}" for n, r in resources.items())
+    return ", ".join(f"{n} {r.describe()}" for n, r in resources.items())
 
 
 def figure(vals: dict[str, dict[int, dict[str, Any]]], rates: tuple[int, ...]) -> dict[str, Any]:

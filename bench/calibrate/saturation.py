@@ -1,0 +1,146 @@
+"""The capacity part of ``txnbench calibrate --pulsar``: the broker's saturated txn rate per design,
+turned into the profile's ``resources`` (issue 17, item 3: per shared resource its service time
+and concurrency) by Little's law.
+
+The broker runs :func:`write_trace` (txns of :data:`MESSAGES` messages on one partition, the shape
+of PULSAR.md's first measurements) as fast as possible (``--pacing asap``: every row at once, up
+to the client's in-flight bound); its committed txns per second are ``R_v4`` and ``R_v5``. The
+model replays the same trace as fast as possible with the profile's latencies and unbounded
+resources, which only count what each design asks of them per committed txn. Then:
+
+- **bookie** (v4's bound: every data entry, marker and coordinator-log entry is an append): one
+  for the run (a standalone has one bookie, one journal), each append holding a slot for its own
+  latency; concurrency ``round(R_v4 x busy µs per txn / 1e6)``, the appends the broker had in
+  flight on average at that rate (the journal's group commit lets several share one fsync).
+- **metadata** (v5's bound): the writes only (``meta.write``, ``meta.cas``; RocksdbMetadataStore
+  runs reads beside the writes' commits: ``storeGet`` takes no transaction), one at a time, each
+  holding the store ``1e6 / (R_v5 x writes per txn)`` µs: the mean service time a writer needs
+  for the broker's rate (RocksDB commits with ``sync`` when fsync is on: one WAL write at a time).
+
+The fit makes the model's saturated rates the broker's on this trace; ``txnbench validate`` holds
+it against other traces (its saturation row).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.trace.trace import TraceWriter
+from engine.clock import ResourceSpec
+from engine.profile import LatencyProfile
+
+TOPIC = "persistent://public/default/calib-saturation-partition-0"
+MESSAGES = 10  # per txn
+TXNS = 200
+WRITES = frozenset({"meta.write", "meta.cas"})
+
+
+def write_trace(path: Path, txns: int = TXNS) -> Path:
+    """``txns`` txns of :data:`MESSAGES` publishes on one partition, one subscription (its rows
+    100 µs apart: asap pacing ignores them)."""
+    with TraceWriter(path, metadata={"profile": "calibrate-saturation", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=TOPIC, subscription="sat")
+        t = 10_000
+        for i in range(txns):
+            w.add(t, "new_txn", txn=f"t{i}")
+            for j in range(MESSAGES):
+                t += 100
+                w.add(t, "publish", txn=f"t{i}", topic=TOPIC, msg=f"x{i}.{j}", size=100)
+            w.add(t + 100, "commit", txn=f"t{i}")
+            t += 200
+    return path
+
+
+def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
+                designs: tuple[str, ...] = ("v4", "v5")) -> dict[str, float]:
+    """Committed txns per second of each design's model replaying ``trace`` as fast as possible
+    with ``resources`` (as :func:`bench.report.validate.committed_rate` counts the broker's)."""
+    import dataclasses
+
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.report.validate import committed_rate
+    from bench.trace.trace import read_events
+
+    latency = profile.to_latency_model(1).with_resources(resources)
+    out: dict[str, float] = {}
+    for cfg in model_configs(latency, profile):
+        if cfg.engine not in designs:
+            continue
+        result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))
+        rate = committed_rate([{"outcome": o, "end_ts_us": e} for o, e in zip(result.txns["outcome"],
+                                                                            result.txns["end_ts_us"])])
+        if not rate:
+            raise RuntimeError(f"calibrate: the model committed no txn of the saturation trace ({cfg.engine})")
+        out[cfg.engine] = rate
+    return out
+
+
+def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[dict[str, ResourceSpec], str]:
+    """The resources that give the model the broker's saturated ``rates`` (committed txn/s per
+    design) on ``trace``, searched by replaying it: the bookie's concurrency on v4, then the
+    metadata writes' service time on v5 (whose appends go through the same bookie)."""
+    r4, r5 = rates["v4"], rates["v5"]
+    bookie_at = lambda c: {"bookie": ResourceSpec(None, c, shared=True)}  # noqa: E731
+    tried: dict[int, float] = {}
+    c = 1
+    while True:  # the model's v4 rate grows with the concurrency: the first at or past the broker's
+        tried[c] = model_rates(profile, bookie_at(c), trace, ("v4",))["v4"]
+        if tried[c] >= r4 or c >= 256:
+            break
+        c *= 2
+    lo, hi = max(1, c // 2), c
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        tried[mid] = model_rates(profile, bookie_at(mid), trace, ("v4",))["v4"]
+        lo, hi = (mid, hi) if tried[mid] < r4 else (lo, mid)
+    conc = min((lo, hi), key=lambda k: abs(tried.get(k, 0) - r4) if k in tried else float("inf"))
+    bookie = ResourceSpec(None, conc, shared=True)
+
+    def v5_at(service: int) -> float:
+        return model_rates(profile, {"bookie": bookie, "metadata": ResourceSpec(service, 1, shared=True, kinds=WRITES)},
+                           trace, ("v5",))["v5"]
+
+    s_lo, s_hi = 1, 1_000
+    while v5_at(s_hi) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
+        s_lo, s_hi = s_hi, s_hi * 4
+    while s_hi - s_lo > max(1, s_lo // 100):  # to 1%
+        mid = (s_lo + s_hi) // 2
+        s_lo, s_hi = (mid, s_hi) if v5_at(mid) > r5 else (s_lo, mid)
+    service = s_hi
+    metadata = ResourceSpec(service, 1, shared=True, kinds=WRITES)
+    got = model_rates(profile, {"bookie": bookie, "metadata": metadata}, trace)
+    note = (f"resources fitted to the broker's saturated rates on {TXNS} txns of {MESSAGES} messages (one partition, "
+            f"--pacing asap; the model replaying the same rows 1 µs apart): bookie x{conc} (v4 {r4:.1f} committed txn/s "
+            f"on the broker, {got['v4']:.1f} in the model), each append holding a slot for its own latency, one bookie "
+            f"per run (a standalone's one journal); metadata writes one at a time, {service} µs each (v5 {r5:.1f} txn/s "
+            f"on the broker, {got['v5']:.1f} in the model; reads run beside them, as RocksdbMetadataStore's storeGet "
+            "takes no transaction)")
+    return {"bookie": bookie, "metadata": metadata}, note
+
+
+def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[str, Any]:
+    """The broker's committed txn/s per design on :func:`write_trace`, as fast as possible."""
+    import dataclasses
+
+    from bench.pulsar.run import pulsar_replay
+
+    trace = write_trace(scratch / "saturation.parquet")
+    rates: dict[str, float] = {}
+    for design in ("v4", "v5"):
+        progress(f"pulsar {design}: {TXNS} txns of {MESSAGES} messages as fast as possible (saturation)")
+        manifest = pulsar_replay(trace, [design], dataclasses.replace(target, pacing="asap"), scratch / f"sat-{design}")
+        rate = manifest["runs"][design].get("rates", {}).get("committed_txns_per_s")
+        if not rate:
+            raise RuntimeError(f"calibrate: the broker committed no txn of the saturation trace ({design})")
+        rates[design] = float(rate)
+    return {"txns": TXNS, "messages_per_txn": MESSAGES, "committed_txns_per_s": rates}
+
+
+def with_resources(profile: LatencyProfile, rates: dict[str, float]) -> tuple[LatencyProfile, str]:
+    """``profile`` with the resources :func:`fit` gives for ``rates`` (measured by :func:`measure`)."""
+    with tempfile.TemporaryDirectory(prefix="txnbench-saturation-") as tmp:
+        resources, note = fit(profile, rates, write_trace(Path(tmp) / "saturation.parquet"))
+    return LatencyProfile(profile.name, profile.provenance, profile.operations, {**profile.resources, **resources}), note

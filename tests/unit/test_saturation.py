@@ -1,0 +1,76 @@
+"""Throughput at saturation in the model (issue 17, item 3): ``--pacing asap`` replays, resources
+whose queues bound the rate, and calibrate's fit of the resources to a broker's saturated rates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import saturation
+from bench.replay.config import RunConfig
+from bench.replay.replay import Replayer
+from bench.trace.trace import read_events
+from engine.clock import LatencyModel, ResourceSpec
+from engine.errors import ConfigError
+from engine.profile import LatencyProfile
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return saturation.write_trace(tmp_path_factory.mktemp("sat") / "sat.parquet", txns=40)
+
+
+def test_asap_pacing_issues_the_rows_one_microsecond_apart_in_order(trace: Path) -> None:
+    paced = Replayer(RunConfig(engine="v4")).run(read_events(trace))
+    asap = Replayer(RunConfig(engine="v4", pacing="asap")).run(read_events(trace))
+    rows = sum(1 for _ in read_events(trace))
+    starts = sorted(t for t in asap.txns["commit_requested_ts_us"] if t is not None)
+    assert starts[-1] < rows  # every commit requested by the row's ordinal, not its timestamp
+    assert max(paced.txns["commit_requested_ts_us"]) > 40 * 1_000  # the trace spaces its txns
+    assert sorted(asap.txns["outcome"]) == sorted(paced.txns["outcome"])  # the same txns, the same outcomes
+    with pytest.raises(ConfigError, match="virtual-time"):
+        RunConfig(engine="v4", pacing="asap", time_mode="wall")
+    with pytest.raises(ConfigError, match="pacing"):
+        RunConfig(engine="v4", pacing="later")
+
+
+def test_a_saturated_resource_bounds_the_committed_rate(trace: Path) -> None:
+    profile = LatencyProfile.constants()
+    free = saturation.model_rates(profile, {}, trace)
+    slow = saturation.model_rates(profile, {"metadata": ResourceSpec(2_000, 1, shared=True, kinds=saturation.WRITES)},
+                                  trace)
+    assert slow["v4"] == free["v4"]  # v4 writes no transaction state to the metadata store
+    assert slow["v5"] < free["v5"] / 2
+    one = saturation.model_rates(profile, {"bookie": ResourceSpec(None, 1, shared=True)}, trace, ("v4",))
+    four = saturation.model_rates(profile, {"bookie": ResourceSpec(None, 4, shared=True)}, trace, ("v4",))
+    assert one["v4"] < four["v4"] <= free["v4"]
+
+
+def test_the_fit_recovers_resources_from_the_rates_they_give(trace: Path) -> None:
+    profile = LatencyProfile.constants()
+    truth = {"bookie": ResourceSpec(None, 3, shared=True),
+             "metadata": ResourceSpec(800, 1, shared=True, kinds=saturation.WRITES)}
+    rates = saturation.model_rates(profile, truth, trace)  # what a broker with these resources would show
+    fitted, note = saturation.fit(profile, rates, trace)
+    assert fitted["bookie"] == truth["bookie"]
+    assert fitted["metadata"].service_us == pytest.approx(800, rel=0.03)
+    assert fitted["metadata"].kinds == saturation.WRITES and fitted["metadata"].concurrency == 1
+    assert "bookie x3" in note and f"{rates['v5']:.1f} txn/s on the broker" in note
+    assert isinstance(LatencyModel().with_resources(fitted).resources["bookie"], ResourceSpec)
+
+
+def test_the_headline_says_when_a_run_saturated_the_profiles_resources() -> None:
+    from bench.report.headline import capacity_line
+
+    def rs(queued: int) -> dict[str, object]:
+        return {"manifest": {"runs": {"v4": {"config": {"latency_profile": {"resources": {
+                    "metadata": "service 1046 µs x1, one per run"}}}}, "v5": {"config": {}}}},
+                "counts": {"v4": {}, "v5": {"capacity.metadata.requests": 10, "capacity.metadata.busy_us": 10_000,
+                                            "capacity.metadata.queued_us": queued}}}
+
+    hot = capacity_line(rs(50_000))  # 5 ms waited per 1 ms served
+    assert hot is not None and "v5's metadata saturated" in hot and "metadata 5.00 ms" in hot
+    calm = capacity_line(rs(2_000))
+    assert calm is not None and "below saturation" in calm and "metadata 200 µs" in calm
+    assert capacity_line({"manifest": {"runs": {"v4": {"config": {"latency_profile": {}}}}}, "counts": {}}) is None
