@@ -71,6 +71,7 @@ class Series:
         self._samples: dict[str, list[int]] = {lat: [] for lat in LATENCIES}
         self._blocked_us = 0  # cumulative at the last close
         self._h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)  # reused for every window
+        self._used: list[int] = []  # the counts indexes the last encoded window set
         self.rows: list[dict[str, Any]] = []  # closed windows, with their encoded histograms
 
     def due(self) -> int:
@@ -111,11 +112,13 @@ class Series:
 
     def _encode(self, samples: list[int]) -> str:
         h = self._h
-        h.reset()
+        for i in self._used:  # what HdrHistogram.reset does, for the counts the last window set only
+            h.counts[i] = 0  # (reset walks every bucket in Python: 4 % of a v4 replay)
         values = np.array(samples, dtype=np.int64)
         indexes, counts = np.unique(_counts_indexes(h, values), return_counts=True)
-        for i, n in zip(indexes.tolist(), counts.tolist()):
-            h.counts[i] += n
+        self._used = indexes.tolist()
+        for i, n in zip(self._used, counts.tolist()):
+            h.counts[i] = n
         h.total_count = len(samples)
         h.min_value = int(values.min())
         h.max_value = int(values.max())
