@@ -567,17 +567,7 @@ class MetadataStore(ABC):
         together): each applies all-or-nothing as by :meth:`batch`, in any order relative to the
         others, and every one is attempted; the first failure (in ``groups`` order) is raised
         after all were tried. One round trip on Redis (a pipeline), one result list per batch."""
-        out: builtins.list[builtins.list[OpResult]] = []
-        failed: Exception | None = None
-        for ops in groups:
-            try:
-                out.append(self.batch(ops))
-            except (MetadataError, ValueError) as e:
-                failed = failed or e
-                out.append([])
-        if failed is not None:
-            raise failed
-        return out
+        return each_batch(groups, lambda _i, ops: self.batch(ops))
 
     def put(self, key: str, fields: Mapping[str, str], expected_version: int | None = None) -> Record:
         """Create or replace ``key`` (compare-and-set with ``expected_version``)."""
@@ -761,6 +751,23 @@ def validate_ops(ops: Sequence[Op], user: bool = True) -> None:
             check(op.prefix, "prefix")
         else:
             raise ValueError(f"not a batch op: {op!r}")
+
+
+def each_batch(groups: Sequence[Sequence[Op]],
+               settle: Callable[[int, Sequence[Op]], builtins.list[OpResult]]) -> builtins.list[builtins.list[OpResult]]:
+    """:meth:`MetadataStore.batches`' rule for every adapter: ``settle(i, ops)`` each group in
+    order, then raise the first refusal (every group was tried)."""
+    out: builtins.list[builtins.list[OpResult]] = []
+    failed: Exception | None = None
+    for i, ops in enumerate(groups):
+        try:
+            out.append(settle(i, ops))
+        except (MetadataError, ValueError) as e:
+            failed = failed or e
+            out.append([])
+    if failed is not None:
+        raise failed
+    return out
 
 
 def condition_error(key: str, expected: int, actual: int | None) -> MetadataError:

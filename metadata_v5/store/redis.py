@@ -59,7 +59,7 @@ from redis.retry import Retry
 from engine.errors import BackendUnavailable, ConfigError, MetadataError
 from metadata_v5.store.port import (
     ABSENT, Bounds, Capabilities, ChangeKind, Check, Delete, DeleteSequence, IndexEntry,
-    IndexSpec, MetadataStore, Op, OpResult, Put, PutSequential, Record, Watch, condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
+    IndexSpec, MetadataStore, Op, OpResult, each_batch, Put, PutSequential, Record, Watch, condition_error, conditions, count_partitions, new_counters, validate_fields, validate_ops,
     validate_user_key, _Bound, Callback, RESERVED_PREFIX,
 )
 from metadata_v5.store.watches import Change, WatchHub
@@ -637,22 +637,16 @@ class RedisMetadataStore(MetadataStore):
             return replies
 
         replies = self._rt(run, idempotent=False)
-        out: builtins.list[builtins.list[OpResult]] = []
-        failed: Exception | None = None
-        for i, (ops, res) in enumerate(zip(groups, replies)):
-            try:
-                if isinstance(res, redislib.exceptions.NoScriptError) or (isinstance(res, list) and res[0] == "schema"):
-                    out.append(self._batch(ops))  # not applied: the script did not run or changed nothing
-                    continue
-                if isinstance(res, Exception):
-                    raise MetadataError(f"redis at {self.url}: {res}")
-                out.append(self._applied(ops, conds[i], res, cursor if i == len(groups) - 1 else ""))
-            except (MetadataError, ValueError) as e:
-                failed = failed or e
-                out.append([])
-        if failed is not None:
-            raise failed
-        return out
+
+        def settle(i: int, ops: Sequence[Op]) -> builtins.list[OpResult]:
+            res = replies[i]
+            if isinstance(res, redislib.exceptions.NoScriptError) or (isinstance(res, list) and res[0] == "schema"):
+                return self._batch(ops)  # not applied: the script did not run or changed nothing
+            if isinstance(res, Exception):
+                raise MetadataError(f"redis at {self.url}: {res}")
+            return self._applied(ops, conds[i], res, cursor if i == len(groups) - 1 else "")
+
+        return each_batch(groups, settle)
 
     def _applied(self, ops: Sequence[Op], conds: Sequence[tuple[str, int]], res: builtins.list[Any],
                  cursor: str) -> builtins.list[OpResult]:
