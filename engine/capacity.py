@@ -45,8 +45,10 @@ class Resource:
 
     def admit(self, at_us: int, latency_us: int, now_us: int | None = None) -> int:
         """A request issued at ``at_us`` taking ``latency_us`` once served: returns how long
-        after ``at_us`` it completes (its wait for a slot plus its latency). ``now_us``: no later
-        request is issued before it (blocks that ended by then are forgotten)."""
+        after ``at_us`` it completes: its wait for a slot plus its latency, or its service time
+        when that is longer (the answer cannot come before the work that makes it is done: a
+        profile's fitted service time can exceed a latency measured on an idle broker).
+        ``now_us``: no later request is issued before it (blocks that ended by then are forgotten)."""
         service = self.spec.service_us
         if service is None:  # the request's own latency is the work (see ResourceSpec)
             service = latency_us
@@ -64,7 +66,7 @@ class Resource:
         self.requests += 1
         self.busy_us += service
         self.queued_us += best - at_us
-        return best - at_us + latency_us
+        return best - at_us + max(latency_us, service)
 
 
 def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:

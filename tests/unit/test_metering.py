@@ -57,10 +57,12 @@ def test_a_tab_of_its_own_does_not_add_to_the_enclosing_one() -> None:
 
 def test_a_resource_queues_work_beyond_its_concurrency() -> None:
     res = Resource(ResourceSpec(service_us=100, concurrency=2))
-    # four requests at t=0, latency 50: two start at once, two wait for a slot (100 us)
-    assert [res.admit(0, 50) for _ in range(4)] == [50, 50, 150, 150]
-    assert res.admit(1_000, 50) == 50  # idle again
-    assert (res.requests, res.busy_us, res.queued_us) == (5, 500, 200)
+    # four requests at t=0: two start at once, two wait for a slot (100 us); an answer comes no
+    # earlier than the end of its service, so a 50-us latency is answered after 100 us
+    assert [res.admit(0, 50) for _ in range(4)] == [100, 100, 200, 200]
+    assert res.admit(1_000, 50) == 100  # idle again
+    assert res.admit(2_000, 300) == 300  # a latency beyond the service is the answer's time
+    assert (res.requests, res.busy_us, res.queued_us) == (6, 600, 200)
 
 
 def test_a_booking_ahead_leaves_the_time_before_it_to_earlier_requests() -> None:
@@ -79,14 +81,14 @@ def test_a_booking_ahead_leaves_the_time_before_it_to_earlier_requests() -> None
 def test_serial_calls_queue_behind_each_other_and_batches_queue_at_once() -> None:
     m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
     with m.tab() as serial:
-        m.bill("meta.read", "metadata")  # 0..300, slot busy until 400
-        m.bill("meta.read", "metadata")  # issued at 300, starts at 400: 400 + 300 - 300
-    assert serial.us == 300 + 400
+        m.bill("meta.read", "metadata")  # latency 300 but served 0..400: answered at 400
+        m.bill("meta.read", "metadata")  # issued at 400, served 400..800
+    assert serial.us == 400 + 400
     m2 = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
     with m2.tab() as t, m2.batch():
         for _ in range(3):
-            m2.bill("meta.read", "metadata")  # start at 0, 400, 800
-    assert t.us == 800 + 300
+            m2.bill("meta.read", "metadata")  # served from 0, 400, 800: the last answered at 1200
+    assert t.us == 800 + 400
     assert m2.capacity_stats()[1] == {"metadata.busy_us": 1_200, "metadata.queued_us": 1_200, "metadata.requests": 3}
 
 
