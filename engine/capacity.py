@@ -1,17 +1,18 @@
 """Capacity: shared resources that queue work beyond their concurrency, in virtual time.
 
-A request to a resource starts when one of its ``concurrency`` slots is free, holds the slot for
-the resource's ``service_us``, and completes ``latency`` after it starts; so at most
-``concurrency / service_us`` requests per microsecond get through and a faster offered rate
-queues (the delay a caller sees grows without bound: saturation). Resources without a
+A request to a resource starts when one of its ``concurrency`` slots is free for long enough,
+holds the slot for the resource's ``service_us`` (or its own latency: ``service_us=None``), and
+completes after its latency or its service, whichever is longer; so at most ``concurrency /
+service`` requests per microsecond get through and a faster offered rate queues (the delay a
+caller sees grows without bound: saturation). Resources without a
 :class:`~engine.clock.ResourceSpec` have infinite capacity (no queueing). In wall time nothing
 queues here: the real service queues by itself.
 
 Scopes (``LatencyModel.resources`` names): ``metadata`` one per run (every broker shares the v5
-store), ``bookie`` one per ledger (its ensemble), ``coordinator`` one per broker's coordinator,
-``dispatch`` one per broker. Slots are taken in the order requests are admitted, which is the
-order engine code issues them (a request admitted for a later instant than a queued one may take
-a slot freed earlier: a small approximation of FIFO, exact for one caller at a time).
+store), ``bookie`` one per ledger (its ensemble) or one per run (``shared``), ``coordinator`` one
+per broker's coordinator, ``dispatch`` one per broker. Requests are admitted in the order engine
+code issues them; each takes the earliest gap that holds it (:class:`Resource`), so one issued
+later for an earlier instant still finds the time before bookings made ahead of it.
 """
 
 from __future__ import annotations
