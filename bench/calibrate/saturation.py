@@ -1,21 +1,21 @@
 """The capacity part of ``txnbench calibrate --pulsar``: the broker's saturated txn rate per design,
 turned into the profile's ``resources`` (issue 17, item 3: per shared resource its service time
-and concurrency) by Little's law.
+and concurrency).
 
 The broker runs :func:`write_trace` (txns of :data:`MESSAGES` messages on one partition, the shape
 of PULSAR.md's first measurements) as fast as possible (``--pacing asap``: every row at once, up
-to the client's in-flight bound); its committed txns per second are ``R_v4`` and ``R_v5``. The
-model replays the same trace as fast as possible with the profile's latencies and unbounded
-resources, which only count what each design asks of them per committed txn. Then:
+to the client's in-flight bound), :data:`RUNS` times per design; the medians of its committed txns
+per second are ``R_v4`` and ``R_v5``. Then :func:`fit` searches, replaying the same trace in the
+model as fast as possible, for the resources that give the model those rates:
 
 - **bookie** (v4's bound: every data entry, marker and coordinator-log entry is an append): one
   for the run (a standalone has one bookie, one journal), each append holding a slot for its own
-  latency; concurrency ``round(R_v4 x busy µs per txn / 1e6)``, the appends the broker had in
-  flight on average at that rate (the journal's group commit lets several share one fsync).
+  latency; the concurrency whose v4 rate is nearest ``R_v4`` (the journal's group commit lets
+  several appends share one fsync).
 - **metadata** (v5's bound): the writes only (``meta.write``, ``meta.cas``; RocksdbMetadataStore
-  runs reads beside the writes' commits: ``storeGet`` takes no transaction), one at a time, each
-  holding the store ``1e6 / (R_v5 x writes per txn)`` µs: the mean service time a writer needs
-  for the broker's rate (RocksDB commits with ``sync`` when fsync is on: one WAL write at a time).
+  runs reads beside the writes' commits: ``storeGet`` takes no transaction, ``storePut`` commits
+  a RocksDB transaction), one at a time, each holding the store for the service time (to 1 %)
+  that gives v5 ``R_v5`` with that bookie.
 
 The fit makes the model's saturated rates the broker's on this trace; ``txnbench validate`` holds
 it against other traces (its saturation row).
