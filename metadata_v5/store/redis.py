@@ -49,10 +49,12 @@ from __future__ import annotations
 import builtins
 
 import json
+import select
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import redis as redislib
+from hiredis import pack_command as _pack_command
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -305,6 +307,31 @@ def _record(key: str, flat: Sequence[str]) -> Record | None:
     return Record(key, fields, version)
 
 
+def _call(conn: Any, command: tuple[Any, ...]) -> Any:
+    """One command on a held redis-py connection, below its per-call layers (the host string it
+    formats for every reply, the health check, the packer's generic argument handling): packed by
+    hiredis, sent on the socket, read by the connection's own parser. Errors as redis-py raises
+    them; anything that interrupts the exchange (a socket error, a timeout, Ctrl-C) drops the
+    connection, which could otherwise hand this reply to the next command; an error reply is raised."""
+    if conn._sock is None:
+        conn.connect()
+    try:
+        conn._sock.sendall(_pack_command(command))
+        reply = conn._parser.read_response()
+    except TimeoutError as e:  # socket.timeout on send (the parser raises redis-py's own)
+        conn.disconnect()
+        raise redislib.exceptions.TimeoutError(f"redis: {e}") from e
+    except OSError as e:
+        conn.disconnect()
+        raise redislib.exceptions.ConnectionError(f"redis: {e}") from e
+    except BaseException:
+        conn.disconnect()
+        raise
+    if isinstance(reply, redislib.exceptions.ResponseError):
+        raise reply
+    return reply
+
+
 def _fields(flat: Sequence[str]) -> dict[str, str]:
     it = iter(flat)
     return dict(zip(it, it))
@@ -455,18 +482,17 @@ class RedisMetadataStore(MetadataStore):
         return self._rt(self._evalsha, self._scripts[name], args, idempotent=idempotent)
 
     def _evalsha(self, script: Any, args: Sequence[Any]) -> Any:
-        """EVALSHA on the held connection: redis-py packs, sends and parses (hiredis) as for any
-        command, without the layers above (``Script`` -> ``evalsha`` -> ``execute_command`` ->
-        ``Retry``), which cost about 13 us a call on this machine (``benchmarks/backends.py``).
-        A server that lost the script (``SCRIPT FLUSH``) gets it again, as ``Script`` does."""
+        """EVALSHA on the held connection through :func:`_call`, without redis-py's layers above
+        it (``Script`` -> ``evalsha`` -> ``execute_command`` -> ``Retry`` -> the connection's
+        ``send_command``/``read_response``: about 13 us a call on this machine, then 5 % of a
+        v5 replay on Redis, ``benchmarks/backends.py``). A server that lost the script
+        (``SCRIPT FLUSH``) gets it again, as ``Script`` does."""
         conn = self.client.connection
         try:
-            conn.send_command("EVALSHA", script.sha, 0, *args)
-            return conn.read_response()
+            return _call(conn, ("EVALSHA", script.sha, 0, *args))
         except redislib.exceptions.NoScriptError:
             script.sha = self.client.script_load(script.script)
-            conn.send_command("EVALSHA", script.sha, 0, *args)
-            return conn.read_response()
+            return _call(conn, ("EVALSHA", script.sha, 0, *args))
 
     def _check_connection(self) -> None:
         """What redis-py's pool does at checkout, for the held connection: one the server closed
@@ -476,12 +502,14 @@ class RedisMetadataStore(MetadataStore):
         if conn is None or conn._sock is None:
             return
         try:
-            if conn.can_read(timeout=0):
-                conn.disconnect()
-                self._reconnecting = True
-        except (redislib.exceptions.ConnectionError, redislib.exceptions.TimeoutError, OSError):
-            conn.disconnect()
-            self._reconnecting = True
+            # one zero-timeout select (redis-py's can_read also formats the host name and peeks):
+            # nothing to read is the live, idle connection every complete reply leaves behind
+            if not select.select((conn._sock,), (), (), 0)[0]:
+                return
+        except (OSError, ValueError):
+            pass
+        conn.disconnect()  # closed by the server (EOF), broken, or holding bytes nobody asked for
+        self._reconnecting = True
 
     def _check_same_server(self) -> None:
         """After a reconnect: the server must be the one this handle started with. A restarted
@@ -879,17 +907,21 @@ class RedisMetadataStore(MetadataStore):
                     self._cache.clear()
                 self._known_rev, self._known_id = rev, stream_id
             for key, kind, flat, ixlog in json.loads(body):
+                ixlog = _arr(ixlog)
+                wanted = hub.wants(key, [entry[0] for entry in ixlog])
+                if not (mine or wanted):
+                    continue  # nobody here watches it or its indexes (most changes are op records)
                 fields = None
                 if kind == "p":
                     it = iter(_arr(flat))
                     fields = dict(zip(it, it))
                 if mine:
                     self._keep(key, None if fields is None else Record(key, fields, rev))
-                if not (ranges or hub.may_want(key)):
-                    continue  # nobody here watches it (most changes are op records)
+                if not wanted:
+                    continue
                 index = [(name, None if om is False else (om, int(float(os))),
                           None if nm is False else (nm, int(float(ns))))
-                         for name, om, os, nm, ns in _arr(ixlog)] if ranges else []
+                         for name, om, os, nm, ns in ixlog] if ranges else []
                 changes.append(Change(key, ChangeKind.PUT if kind == "p" else ChangeKind.DELETE, rev, fields, index))
             self._seen(rev, stream_id)
             self._cursor = stream_id

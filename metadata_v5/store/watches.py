@@ -130,6 +130,17 @@ class WatchHub:
         watch (a cheap filter for adapters: most writes are op records nobody watches by key)."""
         return not self.closed and (key in self._points or bool(self._ranges))
 
+    def wants(self, key: str, indexes: Iterable[str]) -> bool:
+        """Whether a change of ``key`` whose index entries are in ``indexes`` (names) could
+        concern this hub: a point watch on the key, or a range watch on one of those indexes
+        (:meth:`on_changes` emits nothing else; adapters skip decoding the rest)."""
+        if self.closed:
+            return False
+        if key in self._points:
+            return True
+        ranges = self._ranges
+        return bool(ranges) and any(name in ranges for name in indexes)
+
     def has_range_watches(self) -> bool:
         return bool(self._ranges)
 
