@@ -200,15 +200,20 @@ class MeteredTxnRecords(TxnRecords):
         self._scanned()
         return out
 
-    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
-        self.inner.put_participant_event(segment, subscription, txn, state)
-        if self.inner.store_native_sequences():
-            self._bill("meta.write", _M)
-            return
-        with self._meter.unit():
-            self._bill("meta.read", _M)
-            self._bill("meta.cas", _M)
-            self._bill("meta.write", _M)
+    def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
+                               state: TxnStatus) -> None:
+        """One ``meta.write`` per event (a counter read and CAS before it where the store has no
+        native sequences); the caller's ``meter.batch()`` makes them concurrent."""
+        self.inner.put_participant_events(participants, txn, state)
+        native = self.inner.store_native_sequences()
+        for _ in participants:
+            if native:
+                self._bill("meta.write", _M)
+                continue
+            with self._meter.unit():
+                self._bill("meta.read", _M)
+                self._bill("meta.cas", _M)
+                self._bill("meta.write", _M)
 
     def get_watermark(self, segment: str) -> tuple[Position | None, int]:
         out = self.inner.get_watermark(segment)

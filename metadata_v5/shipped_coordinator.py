@@ -131,8 +131,7 @@ class ShippedCoordinator(CoordinatorV5):
         participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
                               key=lambda p: (p[0], p[1] or ""))
         with self._meter.batch(None):  # concurrent appends: the slowest one's time
-            for segment, subscription in participants:
-                self._records.put_participant_event(segment, subscription, txn, state)
+            self._records.put_participant_events(participants, txn, state)
         self.stats["event_writes"] += len(participants)
 
     # -- sweeps -------------------------------------------------------------------------------------

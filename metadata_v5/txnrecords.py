@@ -213,9 +213,11 @@ class TxnRecords(ABC):
         """:meth:`aborted_on` as one scan of the segment's aborted records (recovery, pruning)."""
 
     @abstractmethod
-    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
-        """Append one record to the participant's event sequence (``/txn/segment-events/<seg>-<seq>``
-        or ``/txn/subscription-events/<seg>:<sub>-<seq>``, fanOutEvents L475-508). Never deleted."""
+    def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
+                               state: TxnStatus) -> None:
+        """Append one record to each participant's event sequence (``/txn/segment-events/<seg>-<seq>``
+        or ``/txn/subscription-events/<seg>:<sub>-<seq>``, fanOutEvents L475-508), one store batch
+        per participant, issued at once. Never deleted."""
 
     @abstractmethod
     def watch_participant_events(self, segment: str, subscription: str | None, owner: object,

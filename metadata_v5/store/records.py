@@ -339,10 +339,13 @@ class StoreTxnRecords(TxnRecords):
         return [AbortedRange(_txn_of(r.fields["txn"], Design(r.fields.get("design", "v5"))),
                              Position.parse(r.fields["first"]), Position.parse(r.fields["last"])) for r in recs]
 
-    def put_participant_event(self, segment: str, subscription: str | None, txn: TxnID, state: TxnStatus) -> None:
-        self.store.batch([PutSequential(f"/txn-pevents/{{{segment}|{subscription or ''}}}/",
-                                        {"segment": segment, "subscription": subscription or "",
-                                         "txn": _tag(txn), "state": state.value})])
+    def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
+                               state: TxnStatus) -> None:
+        # one store batch per event, as Pulsar's appends are (one round trip on Redis: a pipeline)
+        self.store.batches([[PutSequential(f"/txn-pevents/{{{segment}|{subscription or ''}}}/",
+                                           {"segment": segment, "subscription": subscription or "",
+                                            "txn": _tag(txn), "state": state.value})]
+                            for segment, subscription in participants])
 
     def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
                                  listener: Callable[[], None]) -> None:
