@@ -69,3 +69,22 @@ def test_ledgers_survive_a_broker_kill(own_broker: tuple[str, Path]) -> None:
     finally:
         g.close()
     assert restart_s < 60
+
+
+def test_every_client_of_a_factory_refreshes_metadata_without_the_100_ms_backoff(kafka_url: str) -> None:
+    """kafka-python 3's connection manager builds its ClusterMetadata without the client's
+    ``retry_backoff_ms``: without the factory's fix each new ledger's first append (or read)
+    waited 65-100 ms for the producer's next metadata refresh (``benchmarks/backends.py``)."""
+    from engine.kafkaledger import _METADATA_BACKOFF_MS, KafkaLedgerFactory
+
+    f = KafkaLedgerFactory.from_url(kafka_url)
+    try:
+        clusters = [f._producer._metadata, f._consumer._manager.cluster, f._admin._manager.cluster]
+        assert [c.config["retry_backoff_ms"] for c in clusters] == [_METADATA_BACKOFF_MS] * 3
+        ml = f.open(f"fresh-{os.getpid()}-{time.monotonic_ns()}")
+        first = ml.first_position()
+        # the new topic's leader is learnt by the refresh the first append asks for
+        assert ml.append(EntryData(size=1, publish_ts_us=0, msg="m")) == first
+        f.delete(ml.name)
+    finally:
+        f.close()
