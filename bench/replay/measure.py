@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import resource
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -37,6 +37,23 @@ def _counts_indexes(h: HdrHistogram, values: np.ndarray) -> np.ndarray:
     bucket = bit_length - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
     sub_bucket = values >> (bucket + h.unit_magnitude)
     return ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
+
+
+def values_at_percentiles(h: HdrHistogram, percentiles: Iterable[float]) -> list[int]:
+    """``[h.get_value_at_percentile(p) for p in percentiles]``, the same values from one numpy
+    cumulative sum: hdrh walks the counts from the first bucket in Python for each percentile
+    (about 8 ms per percentile of a replay's histogram)."""
+    cumulative = np.cumsum(np.ctypeslib.as_array(h.counts)[: h.counts_len])
+    out = []
+    for p in percentiles:
+        target = h.get_target_count_at_percentile(p)
+        index = int(np.searchsorted(cumulative, target))  # the first bucket reaching the target
+        if index >= h.counts_len:
+            out.append(0)
+            continue
+        value = h.get_value_from_index(index)
+        out.append(h.get_highest_equivalent_value(value) if p else h.get_lowest_equivalent_value(value))
+    return out
 
 
 class Histograms:
@@ -101,7 +118,7 @@ class Histograms:
                 "mean_us": round(self._sum.get(name, 0) / count, 1) if count else 0.0,
                 "min_us": h.get_min_value(),
                 "max_us": h.get_max_value(),
-                **{f"p{p:g}_us": h.get_value_at_percentile(p) for p in PERCENTILES},
+                **{f"p{p:g}_us": v for p, v in zip(PERCENTILES, values_at_percentiles(h, PERCENTILES))},
                 "hdr": h.encode().decode(),  # mergeable: HdrHistogram.decode + add
             }
         return out
@@ -111,7 +128,8 @@ class Histograms:
         h = self._h.get(name)
         if h is None or h.get_total_count() == 0:
             return []
-        return [(q, h.get_value_at_percentile(q)) for q in (100.0 * i / points for i in range(1, points + 1))]
+        qs = [100.0 * i / points for i in range(1, points + 1)]
+        return list(zip(qs, values_at_percentiles(h, qs)))
 
     @staticmethod
     def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:

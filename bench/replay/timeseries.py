@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hdrh.histogram import HdrHistogram
 
-from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, _counts_indexes
+from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, _counts_indexes, values_at_percentiles
 
 WINDOW_US = 1_000_000
 RATES = ("publish", "consume", "commit", "abort")  # events per window -> <name>_per_s
@@ -209,9 +209,9 @@ def table(rows: list[dict[str, Any]]) -> pa.Table:
         for lat in LATENCIES:
             enc = row["hdr"].get(lat)
             h = HdrHistogram.decode(enc) if enc else None
-            for q in QUANTILES:
-                cols[f"{lat}_latency_{_quantile_name(q)}_ms"].append(
-                    h.get_value_at_percentile(q) / 1000 if h is not None else None)
+            values = values_at_percentiles(h, QUANTILES) if h is not None else [None] * len(QUANTILES)
+            for q, v in zip(QUANTILES, values):
+                cols[f"{lat}_latency_{_quantile_name(q)}_ms"].append(v / 1000 if v is not None else None)
             cols[f"{lat}_latency_max_ms"].append(h.get_max_value() / 1000 if h is not None else None)
     return pa.table(cols, schema=SCHEMA)
 

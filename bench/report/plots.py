@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.replay.measure import histogram_from_summary
+from bench.replay.measure import histogram_from_summary, values_at_percentiles
 from bench.replay import registry
 
 # A figure: {"file": "x.png", "title": str, "x": axis label, "x_scale": "linear"|"log"|"log2",
@@ -131,7 +131,7 @@ def _cdf(rs: dict[str, Any], labels: list[str], name: str, out: Path) -> str | N
     series = {}
     for lab, s in have:
         h = histogram_from_summary(s)
-        series[lab] = [h.get_value_at_percentile(q) / 1000 for q in CDF_PCTS]
+        series[lab] = [v / 1000 for v in values_at_percentiles(h, CDF_PCTS)]
     for i, group in enumerate(identical_groups(series)):
         ls, mk = STYLES[i % len(STYLES)]
         label = " = ".join(group) + (" (identical)" if len(group) > 1 else "") + f", n={have[[lab for lab, _ in have].index(group[0])][1]['count']:,}"

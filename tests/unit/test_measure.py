@@ -6,7 +6,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings, strategies as st
 
-from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, Histograms, _counts_indexes
+from bench.replay.measure import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, Histograms, _counts_indexes, values_at_percentiles
 
 
 @given(st.lists(st.integers(-5, HIGHEST_US + 10**6), min_size=1, max_size=300))
@@ -24,6 +24,18 @@ def test_batched_recording_matches_one_call_per_sample(values: list[int]) -> Non
     for p in (50.0, 90.0, 99.0, 99.9):
         assert s[f"p{p:g}_us"] == reference.get_value_at_percentile(p)
     assert hist.clamped == sum(1 for v in values if v > HIGHEST_US)
+
+
+@given(st.lists(st.integers(LOWEST_US, HIGHEST_US), max_size=200),
+       st.lists(st.floats(0.0, 120.0, allow_nan=False), min_size=1, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_values_at_percentiles_are_hdrhistograms_own(values: list[int], percentiles: list[float]) -> None:
+    h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    for v in values:
+        h.record_value(v)
+    # p0 (the lowest equivalent value), above 100, and an empty histogram (0) included
+    qs = [0.0, 100.0, *percentiles]
+    assert values_at_percentiles(h, qs) == [h.get_value_at_percentile(q) for q in qs]
 
 
 def test_counts_index_matches_hdrhistogram_at_every_bucket_edge() -> None:
