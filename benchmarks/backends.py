@@ -102,17 +102,27 @@ class Table:
 
 
 class _Capture:
-    """Records every command redis-py sends (a pipeline as one group) while active."""
+    """Records every command sent to Redis (a pipeline as one group) while active: through
+    redis-py's connection, and through the store's own one-command path (``_call``)."""
 
     def __init__(self) -> None:
         from redis.connection import AbstractConnection
+
+        import metadata_v5.store.redis as store_module
 
         self.groups: list[list[tuple[Any, ...]]] = []
         self.active = False
         self._cls = AbstractConnection
         self._single = AbstractConnection.send_command
         self._many = AbstractConnection.pack_commands
+        self._module = store_module
+        self._call = store_module._call
         cap = self
+
+        def call(conn: Any, command: tuple[Any, ...]) -> Any:
+            if cap.active:
+                cap.groups.append([command])
+            return cap._call(conn, command)
 
         def send_command(conn: Any, *args: Any, **kw: Any) -> Any:
             if cap.active:
@@ -127,10 +137,12 @@ class _Capture:
 
         AbstractConnection.send_command = send_command  # type: ignore[method-assign, assignment]
         AbstractConnection.pack_commands = pack_commands  # type: ignore[method-assign]
+        store_module._call = call
 
     def close(self) -> None:
         self._cls.send_command = self._single  # type: ignore[method-assign]
         self._cls.pack_commands = self._many  # type: ignore[method-assign]
+        self._module._call = self._call
 
 
 def _same_work(groups: list[list[tuple[Any, ...]]], batch_sha: str) -> list[list[tuple[Any, ...]]]:
@@ -239,8 +251,14 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
 def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
     from bench.replay.config import RunConfig
     from bench.replay.replay import Replayer
-    from bench.trace.trace import read_events
+    from bench.trace.trace import read_events, validate
 
+    # timed as `txnbench replay` runs it (the trace validated once up front, then read without
+    # the row checks; nothing listening in); the commands come from a second, captured replay of
+    # the same trace (virtual time: the same commands, in a namespace of its own)
+    validate(trace)
+    timed = Replayer(RunConfig(engine="v5", metadata_url=url)).run(read_events(trace, validated=True))
+    replay_s = timed.wall_seconds  # the replay's own clock: events and drain, not its summary
     cfg = RunConfig(engine="v5", metadata_url=url)
     cap = _Capture()
     current: list[str] = ["scheduled"]
@@ -265,12 +283,14 @@ def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
         rep._ops = {op: wrap(op, fn) for op, fn in originals.items()}
         cap.active = True
         result = rep.run(read_events(trace))
-        replay_s = result.wall_seconds  # the replay's own clock: events and drain, not its summary
         cap.active = False
     finally:
         cap.close()
     from metadata_v5.store.redis import _BATCH
 
+    trips = (timed.counts.get("meta.round_trips"), result.counts.get("meta.round_trips"))
+    if trips[0] != trips[1]:
+        raise SystemExit(f"backends: the timed and the captured replay made {trips[0]} and {trips[1]} round trips")
     groups = _same_work(cap.groups, client.register_script(_BATCH).sha)
     # the same commands again (the run's own cleanup included, so the namespace ends empty)
     t0 = time.perf_counter()
@@ -280,7 +300,7 @@ def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
         client.delete(key)
     steady = {k: round(statistics.mean(v[len(v) // 2:]), 3) for k, v in per.items() if v}
     # the engine's own time on this machine now: the same replay on the embedded store
-    memory_s = Replayer(RunConfig(engine="v5")).run(read_events(trace)).wall_seconds
+    memory_s = Replayer(RunConfig(engine="v5")).run(read_events(trace, validated=True)).wall_seconds
     return {"events": result.events, "replay_s": replay_s, "raw_s": raw_s, "groups": len(groups),
             "memory_s": memory_s, "store_s": max(replay_s - memory_s, 1e-9),
             "per_op": {k: steady[k] for k in ("txn publish", "end-txn", "plain publish", "ack", "new_txn")
@@ -374,15 +394,48 @@ def bench_kafka(url: str, n: int, trace: Path, repeats: int, table: Table) -> No
                "kafka-python sync produce, same acks")
     table.pair("kafka", "v4 replay vs sync produce", rate, sync_default, "events/s vs produce/s",
                "kafka-python sync produce, defaults")
+    for call, ms in _v4_slowest_calls(url, trace).items():
+        table.note("kafka", f"v4 replay: slowest {call}", f"{ms:.1f} ms")
+
+
+def _v4_slowest_calls(url: str, trace: Path) -> dict[str, float]:
+    """The longest single ledger open / append / read of one more (untimed) v4 replay: a client
+    back-off sleep (kafka-python's 100 ms retry and metadata back-offs) would show here."""
+    from engine.kafkaledger import KafkaLedgerFactory, KafkaManagedLedger
+
+    slowest: dict[str, float] = {"open": 0.0, "append": 0.0, "read": 0.0}
+    originals = [(KafkaLedgerFactory, "open"), (KafkaManagedLedger, "append"), (KafkaManagedLedger, "read")]
+
+    def timed(cls: Any, name: str) -> Callable[..., Any]:
+        fn = getattr(cls, name)
+
+        def run(*args: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                slowest[name] = max(slowest[name], (time.perf_counter() - t0) * 1000)
+        return run
+
+    saved = [(cls, name, getattr(cls, name)) for cls, name in originals]
+    try:
+        for cls, name in originals:
+            setattr(cls, name, timed(cls, name))
+        _v4_replay(url, trace)
+    finally:
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+    return slowest
 
 
 def _v4_replay(url: str, trace: Path) -> float:
     from bench.replay.config import RunConfig
     from bench.replay.replay import Replayer
-    from bench.trace.trace import read_events
+    from bench.trace.trace import read_events, validate
 
+    validate(trace)  # once up front, as `txnbench replay` does
     rep = Replayer(RunConfig(engine="v4", ledger_url=url))
-    result = rep.run(read_events(trace))
+    result = rep.run(read_events(trace, validated=True))
     return result.events / result.wall_seconds
 
 
