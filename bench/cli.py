@@ -467,9 +467,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
                 import dataclasses
 
-                asap = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="asap"), tmp / "broker-asap")
-                _print_broker_runs(asap)
-                results.append(tmp / "broker-asap")
+                from bench.pulsar.validate_run import broker_saturation
+
+                results += broker_saturation(trace, target, tmp, say=print)
                 replay_trace(trace, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs],
                              tmp / "model-asap", shown=shown)  # the models as fast as possible, beside it
                 results.append(tmp / "model-asap")
@@ -495,7 +495,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from bench.pulsar.validate_run import run_validate
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
-                       saturation=not args.no_saturation)
+                       saturation=not args.no_saturation, saturation_runs=args.saturation_runs)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -750,7 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-profile", default=None, metavar="FILE",
                    help="the model's latency profile, a file or a shipped name (datasets/latency/; default: pulsar-standalone-5.0.0-M1)")
     p.add_argument("--no-saturation", action="store_true",
-                   help="leave out the broker's as-fast-as-possible run (no throughput-at-saturation figure)")
+                   help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
+    p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",
+                   help="the broker's as-fast-as-possible runs per design; the section takes the median (default 3)")
     p.add_argument("--out", default="txnbench-out/validate")
     _add_force(p)
     p.set_defaults(fn=cmd_validate, pacing="trace")

@@ -153,6 +153,24 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     assert len(summary["validation"]["checks"]) == len(v.checks)
 
 
+def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    # three asap runs: v4 ends its txn after 20, 10 and 25 ms (50, 100, 40 txn/s), v5 after 50, 40, 100 ms
+    for i, ends in enumerate([(20_000, 50_000), (10_000, 40_000), (25_000, 100_000)]):
+        _set(tmp_path / f"asap{i}", trace, broker=True, pacing="asap", ends=ends)
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / f"asap{i}") for i in range(3)])
+    rows = {(c.design, c.metric): c for c in v.checks if c.section == "Throughput"}
+    assert rows[("v4", "committed txns per second")].broker == 50.0  # median of 50, 100, 40
+    assert rows[("v5", "committed txns per second")].broker == 20.0  # median of 20, 25, 10
+    assert rows[("v5/v4", "v5/v4 committed-rate ratio at saturation")].broker == 0.4
+    assert dict(v.saturation_runs) == {"v4": (50.0, 100.0, 40.0), "v5": (20.0, 25.0, 10.0)}
+    assert v.to_json()["broker_saturation_runs"] == {"v4": [50.0, 100.0, 40.0], "v5": [20.0, 25.0, 10.0]}
+    rep = build([tmp_path / "model", tmp_path / "broker"] + [tmp_path / f"asap{i}" for i in range(3)], tmp_path / "rep")
+    assert "3 runs, the median per design (v4 40-100 txn/s, v5 10-25 txn/s)" in rep.markdown.read_text()
+
+
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no-such.json"):
         model_latency(tmp_path / "no-such.json", 1)
