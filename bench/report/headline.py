@@ -149,10 +149,11 @@ def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
 
 
 def held_against_broker(rs: dict[str, Any]) -> str | None:
-    """How far the model's latencies held against a real broker with the profile this set ran:
-    the validation objects kept beside the profile (``datasets/validation/*.json``, written by
-    ``txnbench validate``) whose profile has the same sha256, the one with most goals met when
-    several. None for a broker's set, or when no such object exists."""
+    """How far the model held against a real broker with the profile this set ran: the validation
+    objects kept beside the profile (``datasets/validation/*.json``, written by ``txnbench
+    validate``) whose profile has the same sha256, every one's tally (best first, none left out)
+    and the goals missed on every trace (on one trace: each missed goal with its error). None for
+    a broker's set, or when no such object exists."""
     if rs["manifest"].get("target", {}).get("kind") == "pulsar":
         return None
     for run in rs["manifest"].get("runs", {}).values():
@@ -160,13 +161,23 @@ def held_against_broker(rs: dict[str, Any]) -> str | None:
         if not prof.get("sha256") or not prof.get("path"):
             continue
         found = _validations(Path(prof["path"]).parent.parent / "validation", prof["sha256"])
-        if found:
-            name, v = max(found, key=lambda fv: _met_share(str(fv[1].get("tally", ""))))
+        if len(found) == 1:
+            name, v = found[0]
             missed = [_missed(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
             tally = str(v.get("tally", "?")).replace("meet them", "meet the goals")
             return (f"**Held against a real broker** with this profile (`validation/{name}`): {tally}"
                     + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's."
                        if missed else "."))
+        if found:
+            ranked = sorted(found, key=lambda fv: -_met_share(str(fv[1].get("tally", ""))))
+            tallies = ", ".join(f"{name.removesuffix('.json')} {_met_of(str(v.get('tally', '')))}" for name, v in ranked)
+            missed_sets = [{_missed(dict(c, error=None)) for c in v.get("checks", []) if c.get("verdict") == "missed"}
+                           for _, v in found]
+            everywhere = sorted(set.intersection(*missed_sets))
+            return (f"**Held against a real broker** with this profile ({len(found)} traces in `validation/`): judged "
+                    f"rows meeting the goals {tallies}"
+                    + (f"; missed on every trace: {', '.join(everywhere)} — read those figures as the model's, not "
+                       "the broker's." if everywhere else "; no goal missed on every trace."))
     return None
 
 
@@ -213,6 +224,12 @@ def _validations(folder: Path, sha256: str) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(v, dict) and f"sha256 {sha256[:12]}" in str(v.get("profile", "")):
             out.append((f.name, v))
     return out
+
+
+def _met_of(tally: str) -> str:
+    """"38 of 42 judged rows meet them (2 n/a)" -> "38/42"."""
+    words = tally.split()
+    return f"{words[0]}/{words[2]}" if len(words) > 2 else tally
 
 
 def _met_share(tally: str) -> float:
