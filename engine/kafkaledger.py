@@ -42,7 +42,9 @@ acknowledged. An append returns once every in-sync replica has it: ``acks=all`` 
 producer), or ``acks=1`` without retries on a single-broker cluster, where the leader is the only
 replica (``?acks=all|1`` overrides the choice). Reads use one consumer that stays assigned to
 every partition the factory reads, all paused but the one being read, with a 1 ms
-``retry_backoff_ms`` (the client's idle-poll sleep).
+``retry_backoff_ms`` (the client's idle-poll sleep). Every client refreshes its cluster metadata
+1 ms after the previous refresh, not kafka-python's fixed 100 ms (:func:`_quick_metadata_refresh`):
+a new ledger's first append or read waits for that refresh.
 
 Counters: besides the port's, ``round_trips`` counts the broker requests a call waited for (a
 produce acknowledgement, an offsets lookup, a fetch poll, an admin request), per handle; the
