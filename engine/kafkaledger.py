@@ -87,6 +87,12 @@ DEFAULT_CONNECT_TIMEOUT_MS = 3_000
 _ACKS = ("auto", "all", "1")  # auto: 1 on a single-broker cluster, else all
 _CONSUMER_BACKOFF_MS = 1
 _METADATA_BACKOFF_MS = 1
+# How a broker refuses a produce it did not write: a ledger's topic created a moment ago, whose
+# leader the client's metadata names before the broker has taken the partition up (single node:
+# a few ms after creation; the first append then comes that soon, see _quick_metadata_refresh).
+# Sending again cannot duplicate the entry, unlike a timeout, after which it may have been written.
+_REFUSED = (kerrors.NotLeaderForPartitionError, kerrors.LeaderNotAvailableError)
+_REFUSED_PAUSE_S = 0.002
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 
 _LEDGER_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -467,13 +473,22 @@ class KafkaLedgerFactory(LedgerFactory):
         handle: ManagedLedger | None = None,
     ) -> Any:
         """Produce one record to partition 0 of ``topic``; with ``wait``, return its
-        RecordMetadata once acknowledged (a later waited send also flushes unwaited ones)."""
+        RecordMetadata once acknowledged (a later waited send also flushes unwaited ones). A waited
+        send the broker refused unwritten (:data:`_REFUSED`) goes again, until the request timeout."""
         with self._driver(action):
-            future = self._producer.send(topic, value=value, key=key, headers=headers or [], partition=0)
-            if not wait:
-                return future
-            self._rt(1, handle)
-            meta = future.get(timeout=self._timeout_s + 5)
+            deadline = time.monotonic() + self._timeout_s
+            while True:
+                future = self._producer.send(topic, value=value, key=key, headers=headers or [], partition=0)
+                if not wait:
+                    return future
+                self._rt(1, handle)
+                try:
+                    meta = future.get(timeout=self._timeout_s + 5)
+                    break
+                except _REFUSED:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(_REFUSED_PAUSE_S)  # the failed send asked for fresh metadata: let it come
         self._mine(topic, meta.offset)
         return meta
 

@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 
 from engine.backends import open_ledgers
+from engine.errors import LedgerError
 from engine.ledger import CursorState
 from engine.records import EARLIEST, EntryData, MarkerKind, Position
 
@@ -85,6 +86,44 @@ def test_every_client_of_a_factory_refreshes_metadata_without_the_100_ms_backoff
         first = ml.first_position()
         # the new topic's leader is learnt by the refresh the first append asks for
         assert ml.append(EntryData(size=1, publish_ts_us=0, msg="m")) == first
+        f.delete(ml.name)
+    finally:
+        f.close()
+
+
+def test_an_append_the_broker_refused_unwritten_goes_again(kafka_url: str) -> None:
+    """A produce answered NotLeaderForPartition or LeaderNotAvailable was not written (a new
+    ledger's topic before its broker took the partition up), so the append sends it again and
+    the ledger keeps every entry once, in order; any other failure (a timeout may have written it)
+    is not sent again."""
+    import kafka.errors as kerrors
+    from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
+
+    from engine.kafkaledger import KafkaLedgerFactory
+
+    f = KafkaLedgerFactory.from_url(kafka_url)
+    try:
+        ml = f.open(f"refused-{os.getpid()}-{time.monotonic_ns()}")
+        first = ml.append(EntryData(size=1, publish_ts_us=0, msg="a"))
+        send, refusals = f._producer.send, [kerrors.NotLeaderForPartitionError(), kerrors.LeaderNotAvailableError()]
+
+        def refusing(*args: object, **kw: object) -> object:
+            if refusals:  # what kafka-python hands back for a produce the broker refused
+                produced = FutureProduceResult(None)
+                record = FutureRecordMetadata(produced, 0, -1, None, 0, 0, -1)
+                produced.failure(refusals.pop(0))
+                return record
+            return send(*args, **kw)
+
+        f._producer.send = refusing
+        second = ml.append(EntryData(size=1, publish_ts_us=1, msg="b"))
+        assert not refusals and second == ml.next_position(first)
+        assert [e.data.msg for e in ml.read(first, second, 10)] == ["a", "b"]
+
+        refusals.append(kerrors.MessageSizeTooLargeError())  # any other failure is not sent again
+        with pytest.raises(LedgerError, match="MessageSizeTooLargeError"):
+            ml.append(EntryData(size=1, publish_ts_us=2, msg="c"))
+        assert not refusals
         f.delete(ml.name)
     finally:
         f.close()
