@@ -9,6 +9,7 @@ several repeats with their spread, and a difference inside the noise band is cal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,37 @@ def held_against_broker(rs: dict[str, Any]) -> str | None:
     return None
 
 
+def _capacity_waits(rs: dict[str, Any]) -> list[tuple[str, str, float, bool]]:
+    """(run, resource, mean wait for a slot per request, saturated) from the ``capacity.*``
+    counts; saturated: the mean wait exceeds the mean service (the trace offered more than the
+    resource serves)."""
+    out = []
+    for label in rs["manifest"].get("runs", {}):
+        c = rs["counts"].get(label, {})
+        for res in sorted({k.split(".")[1] for k in c if k.startswith("capacity.") and k.endswith(".requests")}):
+            n = c.get(f"capacity.{res}.requests", 0)
+            if n:
+                wait, busy = c.get(f"capacity.{res}.queued_us", 0) / n, c.get(f"capacity.{res}.busy_us", 0) / n
+                out.append((label, res, wait, wait > busy))
+    return out
+
+
+def saturated_runs(rs: dict[str, Any]) -> list[str]:
+    """The runs of a set with a saturated resource (:func:`capacity_line`), in run order."""
+    return list(dict.fromkeys(label for label, _, _, hot in _capacity_waits(rs) if hot))
+
+
+def mark_saturated(findings: Sequence[Finding], saturated: Sequence[str]) -> list[Finding]:
+    """The latency answers (``TAIL``'s questions) of a set some of whose runs saturated: a
+    saturated run's queue, and with it its latencies, grows with the trace's length, so the
+    ratio is this run's, not the design's; the answer says so."""
+    if not saturated:
+        return list(findings)
+    note = (f" Saturated ({', '.join(saturated)}): latencies that grow with the trace's length, a ratio for this "
+            "run only (see Capacity).")
+    return [dataclasses.replace(f, text=f.text + note) if f.metric in TAIL else f for f in findings]
+
+
 def capacity_line(rs: dict[str, Any]) -> str | None:
     """Whether the model's runs stayed within the capacity their latency profile gives (its
     ``resources``): per run and resource, the mean wait of a request for a slot (``capacity.*``
@@ -191,20 +223,13 @@ def capacity_line(rs: dict[str, Any]) -> str | None:
                       if (r.get("config", {}).get("latency_profile") or {}).get("resources")), None)
     if not described:
         return None
-    parts, saturated = [], []
-    for label in runs:
-        c = rs["counts"].get(label, {})
-        waits = []
-        for res in sorted({k.split(".")[1] for k in c if k.startswith("capacity.") and k.endswith(".requests")}):
-            n = c.get(f"capacity.{res}.requests", 0)
-            if not n:
-                continue
-            wait, busy = c.get(f"capacity.{res}.queued_us", 0) / n, c.get(f"capacity.{res}.busy_us", 0) / n
-            waits.append(f"{res} {fmt_value(wait, 'µs')}")
-            if wait > busy:
-                saturated.append(f"{label}'s {res}")
-        if waits:
-            parts.append(f"{label} " + ", ".join(waits))
+    per_run: dict[str, list[str]] = {}
+    saturated = []
+    for label, res, wait, hot in _capacity_waits(rs):
+        per_run.setdefault(label, []).append(f"{res} {fmt_value(wait, 'µs')}")
+        if hot:
+            saturated.append(f"{label}'s {res}")
+    parts = [f"{label} " + ", ".join(waits) for label, waits in per_run.items()]
     resources = "; ".join(f"{r} {d}" for r, d in sorted(described.items()))
     verdict = (f" — {', '.join(saturated)} saturated (a request waited longer than it is served): this trace offers "
                "more than the profile's broker serves, so those latencies are a saturated broker's"

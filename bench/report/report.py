@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from bench.replay import registry
 from bench.report.abtest import Comparison, compare
-from bench.report.headline import (ab_headline, capacity_line, context_line, headline, held_against_broker, render_text,
-                                   scenario_findings)
+from bench.report.headline import (ab_headline, capacity_line, context_line, headline, held_against_broker, mark_saturated,
+                                   render_text, saturated_runs, scenario_findings)
 from bench.report.headline import render_markdown as render_headline_md
 from bench.replay.measure import METRICS
 from bench.report.model_vs_broker import comparison_rows, is_broker
@@ -504,6 +504,7 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
     capacity = capacity_line(main)
     if capacity is not None:
         extra.append(capacity)
+        findings = mark_saturated(findings, saturated_runs(main))
     validation = validation_section(sets)
     if validation is not None:
         v, vsection = validation

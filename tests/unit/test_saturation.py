@@ -74,3 +74,24 @@ def test_the_headline_says_when_a_run_saturated_the_profiles_resources() -> None
     calm = capacity_line(rs(2_000))
     assert calm is not None and "below saturation" in calm and "metadata 200 µs" in calm
     assert capacity_line({"manifest": {"runs": {"v4": {"config": {"latency_profile": {}}}}}, "counts": {}}) is None
+
+
+def test_a_saturated_runs_latency_answers_say_the_ratio_is_the_runs_not_the_designs() -> None:
+    """Its queue grows with the trace's length: the latency questions' answers say so, the others
+    (write amplification) do not; with nothing saturated the answers stay as they were."""
+    from bench.report.headline import Finding, mark_saturated, saturated_runs
+
+    def rs(queued: int) -> dict[str, object]:
+        return {"manifest": {"runs": {"v4": {}, "v5": {}}},
+                "counts": {"v4": {"capacity.bookie.requests": 10, "capacity.bookie.busy_us": 10_000,
+                                  "capacity.bookie.queued_us": 100},
+                           "v5": {"capacity.metadata.requests": 10, "capacity.metadata.busy_us": 10_000,
+                                  "capacity.metadata.queued_us": queued}}}
+
+    findings = [Finding("End-txn latency (p50)", "v4 wins, 3× lower.", "v4", 3.0, "end_txn_us.p50", "exact"),
+                Finding("Writes", "v4 wins.", "v4", 2.0, "derived.write_amplification", "exact")]
+    assert saturated_runs(rs(50_000)) == ["v5"] and saturated_runs(rs(2_000)) == []
+    marked = mark_saturated(findings, saturated_runs(rs(50_000)))
+    assert marked[0].text.startswith("v4 wins, 3× lower. Saturated (v5): latencies that grow with the trace's length")
+    assert marked[1] == findings[1]
+    assert mark_saturated(findings, saturated_runs(rs(2_000))) == findings
