@@ -26,7 +26,8 @@ from bench.replay.measure import Histograms
 # txn at its timeout (TransactionMetadataStore timeout tracker / TransactionCoordinatorV5), so it
 # ended aborted, whatever the client asked.
 _GONE = ("TransactionNotFound", "InvalidTxnStatus", "TransactionTimeout", "TxnTimeout", "CoordinatorNotFound")
-_INTS = re.compile(r"-?\d+")
+_INTS = re.compile(r"(?<![A-Za-z_])-?\d+")  # numbers, not digits ending a name (MessageIdV5)
+_CLASSIC_ID = re.compile(r"(-?\d+):(-?\d+):(-?\d+)(?::(-?\d+))?")
 
 
 @dataclass
@@ -77,9 +78,19 @@ class Folded:
 
 
 def position_of(message_id: str | None) -> tuple[int, ...]:
-    """Order key of a message id string (``ledger:entry:partition[:batch]`` for the classic
-    client's MessageIdImpl.toString; any ids the V5 SDK prints likewise compare by their numbers)."""
-    return tuple(int(n) for n in _INTS.findall(message_id or ""))
+    """The stored position a message id string names, as an order key: ``ledger:entry`` (and a
+    batch index) of the classic client's ``ledger:entry:partition[:batch]`` (MessageIdImpl,
+    BatchMessageIdImpl toString), the V5 SDK's ``MessageIdV5{segment=S, id=L:E:P, ...}`` with its
+    other numbers kept around it. The partition index is left out: it names no position, and the
+    two sides of one entry disagree on it (a send on a partition addressed as a topic is answered
+    with -1, ProducerImpl; the consumer's id of the same entry carries the partition, ConsumerImpl)."""
+    s = message_id or ""
+    m = _CLASSIC_ID.search(s)
+    if m is None:
+        return tuple(int(n) for n in _INTS.findall(s))
+    ledger, entry, _partition, batch = m.groups()
+    return (tuple(int(n) for n in _INTS.findall(s[:m.start()])) + (int(ledger), int(entry))
+            + (() if batch is None else (int(batch),)) + tuple(int(n) for n in _INTS.findall(s[m.end():])))
 
 
 class EventFold:
@@ -113,6 +124,7 @@ class EventFold:
         self.max_issue_lag_us = 0
         self.events: list[tuple[int, float, str, tuple[Any, ...]]] = []  # history: (t, rank, kind, args)
         self.answers: list[tuple[int, str, int]] = []  # (answer time, publish|commit|abort, latency): time series
+        self._stored: dict[str, tuple[int, ...]] = {}  # msg -> the stored copy judged, when several were delivered
 
     def _count(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -214,7 +226,7 @@ class EventFold:
     def finish(self) -> Folded:
         deliveries: dict[str, list[Any]] = {k: [] for k in ("engine", "topic", "subscription", "msg", "delivered_ts_us", "redelivery")}
         first: dict[str, int] = {}
-        stored = self._stored_positions()
+        stored = self._stored = self._stored_positions()
         for broker_topic, sub, msg, t, redelivery, position in self.deliveries:
             pub = self.pubs.get(msg)
             topic = pub.topic if pub is not None else self.back.get(broker_topic, broker_topic)
@@ -230,7 +242,7 @@ class EventFold:
                 # seen again in that window came back because of the restart.
                 self._log(t, 4, "fault", "redeliver", sub)
             if position != stored.get(msg, position):
-                # a second stored copy of the message: the producer re-sent it after a reconnection
+                # a later stored copy of the message: the producer re-sent it after a reconnection
                 # (ProducerImpl.resendMessages) and, without deduplication (brokerDeduplicationEnabled
                 # is off), the broker stored both. Kept in the deliveries; the checker judges the
                 # broker's delivery of what it stored once per publish
@@ -294,19 +306,15 @@ class EventFold:
                       history=self._history() if self.want_history else None)
 
     def _stored_positions(self) -> dict[str, tuple[int, ...]]:
-        """The stored position of each message delivered under more than one message id: the
-        publish's, when one of them (else the first delivered)."""
-        seen: dict[str, list[tuple[int, ...]]] = {}
+        """The copy the history judges of each message delivered under more than one message id
+        (the producer re-sent it, the broker stored each copy): the one stored first. Every cursor
+        reads it before the later copies, and the client acks what it received first (TraceRunner's
+        plain ack), so the acks in the history are of that copy; the send may have been answered
+        with another one (ProducerImpl.resendMessages: the first receipt was lost)."""
+        seen: dict[str, set[tuple[int, ...]]] = {}
         for _topic, _sub, msg, _t, _redelivery, position in self.deliveries:
-            ids = seen.setdefault(msg, [])
-            if position not in ids:
-                ids.append(position)
-        out = {}
-        for msg, ids in seen.items():
-            if len(ids) > 1:
-                pub = self.pubs.get(msg)
-                out[msg] = pub.position if pub is not None and pub.position in ids else ids[0]
-        return out
+            seen.setdefault(msg, set()).add(position)
+        return {msg: min(ids) for msg, ids in seen.items() if len(ids) > 1}
 
     def _restarting(self, t: int) -> bool:
         return any(c <= t <= (self.resumed[i] if i < len(self.resumed) else 1 << 62) for i, c in enumerate(self.crashes))
@@ -342,7 +350,8 @@ class EventFold:
                 h.subscribe(topic, sub, latest=True)
             elif kind == "publish":
                 p = self.pubs[args[0]]
-                h.publish(args[0], p.topic, p.txn, p.key, MessageRef(p.ledger, p.position))
+                # where the copy the history judges is stored (its deliveries are the ones kept)
+                h.publish(args[0], p.topic, p.txn, p.key, MessageRef(p.ledger, self._stored.get(args[0], p.position)))
             elif kind == "ack":
                 sub, msg, cumulative, txn = args
                 h.ack(sub, [msg], cumulative, txn)
