@@ -57,13 +57,13 @@ def write_trace(path: Path, txns: int = TXNS) -> Path:
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
                 designs: tuple[str, ...] = ("v4", "v5")) -> dict[str, float]:
     """Committed txns per second of each design's model replaying ``trace`` as fast as possible
-    with ``resources`` (as :func:`bench.report.validate.committed_rate` counts the broker's); 0
+    with ``resources`` (as :func:`bench.replay.measure.committed_rate` counts the broker's); 0
     when none committed (resources so slow that every txn timed out)."""
     import dataclasses
 
     from bench.pulsar.validate_run import model_configs
     from bench.replay.replay import Replayer
-    from bench.report.validate import committed_rate
+    from bench.replay.measure import committed_rate
     from bench.trace.trace import read_events
 
     latency = profile.to_latency_model(1).with_resources(resources)
@@ -72,8 +72,9 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
         if cfg.engine not in designs:
             continue
         result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))
-        rate = committed_rate([{"outcome": o, "end_ts_us": e} for o, e in zip(result.txns["outcome"],
-                                                                            result.txns["end_ts_us"])])
+        t = result.txns
+        rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
+                              for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))
         out[cfg.engine] = rate or 0.0
     return out
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.replay.measure import Histograms
+from bench.replay.measure import Histograms, committed_rate
 
 # Errors of a commit/abort meaning the coordinator no longer holds the txn open: Pulsar aborts a
 # txn at its timeout (TransactionMetadataStore timeout tracker / TransactionCoordinatorV5), so it
@@ -34,6 +34,7 @@ _CLASSIC_ID = re.compile(r"(-?\d+):(-?\d+):(-?\d+)(?::(-?\d+))?")
 class _Txn:
     label: str
     opened: bool | None = None  # None: new_txn not answered
+    opened_us: int | None = None  # when the client issued new_txn
     requested_us: int | None = None
     action: str | None = None
     end_us: int | None = None
@@ -188,7 +189,7 @@ class EventFold:
         txn_label = ev.get("txn")
         if op == "new_txn":
             txn = self._txn(str(txn_label))
-            txn.opened = ok
+            txn.opened, txn.opened_us = ok, start
             if ok:
                 self._count("txns.started")
         elif op == "publish":
@@ -267,7 +268,8 @@ class EventFold:
             if after:
                 self.hist.record("time_to_first_dispatch_after_crash_us", min(after) - crash)
 
-        txns: dict[str, list[Any]] = {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages")}
+        txns: dict[str, list[Any]] = {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us",
+                                                      "messages", "opened_ts_us")}
         aborted: set[str] = set()
         for txn in self.txns.values():
             if txn.opened is False:
@@ -297,6 +299,7 @@ class EventFold:
             txns["visible_ts_us"].append(visible)
             txns["commit_requested_ts_us"].append(txn.requested_us)
             txns["messages"].append(len(txn.msgs))
+            txns["opened_ts_us"].append(txn.opened_us)
         self.counts["undelivered_at_end"] = sum(
             1 for msg, p in self.pubs.items()
             if msg not in first and p.topic in self.subscribed and (p.txn is None or p.txn not in aborted))
@@ -326,7 +329,6 @@ class EventFold:
         n = int(self.done.get("rows") or len(self.op_starts))
         issued = len(self.op_starts)
         issued_us = max(self.op_starts) - min(self.op_starts) if issued > 1 else 0
-        ends = [t.end_us for t in self.txns.values() if t.outcome == "committed" and t.end_us is not None]
         span = self.trace_span_us
         return {
             "rows": n,
@@ -334,7 +336,8 @@ class EventFold:
             "achieved_rows_per_s": round(issued / (issued_us / 1e6), 1) if issued_us else None,
             "issue_span_us": issued_us,
             "max_issue_lag_us": self.max_issue_lag_us,
-            "committed_txns_per_s": round(len(ends) / (max(ends) / 1e6), 1) if ends and max(ends) > 0 else None,
+            "committed_txns_per_s": committed_rate({"outcome": t.outcome, "end_ts_us": t.end_us, "opened_ts_us": t.opened_us}
+                                                   for t in self.txns.values()),
             "max_lag_us": self.done.get("max_lag_us"),  # the client's: every row, acks included
         }
 

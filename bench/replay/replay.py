@@ -82,7 +82,7 @@ CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)
 class _Txn:
     label: str
     id: TxnID | None
-    started_us: int
+    opened_us: int  # when the client issued new_txn
     end_requested_us: int | None = None
     action: str | None = None
     outcome: str | None = None
@@ -276,7 +276,7 @@ class Replayer:
     def _op_new_txn(self, e: Event) -> None:
         assert e.txn
         timeout_ms = e.timeout_ms or 60_000
-        txn = self.txns[e.txn] = _Txn(e.txn, None, e.ts_us)
+        txn = self.txns[e.txn] = _Txn(e.txn, None, self.sched.now_us())  # in wall time a lagging replay issues it late
         txn.id = self.broker.new_txn(timeout_ms)
         txn.deadline_us = self.sched.now_us() + timeout_ms * 1000  # TransactionImpl's timer starts now
         self.by_id[txn.id] = txn
@@ -677,6 +677,7 @@ class Replayer:
         rows["visible_ts_us"].append(txn.visible_us)
         rows["commit_requested_ts_us"].append(txn.end_requested_us)
         rows["messages"].append(txn.published)
+        rows["opened_ts_us"].append(txn.opened_us)
         if self._txn_sink is not None and len(rows["txn"]) >= self._sink_rows:
             self._txn_sink(rows)
             self._txn_rows = _empty_txns()
@@ -738,5 +739,6 @@ def _empty_deliveries() -> dict[str, list[Any]]:
 
 
 def _empty_txns() -> dict[str, list[Any]]:
-    return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages")}
+    return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages",
+                            "opened_ts_us")}
 

@@ -12,8 +12,8 @@ runs them and :mod:`bench.report.report` renders the section.
   "differs".
 - **Latency** p50/p99 of publish, end-txn, commit-to-visible and dispatch: the model's relative
   error ``(model - broker) / broker`` against :class:`Goals` (p50 ±20 %, p99 ±35 %).
-- **Throughput at saturation**: committed txns per second (the last commit's end time over the
-  committed count, as :mod:`bench.pulsar.fold` computes the broker's) per design and the v5/v4
+- **Throughput at saturation**: committed txns per second over the txn phase
+  (:func:`bench.replay.measure.committed_rate`, as :mod:`bench.pulsar.fold` computes the broker's) per design and the v5/v4
   ratio, whose error is held against ±25 %. The broker's is the median of its asap runs; the model's
   from its replay of the trace as written ("as fast as the trace demands").
 
@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 import pyarrow.parquet as pq
 
+from bench.replay.measure import committed_rate
 from bench.report.model_vs_broker import COUNTS, engine_of
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
@@ -297,15 +298,6 @@ def latency_checks(design: str, model: dict[str, Any], broker: dict[str, Any], g
                 why = f"the model's is {abs(err or 0):.0%} {way} the broker's"
             out.append(Check(design, "Latency", f"{label} {pct}", "µs", m, b, err, verdict, why))
     return out
-
-
-def committed_rate(txns: list[dict[str, Any]]) -> float | None:
-    """Committed txns per second: their count over the last one's end time (µs from the run's
-    start), as :mod:`bench.pulsar.fold` computes the broker's ``committed_txns_per_s``."""
-    ends = [r["end_ts_us"] for r in txns if r["outcome"] == "committed" and r["end_ts_us"] is not None]
-    if not ends or max(ends) <= 0:
-        return None
-    return round(len(ends) / (max(ends) / 1e6), 1)
 
 
 def throughput_checks(model: dict[str, float | None], broker: dict[str, float | None], goals: Goals = GOALS,

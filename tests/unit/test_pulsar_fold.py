@@ -105,6 +105,9 @@ def test_deliveries_keep_the_trace_names_and_counts_add_up() -> None:
     # acks aside (one waits for its message): 10 rows issued from 20 to 5000 µs
     assert r.rates["achieved_rows_per_s"] == round(10 / 0.00498, 1) and r.rates["max_issue_lag_us"] == 0
     assert r.rates["max_lag_us"] == 40 and r.client == {"t0_epoch_ms": 1, "setup_ms": 5, "client": {"batching": False}}
+    # one commit, answered at 3000 µs, over the txn phase from t0's new_txn issued at 20 µs
+    assert r.rates["committed_txns_per_s"] == round(1 / 0.00298, 1)
+    assert dict(zip(r.txns["txn"], r.txns["opened_ts_us"])) == {"t0": 20, "t1": 3100, "t2": 4600, "t3": 4800}
 
 
 def test_the_history_feeds_the_projects_checker() -> None:

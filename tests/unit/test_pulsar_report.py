@@ -36,7 +36,7 @@ def _broker_set(out: Path, trace: Path, msgs: list[str], outcome: str) -> None:
         w.finish(counts={"v4": {"deliveries": len(msgs), "txns.started": 1, "tc.log_appends": 4, "meta.reads": 0}},
                  latency={}, recovery=[],
                  txns={"engine": ["v4"], "txn": ["t0"], "outcome": [outcome], "end_ts_us": [5000], "visible_ts_us": [None],
-                       "commit_requested_ts_us": [4000], "messages": [1]},
+                       "commit_requested_ts_us": [4000], "messages": [1], "opened_ts_us": [3000]},
                  manifest={"trace": {"path": str(trace), "rows": 6, "profile": "hand", "seed": "1"},
                            "target": {"kind": "pulsar", "version": "5.0.0-M1"},
                            "runs": {"v4": {"config": {"engine": "v4", "target": "pulsar"}, "target": "pulsar", "pacing": "trace",

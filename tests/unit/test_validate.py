@@ -12,7 +12,8 @@ import pytest
 from bench.replay.measure import Histograms
 from bench.report.report import build
 from bench.replay.results import load, result_dir
-from bench.report.validate import (GOALS, committed_rate, count_checks, latency_checks, relative_error, throughput_checks,
+from bench.replay.measure import committed_rate
+from bench.report.validate import (GOALS, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
 from bench.pulsar.validate_run import model_latency
 from engine.clock import DEFAULT_LATENCIES_US
@@ -68,11 +69,16 @@ def test_saturation_ratio_against_25_percent() -> None:
     assert GOALS.ratio == 0.25
 
 
-def test_committed_rate_counts_committed_over_last_end() -> None:
+def test_committed_rate_counts_committed_over_the_txn_phase() -> None:
+    # written before opened_ts_us: from the run's start to the last commit's answer
     txns: list[dict[str, Any]] = [{"outcome": "committed", "end_ts_us": 500_000}, {"outcome": "committed", "end_ts_us": 1_000_000},
             {"outcome": "aborted", "end_ts_us": 2_000_000}, {"outcome": "committed", "end_ts_us": None}]
     assert committed_rate(txns) == 2.0
     assert committed_rate([{"outcome": "aborted", "end_ts_us": 5}]) is None
+    # from the first new_txn issued (any txn's, the aborted one's here): the subscribes before it stay out
+    opened = [{**t, "opened_ts_us": o} for t, o in zip(txns, (700_000, 650_000, 600_000, 800_000))]
+    assert committed_rate(opened) == 5.0  # 2 over 0.4 s
+    assert committed_rate([{"outcome": "committed", "end_ts_us": 5, "opened_ts_us": 5}]) is None  # no span
 
 
 def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
@@ -112,7 +118,7 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
                  latency={lab: _latency({"end_txn_us": [p50] * 98 + [2 * p50] * 2}) for lab, p50 in zip(labels, end_txn_p50)},
                  txns={"engine": list(labels), "txn": ["t0"] * 2, "outcome": ["committed"] * 2, "end_ts_us": list(ends),
                        "visible_ts_us": [e + 10 for e in ends], "commit_requested_ts_us": [e - 100 for e in ends],
-                       "messages": [1, 1]},
+                       "messages": [1, 1], "opened_ts_us": [0, 0]},
                  manifest=manifest)
 
 
