@@ -301,9 +301,12 @@ def latency_checks(design: str, model: dict[str, Any], broker: dict[str, Any], g
 
 
 def throughput_checks(model: dict[str, float | None], broker: dict[str, float | None], goals: Goals = GOALS,
-                      capacity: bool = False, model_asap: bool = False) -> list[Check]:
+                      capacity: bool = False, model_asap: bool = False,
+                      broker_range: tuple[float, float] | None = None) -> list[Check]:
     """Per design the committed rate (broker: at saturation; model: as fast as possible when
-    ``model_asap``, else at the trace's pace), then the v5/v4 ratio, the one figure the goal holds."""
+    ``model_asap``, else at the trace's pace), then the v5/v4 ratio, the one figure the goal holds.
+    ``broker_range``: the lowest and highest v5/v4 ratio of the broker's asap runs one by one (a
+    missed ratio says whether the model's lies inside the broker's own spread)."""
     out = [Check(d, "Throughput", "committed txns per second", "txn/s", model.get(d), broker.get(d),
                  relative_error(model.get(d), broker.get(d)), "n/a") for d in ("v4", "v5") if d in model or d in broker]
     mr = _ratio(model.get("v5"), model.get("v4"))
@@ -321,6 +324,11 @@ def throughput_checks(model: dict[str, float | None], broker: dict[str, float | 
         why = (f"both as fast as possible, the model's resources as the latency profile gives them: its v5/v4 "
                f"ratio is {err:+.0%} off the broker's, so the profile's resources (fitted by calibrate on its own "
                "saturation trace) do not carry over to this trace's mix of operations")
+    if verdict == "missed" and mr is not None and broker_range is not None:
+        lo, hi = broker_range
+        where = "inside" if lo <= mr <= hi else "outside"
+        why += (f"; the model's {mr:.2f} is {where} the broker's own spread, its runs one by one giving "
+                f"{lo:.2f}-{hi:.2f}")
     out.append(Check("v5/v4", "Throughput", "v5/v4 committed-rate ratio at saturation", "ratio",
                      None if mr is None else round(mr, 3), None if br is None else round(br, 3), err, verdict, why))
     return out
@@ -410,16 +418,22 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     mrate = {d: committed_rate(_txns(rated, lab)) for d, lab in _by_design(rated).items() if d in ("v4", "v5")}
     sat_sets = [saturation] if isinstance(saturation, dict) else list(saturation or [])
     runs: dict[str, list[float]] = {}
+    ratios = []  # v5/v4 of each asap set (both designs ran in it, v4 then v5)
     for rs in sat_sets:
+        got = {}
         for d, lab in _by_design(rs).items():
             rate = rs["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
             rate = rate if rate is not None else committed_rate(_txns(rs, lab))
             if rate is not None:
                 runs.setdefault(d, []).append(rate)
+                got[d] = rate
+        if got.get("v4") and got.get("v5") is not None:
+            ratios.append(got["v5"] / got["v4"])
     brate: dict[str, float | None] = {d: statistics.median(rates) for d, rates in runs.items()}
     capacity = any((run.get("config", {}).get("latency_profile") or {}).get("resources")
                    for run in rated["manifest"].get("runs", {}).values())
-    checks += throughput_checks(mrate, brate, goals, capacity, model_saturation is not None)
+    checks += throughput_checks(mrate, brate, goals, capacity, model_saturation is not None,
+                                (min(ratios), max(ratios)) if len(ratios) > 1 else None)
     lag = tuple((d, _issue_lag(broker["manifest"]["runs"][lab])) for d, lab in blab.items())
     return Validation(tuple(checks), str(model["path"]), str(broker["path"]),
                       str(sat_sets[0]["path"]) if sat_sets else None, profile_note(model), len(unmapped),

@@ -69,6 +69,17 @@ def test_saturation_ratio_against_25_percent() -> None:
     assert GOALS.ratio == 0.25
 
 
+def test_a_missed_ratio_says_whether_it_lies_in_the_brokers_own_spread() -> None:
+    model, broker = {"v4": 100.0, "v5": 31.0}, {"v4": 100.0, "v5": 21.0}  # +48 %
+    inside = throughput_checks(model, broker, capacity=True, model_asap=True, broker_range=(0.21, 0.40))[-1]
+    assert inside.verdict == "missed" and inside.why.endswith("the model's 0.31 is inside the broker's own spread, "
+                                                              "its runs one by one giving 0.21-0.40")
+    outside = throughput_checks(model, broker, capacity=True, model_asap=True, broker_range=(0.18, 0.24))[-1]
+    assert "0.31 is outside the broker's own spread" in outside.why
+    met = throughput_checks({"v4": 100.0, "v5": 22.0}, broker, broker_range=(0.18, 0.24))[-1]
+    assert met.verdict == "within goal" and met.why == ""
+
+
 def test_committed_rate_counts_committed_over_the_txn_phase() -> None:
     # written before opened_ts_us: from the run's start to the last commit's answer
     txns: list[dict[str, Any]] = [{"outcome": "committed", "end_ts_us": 500_000}, {"outcome": "committed", "end_ts_us": 1_000_000},
@@ -174,7 +185,10 @@ def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_
     rows = {(c.design, c.metric): c for c in v.checks if c.section == "Throughput"}
     assert rows[("v4", "committed txns per second")].broker == 50.0  # median of 50, 100, 40
     assert rows[("v5", "committed txns per second")].broker == 20.0  # median of 20, 25, 10
-    assert rows[("v5/v4", "v5/v4 committed-rate ratio at saturation")].broker == 0.4
+    ratio = rows[("v5/v4", "v5/v4 committed-rate ratio at saturation")]
+    assert ratio.broker == 0.4 and ratio.verdict == "missed"
+    # each asap run's own ratio: 20/50, 25/100, 10/40
+    assert ratio.why.endswith("the model's 1.00 is outside the broker's own spread, its runs one by one giving 0.25-0.40")
     assert dict(v.saturation_runs) == {"v4": (50.0, 100.0, 40.0), "v5": (20.0, 25.0, 10.0)}
     assert v.to_json()["broker_saturation_runs"] == {"v4": [50.0, 100.0, 40.0], "v5": [20.0, 25.0, 10.0]}
     rep = build([tmp_path / "model", tmp_path / "broker"] + [tmp_path / f"asap{i}" for i in range(3)], tmp_path / "rep")
