@@ -495,7 +495,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from bench.pulsar.validate_run import run_validate
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
-                       saturation=not args.no_saturation, saturation_runs=args.saturation_runs)
+                       saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
+                       fresh_broker=args.fresh_broker, warm_up=args.warm_up)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -744,7 +745,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",
-                   help="the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), for crash_broker rows")
+                   help="the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), for crash_broker rows "
+                        "and --fresh-broker")
     p.add_argument("--drain-ms", type=_int_in(0, MAX_DRAIN_MS), default=None,
                    help="at most this long waiting for deliveries after the last row (default 30000)")
     p.add_argument("--latency-profile", default=None, metavar="FILE",
@@ -753,6 +755,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",
                    help="the broker's as-fast-as-possible runs per design; the section takes the median (default 3)")
+    p.add_argument("--warm-up", type=_int_in(0, 20), default=1, metavar="N",
+                   help="discarded as-fast-as-possible broker runs before the measured ones (default 1: a broker's "
+                        "first runs are its JIT's)")
+    p.add_argument("--fresh-broker", action="store_true",
+                   help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir): "
+                        "the runs of earlier traces no longer weigh on this one's")
     p.add_argument("--out", default="txnbench-out/validate")
     _add_force(p)
     p.set_defaults(fn=cmd_validate, pacing="trace")

@@ -6,6 +6,7 @@
 #   scripts/pulsar.sh start DIR     fresh data in DIR, start, wait for /admin/v2/brokers/health,
 #                                   print pulsar://127.0.0.1:PORT (line 1) and http://127.0.0.1:WEBPORT (line 2)
 #   scripts/pulsar.sh restart DIR   stop, then start again on the same ports *keeping* the data
+#   scripts/pulsar.sh fresh DIR     stop, then start again on the same ports with fresh data (validate --fresh-broker)
 #   scripts/pulsar.sh stop DIR      SIGTERM the broker this script started from DIR, wait, SIGKILL after a bound
 #   scripts/pulsar.sh status DIR    print the two URLs and exit 0 if it is up, else exit 1
 #   scripts/pulsar.sh client-cp     compile jvm/src (the trace client) if its sources changed, print its class path
@@ -24,7 +25,7 @@ die() { say "$*"; exit 1; }
 # shellcheck source=lib/service.sh
 . "$here/lib/service.sh"
 
-usage() { die "usage: $0 start|restart|stop|status DIR | client-cp"; }
+usage() { die "usage: $0 start|restart|fresh|stop|status DIR | client-cp"; }
 [ $# -ge 1 ] || usage
 cmd=$1
 if [ "$cmd" = client-cp ]; then [ $# -eq 1 ] || usage; dir=""; else [ $# -eq 2 ] || usage; dir=$2; [ -n "$dir" ] || usage; fi
@@ -185,12 +186,13 @@ case "$cmd" in
     write_config "$port" "$webport"
     launch
     ;;
-  restart)
+  restart|fresh)
     [ -f "$dir/standalone.conf" ] || die "nothing to restart in $dir (run start first)"
     dir="$(cd "$dir" && pwd)"
     stop_broker
     need_java
     fetch_jars
+    if [ "$cmd" = fresh ]; then rm -rf "$dir/data" "$dir/pulsar.out" "$dir/pulsar.log"; fi
     launch
     ;;
   stop)

@@ -46,6 +46,12 @@ def restart_broker(directory: Path) -> None:
     _script("restart", str(directory))
 
 
+def fresh_broker(directory: Path) -> None:
+    """Stop the broker ``scripts/pulsar.sh`` started from ``directory``, wipe its data and start it
+    again on the same ports (every topic, ledger and metadata record of earlier runs gone)."""
+    _script("fresh", str(directory))
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(errors="replace").strip().splitlines()

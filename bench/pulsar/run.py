@@ -104,10 +104,11 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
 
 def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, out: str | Path,
                   progress: Callable[[str], None] | None = None, histories: dict[str, Any] | None = None, *,
-                  force: bool = False) -> dict[str, Any]:
+                  force: bool = False, extra_manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate the trace, map and refuse rows, check the broker answers, then run each design
     and write one result directory (nothing is written if any of that fails). Returns the
-    manifest; ``histories``, if given, receives each design's checker History."""
+    manifest (with ``extra_manifest`` merged in); ``histories``, if given, receives each design's
+    checker History."""
     from bench.replay.runner import finish_results
 
     rows = validate(trace)
@@ -120,6 +121,7 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
             "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"), "runs": {},
             "target": {"kind": TARGET, "service_url": target.service_url, "admin_url": target.admin_url,
                        "version": broker["version"], "pacing": target.pacing},
+            **(extra_manifest or {}),
         }
         with result_dir(out, force=force, protect=[Path(trace)]) as writer:
             runs = []

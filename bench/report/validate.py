@@ -365,6 +365,18 @@ class Validation:
     duplicates: tuple[tuple[str, int], ...] = ()  # per design: (subscription, msg) the broker delivered more than once
     model_store: str = ""  # the model's v5 metadata store URL
     saturation_runs: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per design: the broker's asap rates
+    # the broker's state when its runs began (bench.pulsar.validate_run): restarted with fresh data,
+    # discarded warm-up runs; None: not recorded (sets written before validate recorded it)
+    broker_state: tuple[bool, int] | None = None
+
+    def broker_state_note(self) -> str:
+        if self.broker_state is None:
+            return "the broker's state before its runs was not recorded"
+        fresh, warm = self.broker_state
+        return ("the broker restarted with its data wiped before this trace" if fresh else
+                "the broker as earlier runs left it (no --fresh-broker)") + (
+                f", then {warm} discarded as-fast-as-possible run{'s' if warm != 1 else ''} of the trace" if warm else
+                ", no warm-up run")
 
     def missed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict in ("missed", "differs")]
@@ -381,6 +393,8 @@ class Validation:
                 "profile": self.profile_note, "unmapped_broker_counters": self.unmapped,
                 "broker_lag_us": dict(self.broker_lag_us), "broker_duplicate_deliveries": dict(self.duplicates),
                 "broker_saturation_runs": {d: list(r) for d, r in self.saturation_runs},
+                "broker_state": None if self.broker_state is None else {"fresh": self.broker_state[0],
+                                                                         "warm_up_runs": self.broker_state[1]},
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -439,7 +453,12 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       str(sat_sets[0]["path"]) if sat_sets else None, profile_note(model), len(unmapped),
                       lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()),
                       str(model["manifest"]["runs"].get(mlab.get("v5", ""), {}).get("config", {}).get("metadata_url", "")),
-                      tuple((d, tuple(rates)) for d, rates in sorted(runs.items())))
+                      tuple((d, tuple(rates)) for d, rates in sorted(runs.items())), _broker_state(broker))
+
+
+def _broker_state(broker: dict[str, Any]) -> tuple[bool, int] | None:
+    state = broker["manifest"].get("validate", {}).get("broker")
+    return None if not isinstance(state, dict) else (bool(state.get("fresh")), int(state.get("warm_up_runs") or 0))
 
 
 def _issue_lag(run: Mapping[str, Any]) -> int:
@@ -485,7 +504,7 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
     notes = [f"The same trace through the model (`{v.model_path}`, virtual time, v5 as shipped {store}) and the real broker (`{v.broker_path}` at the trace's timestamps"
              + ((f"; `{v.saturation_path}` as fast as possible" + _saturation_runs(v.saturation_runs))
                 if v.saturation_path else "; no asap run: no saturation figure")
-             + f"). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
+             + f"; {v.broker_state_note()}). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
              f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
              f"counts exact or explained. {v.tally()}."]
     behind = [(d, us) for d, us in v.broker_lag_us if us >= LAG_NOTE_US]

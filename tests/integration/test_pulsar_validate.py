@@ -9,6 +9,7 @@ Needs a broker (``scripts/pulsar.sh start DIR``; env ``TXNBENCH_PULSAR_URL``,
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "v"
     code = main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
-                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--out", str(out)])
+                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0", "--out", str(out)])
     assert code == 0
     assert "model vs broker, against the goals: " in capsys.readouterr().out
     doc = json.loads((out / "validation.json").read_text())
@@ -53,4 +54,46 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
     assert doc["saturation"] is None
     md = (out / "report" / "report.md").read_text()
     assert "## Model vs broker — model vs broker" in md and "no asap run" in md
-    assert not (out / "broker-asap").exists()
+    assert not (out / "broker-asap").exists() and not (out / "broker-warm-up").exists()
+    assert doc["broker_state"] == {"fresh": False, "warm_up_runs": 0}
+
+
+def _namespaces(admin_url: str) -> list[str]:
+    with urllib.request.urlopen(f"{admin_url}/admin/v2/namespaces/public", timeout=10) as r:
+        return list(json.loads(r.read()))
+
+
+def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: Path, pulsar: PulsarBroker) -> None:
+    """--fresh-broker restarts the suite's broker with its data wiped (same URLs), then one
+    discarded asap run of both designs, then the measured runs; the section says so."""
+    if pulsar.dir is None:
+        pytest.skip("the broker was not started by scripts/pulsar.sh here (no TXNBENCH_PULSAR_DIR)")
+    trace = _trace(tmp_path / "t.parquet")
+    # what an earlier run leaves behind: a namespace of its own
+    req = urllib.request.Request(f"{pulsar.admin_url}/admin/v2/namespaces/public/left-by-an-earlier-run", method="PUT")
+    urllib.request.urlopen(req, timeout=30).close()
+    earlier = {"public/left-by-an-earlier-run"}
+    assert earlier <= set(_namespaces(pulsar.admin_url))
+    out = tmp_path / "v"
+    assert main(["validate", "--trace", str(trace), "--target", pulsar.url, "--admin-url", pulsar.admin_url,
+                 "--pulsar-dir", str(pulsar.dir), "--drain-ms", "8000", "--no-saturation", "--fresh-broker",
+                 "--warm-up", "1", "--out", str(out)]) == 0
+    assert not earlier & set(_namespaces(pulsar.admin_url))  # wiped: only this validate's runs are there
+    warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
+    assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
+    assert json.loads((out / "broker" / "manifest.json").read_text())["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1}}
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["broker_state"] == {"fresh": True, "warm_up_runs": 1}
+    rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
+    assert rows[("v4", "Counts", "txns committed")]["broker"] == 1  # the warm-up's txn is not counted
+    assert "the broker restarted with its data wiped before this trace, then 1 discarded" in (out / "report" / "report.md").read_text()
+
+
+def test_fresh_broker_without_its_directory_is_one_line(tmp_path: Path, pulsar: PulsarBroker, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("TXNBENCH_PULSAR_DIR", raising=False)
+    code = main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
+                 "--admin-url", pulsar.admin_url, "--fresh-broker", "--out", str(tmp_path / "v")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "--fresh-broker needs the broker's scripts/pulsar.sh DIR" in err[0]
+    assert not (tmp_path / "v").exists()

@@ -102,7 +102,7 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
-         issue_lag_us: int | None = None) -> None:
+         issue_lag_us: int | None = None, state: dict[str, Any] | None = None) -> None:
     """A result set of v4 and v5 as bench.replay.runner (model) or bench.pulsar.run (broker) writes it:
     one committed txn per design, ending at ``ends``."""
     labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
@@ -125,6 +125,8 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
         manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1"}, "runs": runs}
         if broker:
             manifest["target"] = {"kind": "pulsar", "version": "5.0.0-M1", "pacing": pacing}
+            if state is not None:
+                manifest["validate"] = {"broker": state}
         w.finish(counts=counts, recovery=[],
                  latency={lab: _latency({"end_txn_us": [p50] * 98 + [2 * p50] * 2}) for lab, p50 in zip(labels, end_txn_p50)},
                  txns={"engine": list(labels), "txn": ["t0"] * 2, "outcome": ["committed"] * 2, "end_ts_us": list(ends),
@@ -168,6 +170,7 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     assert "v5 as shipped on its default store, not the emulated store a standalone broker runs" in md  # no URL recorded
     assert "The broker fell behind the trace (largest lag issuing a row, acks aside: v4 1.5 s, v5 1.5 s)" in md
     assert "1 (subscription, msg) pairs more than once on v4" in md
+    assert "the broker's state before its runs was not recorded" in md and v.broker_state is None
     assert "vs asap" not in md  # the asap set measures saturation, not a row-by-row pair
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["validation"]["saturation"] == str(tmp_path / "asap")
@@ -193,6 +196,21 @@ def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_
     assert v.to_json()["broker_saturation_runs"] == {"v4": [50.0, 100.0, 40.0], "v5": [20.0, 25.0, 10.0]}
     rep = build([tmp_path / "model", tmp_path / "broker"] + [tmp_path / f"asap{i}" for i in range(3)], tmp_path / "rep")
     assert "3 runs, the median per design (v4 40-100 txn/s, v5 10-25 txn/s)" in rep.markdown.read_text()
+
+
+def test_the_section_says_what_state_the_broker_was_in(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "fresh", trace, broker=True, state={"fresh": True, "warm_up_runs": 2})
+    _set(tmp_path / "as-left", trace, broker=True, state={"fresh": False, "warm_up_runs": 0})
+    fresh = validate_sets(load(tmp_path / "model"), load(tmp_path / "fresh"), None)
+    assert fresh.broker_state == (True, 2) and fresh.to_json()["broker_state"] == {"fresh": True, "warm_up_runs": 2}
+    assert fresh.broker_state_note() == ("the broker restarted with its data wiped before this trace, then 2 discarded "
+                                         "as-fast-as-possible runs of the trace")
+    left = validate_sets(load(tmp_path / "model"), load(tmp_path / "as-left"), None)
+    assert left.broker_state_note() == "the broker as earlier runs left it (no --fresh-broker), no warm-up run"
+    md = build([tmp_path / "model", tmp_path / "fresh"], tmp_path / "rep").markdown.read_text()
+    assert "the broker restarted with its data wiped before this trace, then 2 discarded" in md
 
 
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
