@@ -60,9 +60,9 @@ EVENTS: list[dict[str, Any]] = [
 ]
 
 
-def fold(history: bool = False) -> Any:
-    f = EventFold("v4", ROWS, {B: T}, trace_span_us=10_000, history=history)
-    for ev in EVENTS:
+def fold(history: bool = False, events: list[dict[str, Any]] = EVENTS, rows: list[Any] = ROWS, span_us: int = 10_000) -> Any:
+    f = EventFold("v4", rows, {B: T}, trace_span_us=span_us, history=history)
+    for ev in events:
         f.feed(ev)
     return f.finish()
 
@@ -171,10 +171,7 @@ def test_resent_copies_are_judged_at_the_copies_stored_first() -> None:
         at(deliver("m2", 5030, redelivery=True), "7:6:0"),
         {"ev": "done", "t_us": 9000, "rows": 5, "max_lag_us": 0, "drain_ms": 2000},
     ]
-    f = EventFold("v4", rows, {B: T}, history=True)
-    for ev in events:
-        f.feed(ev)
-    r = f.finish()
+    r = fold(True, events, rows, 0)
     assert r.counts["deliveries"] == 4 and r.counts["deliveries.of_resent_copies"] == 2
     assert {m: p.position for m, p in r.history.pubs.items()} == {"m1": (7, 3), "m2": (7, 2)}
     assert [d[3] for d in r.history.deliveries] == ["m2", "m1"] and check(r.history) == []
@@ -227,10 +224,7 @@ def test_a_restart_window_explains_what_came_again_in_it() -> None:
         deliver("m0", 12_000, redelivery=True),
         {"ev": "done", "t_us": 20_000, "rows": 4, "max_lag_us": 0, "drain_ms": 2000},
     ]
-    f = EventFold("v4", rows, {B: T}, history=True)
-    for ev in events:
-        f.feed(ev)
-    r = f.finish()
+    r = fold(True, events, rows, 0)
     assert r.counts["crashes.broker"] == 1 and r.counts["deliveries"] == 4
     # one redelivery seen in the window, one for the subscription when the broker was back
     assert r.history.fault_counts() == {"crash_broker": 1, "redeliver": 2}
