@@ -149,10 +149,10 @@ def topic_write_quantiles(before: Samples, after: Samples) -> tuple[dict[str, in
     topic = fresh[-1]
     counts: dict[float, float] = {}
     total = 0.0
-    for (n, labs), v in after.items():
-        if dict(labs).get("topic") != topic or not n.startswith(WRITE):
+    for (metric, labs), v in after.items():
+        if dict(labs).get("topic") != topic or not metric.startswith(WRITE):
             continue
-        suffix = n[len(WRITE):]
+        suffix = metric[len(WRITE):]
         if suffix == "_count":
             total = v
         elif suffix == "_overflow":
@@ -169,7 +169,7 @@ def topic_write_quantiles(before: Samples, after: Samples) -> tuple[dict[str, in
         for b in bounds:
             run += counts[b]
             cum[b] = run
-    as_histogram = {(WRITE + "_bucket", (("le", "+Inf" if b == math.inf else str(b)),)): c for b, c in cum.items()}
+    as_histogram: Samples = {(WRITE + "_bucket", (("le", "+Inf" if b == math.inf else str(b)),)): c for b, c in cum.items()}
     q, n = histogram_quantiles({}, as_histogram, WRITE, {})
     return {k: v for k, v in q.items() if k != "p999"}, n, topic
 

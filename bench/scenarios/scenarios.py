@@ -448,7 +448,7 @@ def _reader_after_gc(label: str) -> dict[str, float | None]:
 
 
 
-def _shipped_reader(a1_seen: float) -> str:
+def _shipped_reader(a1_seen: float | None) -> str:
     """The shipped GC's new-reader finding: D13's window opens only when the reader's first read
     comes before the restarted buffer has loaded its aborted records (the store's latency decides)."""
     if a1_seen:

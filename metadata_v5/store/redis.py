@@ -681,6 +681,7 @@ class RedisMetadataStore(MetadataStore):
         def run() -> builtins.list[Any]:
             # pipelined on the held connection: every command is sent before the first reply is read
             conn = self.client.connection
+            assert conn is not None  # a single-connection client holds it from its creation
             conn.send_packed_command(conn.pack_commands([
                 ("EVALSHA", sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
                  cursor if i == len(payloads) - 1 else "", _XREAD_COUNT) for i, payload in enumerate(payloads)]))
