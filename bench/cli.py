@@ -273,6 +273,12 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
                         "for crash_broker rows")
 
 
+def _add_warm_up(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warm-up", type=_int_in(0, 20), default=1, metavar="N",
+                   help="--target: discarded as-fast-as-possible broker runs before the measured ones (default 1: "
+                        "a broker's first runs are its JIT's)")
+
+
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from bench.pulsar.target import parse_target
 
@@ -460,16 +466,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results: list[str | Path] = [tmp / "results"]
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
+            from bench.pulsar.validate_run import broker_saturation
 
-            broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker")
+            state = {"validate": {"broker": {"fresh": False, "warm_up_runs": args.warm_up}}}
+            if args.warm_up:  # a broker's first runs are its JIT's (bench.pulsar.validate_run)
+                broker_saturation(trace, target, tmp, args.warm_up, lambda line: print(line + " (discarded)"),
+                                  name="broker-warm-up", extra_manifest=state)
+            broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
                 import dataclasses
 
-                from bench.pulsar.validate_run import broker_saturation
-
-                results += broker_saturation(trace, target, tmp, say=print)
+                results += broker_saturation(trace, target, tmp, say=print, extra_manifest=state)
                 replay_trace(trace, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs],
                              tmp / "model-asap", shown=shown)  # the models as fast as possible, beside it
                 results.append(tmp / "model-asap")
@@ -735,6 +744,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_latency_options(p)
     _add_wall_options(p)
     _add_target_options(p)
+    _add_warm_up(p)
     _add_force(p)
     p.set_defaults(fn=cmd_compare)
 
@@ -755,9 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",
                    help="the broker's as-fast-as-possible runs per design; the section takes the median (default 3)")
-    p.add_argument("--warm-up", type=_int_in(0, 20), default=1, metavar="N",
-                   help="discarded as-fast-as-possible broker runs before the measured ones (default 1: a broker's "
-                        "first runs are its JIT's)")
+    _add_warm_up(p)
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir): "
                         "the runs of earlier traces no longer weigh on this one's")
