@@ -74,6 +74,7 @@ def pulsar() -> PulsarBroker:
     return PulsarBroker(url, admin, os.environ.get("TXNBENCH_PULSAR_DIR") or None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup reads the marks into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``scripts/test`` runs two pytest-xdist workers (``--dist loadgroup``); tests that share one
     heavy thing stay on one worker: the Pulsar broker (and the client's compile cache), and Spark's

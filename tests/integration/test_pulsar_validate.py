@@ -9,12 +9,15 @@ Needs a broker (``scripts/pulsar.sh start DIR``; env ``TXNBENCH_PULSAR_URL``,
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from bench.cli import main
+from bench.pulsar.client import PULSAR_SH
 from bench.trace.trace import TraceWriter
 from tests.conftest import PulsarBroker
 
@@ -63,22 +66,36 @@ def _namespaces(admin_url: str) -> list[str]:
         return list(json.loads(r.read()))
 
 
-def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: Path, pulsar: PulsarBroker) -> None:
-    """--fresh-broker restarts the suite's broker with its data wiped (same URLs), then one
-    discarded asap run of both designs, then the measured runs; the section says so."""
-    if pulsar.dir is None:
-        pytest.skip("the broker was not started by scripts/pulsar.sh here (no TXNBENCH_PULSAR_DIR)")
+@pytest.fixture
+def own_broker(tmp_path: Path, pulsar: PulsarBroker) -> Iterator[PulsarBroker]:
+    """A broker of this test's own (scripts/pulsar.sh start), so that wiping it disturbs no other
+    test: the suite's workers share the other one. Needs the suite's broker to be up (the jars and
+    Java are there then)."""
+    directory = tmp_path / "broker"
+    done = subprocess.run([str(PULSAR_SH), "start", str(directory)], capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"scripts/pulsar.sh start failed: {done.stderr.strip()[-500:]}")
+    url, admin = done.stdout.split()[:2]
+    try:
+        yield PulsarBroker(url, admin, str(directory))
+    finally:
+        subprocess.run([str(PULSAR_SH), "stop", str(directory)], capture_output=True, timeout=120, check=False)
+
+
+def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: Path, own_broker: PulsarBroker) -> None:
+    """--fresh-broker restarts the broker with its data wiped (same URLs), then one discarded asap
+    run of both designs, then the measured runs; the section says so."""
     trace = _trace(tmp_path / "t.parquet")
     # what an earlier run leaves behind: a namespace of its own
-    req = urllib.request.Request(f"{pulsar.admin_url}/admin/v2/namespaces/public/left-by-an-earlier-run", method="PUT")
+    req = urllib.request.Request(f"{own_broker.admin_url}/admin/v2/namespaces/public/left-by-an-earlier-run", method="PUT")
     urllib.request.urlopen(req, timeout=30).close()
     earlier = {"public/left-by-an-earlier-run"}
-    assert earlier <= set(_namespaces(pulsar.admin_url))
+    assert earlier <= set(_namespaces(own_broker.admin_url))
     out = tmp_path / "v"
-    assert main(["validate", "--trace", str(trace), "--target", pulsar.url, "--admin-url", pulsar.admin_url,
-                 "--pulsar-dir", str(pulsar.dir), "--drain-ms", "8000", "--no-saturation", "--fresh-broker",
+    assert main(["validate", "--trace", str(trace), "--target", own_broker.url, "--admin-url", own_broker.admin_url,
+                 "--pulsar-dir", str(own_broker.dir), "--drain-ms", "8000", "--no-saturation", "--fresh-broker",
                  "--warm-up", "1", "--out", str(out)]) == 0
-    assert not earlier & set(_namespaces(pulsar.admin_url))  # wiped: only this validate's runs are there
+    assert not earlier & set(_namespaces(own_broker.admin_url))  # wiped: only this validate's runs are there
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
     assert json.loads((out / "broker" / "manifest.json").read_text())["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1}}
