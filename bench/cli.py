@@ -466,12 +466,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results: list[str | Path] = [tmp / "results"]
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
-            from bench.pulsar.validate_run import broker_saturation
+            from bench.pulsar.validate_run import broker_saturation, warm_up_broker
 
-            state = {"validate": {"broker": {"fresh": False, "warm_up_runs": args.warm_up}}}
-            if args.warm_up:  # a broker's first runs are its JIT's (bench.pulsar.validate_run)
-                broker_saturation(trace, target, tmp, args.warm_up, lambda line: print(line + " (discarded)"),
-                                  name="broker-warm-up", extra_manifest=state)
+            state = warm_up_broker(trace, target, tmp, args.warm_up, False, print)  # a broker's first runs are its JIT's
             broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)
             _print_broker_runs(broker)
             results.append(tmp / "broker")

@@ -125,7 +125,6 @@ class EventFold:
         self.max_issue_lag_us = 0
         self.events: list[tuple[int, float, str, tuple[Any, ...]]] = []  # history: (t, rank, kind, args)
         self.answers: list[tuple[int, str, int]] = []  # (answer time, publish|commit|abort, latency): time series
-        self._stored: dict[str, tuple[int, ...]] = {}  # msg -> the stored copy judged, when several were delivered
 
     def _count(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -227,7 +226,7 @@ class EventFold:
     def finish(self) -> Folded:
         deliveries: dict[str, list[Any]] = {k: [] for k in ("engine", "topic", "subscription", "msg", "delivered_ts_us", "redelivery")}
         first: dict[str, int] = {}
-        stored = self._stored = self._stored_positions()
+        stored = self._stored_positions()
         for broker_topic, sub, msg, t, redelivery, position in self.deliveries:
             pub = self.pubs.get(msg)
             topic = pub.topic if pub is not None else self.back.get(broker_topic, broker_topic)
@@ -306,7 +305,7 @@ class EventFold:
         self.counts["hist_clamped"] = self.hist.clamped
         return Folded(deliveries=deliveries, txns=txns, counts=dict(sorted(self.counts.items())),
                       latency=self.hist.summary(), client=self.client, done=self.done, rates=self._rates(),
-                      history=self._history() if self.want_history else None)
+                      history=self._history(stored) if self.want_history else None)
 
     def _stored_positions(self) -> dict[str, tuple[int, ...]]:
         """The copy the history judges of each message delivered under more than one message id
@@ -341,7 +340,7 @@ class EventFold:
             "max_lag_us": self.done.get("max_lag_us"),  # the client's: every row, acks included
         }
 
-    def _history(self) -> Any:
+    def _history(self, stored: dict[str, tuple[int, ...]]) -> Any:
         """A :class:`bench.check.History` of the run: the client's operations, faults and
         deliveries in time order (requests at their issue time, answers heard when they came)."""
         from bench.check import History
@@ -354,7 +353,7 @@ class EventFold:
             elif kind == "publish":
                 p = self.pubs[args[0]]
                 # where the copy the history judges is stored (its deliveries are the ones kept)
-                h.publish(args[0], p.topic, p.txn, p.key, MessageRef(p.ledger, self._stored.get(args[0], p.position)))
+                h.publish(args[0], p.topic, p.txn, p.key, MessageRef(p.ledger, stored.get(args[0], p.position)))
             elif kind == "ack":
                 sub, msg, cumulative, txn = args
                 h.ack(sub, [msg], cumulative, txn)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.replay.config import DEFAULT_LATENCY_PROFILE, RunConfig
+from bench.report.validate import broker_state_manifest
 from engine.clock import LatencyModel
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile, resolve
@@ -76,6 +77,17 @@ def broker_saturation(trace: str | Path, target: Any, into: Path, runs: int = SA
     return out
 
 
+def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh: bool,
+                   say: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+    """``runs`` discarded asap runs of ``trace`` (``broker-warm-up``, ``-2``, ... under ``into``);
+    returns what the measured sets' manifests record of the broker's state."""
+    state = broker_state_manifest(fresh, runs)
+    if runs:
+        broker_saturation(trace, target, into, runs, lambda line: say(line + " (discarded)"), name="broker-warm-up",
+                          extra_manifest=state)
+    return state
+
+
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
                  force: bool = False, progress: Callable[[str], None] | None = None,
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
@@ -113,21 +125,18 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                          tmp / "model-asap", extra_manifest={"validate": {"profile_note": note}}, shown=shown)
             model_sets.append("model-asap")
             say("model: both designs again as fast as possible (rows 1 µs apart): throughput at saturation")
-        state = {"broker": {"fresh": fresh_broker, "warm_up_runs": warm_up}}
         if fresh_broker:
             restart_fresh(target.pulsar_dir)
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
-        if warm_up:
-            broker_saturation(trace, target, tmp, warm_up, lambda line: say(line + " (discarded)"), name="broker-warm-up",
-                              extra_manifest={"validate": state})
+        state = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say)
         manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="trace"), tmp / "broker",
-                                 extra_manifest={"validate": state})
+                                 extra_manifest=state)
         for label, run in manifest["runs"].items():
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
         sets: list[str | Path] = [tmp / name for name in model_sets + ["broker"]]
         if saturation:
-            sets += broker_saturation(trace, target, tmp, saturation_runs, say, extra_manifest={"validate": state})
+            sets += broker_saturation(trace, target, tmp, saturation_runs, say, extra_manifest=state)
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -456,6 +456,11 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(rates)) for d, rates in sorted(runs.items())), _broker_state(broker))
 
 
+def broker_state_manifest(fresh: bool, warm_up_runs: int) -> dict[str, Any]:
+    """What a broker set's manifest records of the broker's state (read back by :func:`validate_sets`)."""
+    return {"validate": {"broker": {"fresh": fresh, "warm_up_runs": warm_up_runs}}}
+
+
 def _broker_state(broker: dict[str, Any]) -> tuple[bool, int] | None:
     state = broker["manifest"].get("validate", {}).get("broker")
     return None if not isinstance(state, dict) else (bool(state.get("fresh")), int(state.get("warm_up_runs") or 0))
