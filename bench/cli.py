@@ -586,6 +586,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from bench.calibrate.calibrate import calibrate, summary_lines
 
     command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
+    if args.refit:
+        from bench.calibrate.calibrate import refit
+        from engine.errors import ConfigError
+
+        if args.redis or args.kafka or args.pulsar:
+            raise ConfigError("calibrate --refit re-fits a profile's resources without measuring: "
+                              "not with --redis, --kafka or --pulsar")
+        profile = refit(args.refit, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print("\n".join(summary_lines(profile)))
+        return 0
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
                         samples=args.samples, out=args.out, name=args.name, command=command,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))
@@ -843,6 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-url", default=None, metavar="URL", help="the broker's admin URL, http://HOST:PORT")
     p.add_argument("--samples", type=_int_in(10, 1_000_000), default=2_000, help="timed calls per operation (default 2000)")
     p.add_argument("--name", default=None, help="the profile's name (default: the backends', e.g. redis-local)")
+    p.add_argument("--refit", default=None, metavar="PROFILE",
+                   help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
+                        "saturated rates PROFILE recorded, and write it to --out")
     p.add_argument("--out", required=True, metavar="FILE", help="the profile file to write (JSON)")
     p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")

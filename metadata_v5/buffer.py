@@ -17,7 +17,7 @@ from engine.ports import EngineContext, MaxReadListener, RecoveryStats, Transact
 from engine.records import EARLIEST, EntryData, Position
 from metadata_v5.headers import HeaderCache
 from metadata_v5.options import V5Options, Variant
-from metadata_v5.txnrecords import AbortedRange, Op, OpRecord, TxnRecords
+from metadata_v5.txnrecords import EVENT, AbortedRange, Op, OpRecord, TxnRecords
 
 
 def _before(p: Position) -> Position:
@@ -103,6 +103,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
     # -- materialisation ----------------------------------------------------------------------------
 
     def _materialise(self, txn: TxnID, state: TxnStatus) -> None:
+        with self._records.on(EVENT):  # the header watch fires on the store's notification thread
+            self._materialise_now(txn, state)
+
+    def _materialise_now(self, txn: TxnID, state: TxnStatus) -> None:
         if self._closed:
             return
         first = self._ongoing.pop(txn, None)
@@ -148,7 +152,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
         if txn in self._ongoing or txn in self._owned:
             self._headers.final(txn, state)
         else:  # not ours (any more): just clear the event
-            self._records.delete_event(self._segment, None, txn)
+            with self._records.on(EVENT):
+                self._records.delete_event(self._segment, None, txn)
 
     def _recompute(self) -> None:
         if not self._ready:

@@ -22,13 +22,14 @@ Calls issued at once by the caller are billed as one batch by the caller's
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from engine.ids import TxnID
 from engine.metering import Meter
 from engine.ports import TxnStatus
 from engine.records import Position
-from metadata_v5.txnrecords import AbortedRange, Header, Op, OpRecord, SweepCursor, TxnRecords
+from metadata_v5.txnrecords import IO, AbortedRange, Header, Op, OpRecord, SweepCursor, TxnRecords
 
 _M = "metadata"  # the resource every call goes through (one store per run)
 
@@ -40,15 +41,29 @@ class MeteredTxnRecords(TxnRecords):
         self.inner = inner
         self._meter = meter
         self._bill = meter.bill
+        self._thread = IO
+
+    def _bill_on(self, kind: str, times: int = 1) -> None:
+        """Bill ``times`` calls of ``kind`` through the store, on the broker thread making them."""
+        self._bill(kind, _M, self._thread, times)
+
+    @contextmanager
+    def on(self, thread: str) -> Iterator[None]:  # type: ignore[override]
+        """The calls inside are billed to broker thread ``thread``'s instance of the resource."""
+        saved, self._thread = self._thread, thread
+        try:
+            yield
+        finally:
+            self._thread = saved
 
     def _scanned(self) -> None:
         gets = self.inner.last_scan_gets
         if not gets:
-            self._bill("meta.list", _M)
+            self._bill_on("meta.list")
             return
         with self._meter.unit():
-            self._bill("meta.list", _M)
-            self._bill("meta.read", _M, times=gets)
+            self._bill_on("meta.list")
+            self._bill_on("meta.read", gets)
 
     @property
     def last_scan_gets(self) -> int:  # type: ignore[override]  # the inner store's, read-only
@@ -63,32 +78,32 @@ class MeteredTxnRecords(TxnRecords):
 
     def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
         out = self.inner.create_header(txn, timeout_us, created_us)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
         return out
 
     def get_header(self, txn: TxnID) -> Header | None:
         out = self.inner.get_header(txn)
-        self._bill("meta.read", _M)
+        self._bill_on("meta.read")
         return out
 
     def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
         out = self.inner.finalize(header, state, finalized_us)
-        self._bill("meta.cas", _M)
+        self._bill_on("meta.cas")
         return out
 
     def delete_header(self, txn: TxnID) -> None:
         self.inner.delete_header(txn)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         out = self.inner.expired(now_us, limit, after)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def finalized_before(self, before_us: int, limit: int,
                          after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         out = self.inner.finalized_before(before_us, limit, after)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def count_headers(self) -> int:  # end-of-run accounting, not a modelled call
@@ -101,27 +116,27 @@ class MeteredTxnRecords(TxnRecords):
 
     def add_op(self, txn: TxnID, op: Op) -> OpRecord:
         out = self.inner.add_op(txn, op)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
         return out
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
         out = self.inner.ops_of_txn(txn)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def writes_on(self, segment: str) -> list[OpRecord]:
         out = self.inner.writes_on(segment)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def acks_on(self, segment: str, subscription: str) -> list[OpRecord]:
         out = self.inner.acks_on(segment, subscription)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def delete_ops(self, records: list[OpRecord]) -> None:
         self.inner.delete_ops(records)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     def count_ops(self) -> int:
         return self.inner.count_ops()
@@ -145,39 +160,39 @@ class MeteredTxnRecords(TxnRecords):
 
     def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
         self.inner.put_events(txn, state, participants)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
         out = self.inner.events_for(segment, subscription)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None:
         self.inner.delete_event(segment, subscription, txn)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     # -- aborted ranges -----------------------------------------------------------------------------
 
     def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None:
         self.inner.put_aborted(segment, ranges)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     def aborted_on(self, segment: str) -> list[AbortedRange]:
         out = self.inner.aborted_on(segment)
-        self._bill("meta.list", _M)
+        self._bill_on("meta.list")
         return out
 
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
         self.inner.delete_aborted(segment, txns)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     # -- the shipped design -------------------------------------------------------------------------
 
     def next_txn_seq_each(self, tc_id: int) -> int:
         out = self.inner.next_txn_seq_each(tc_id)
         with self._meter.unit():
-            self._bill("meta.read", _M)
-            self._bill("meta.cas", _M)
+            self._bill_on("meta.read")
+            self._bill_on("meta.cas")
         return out
 
     def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
@@ -208,32 +223,32 @@ class MeteredTxnRecords(TxnRecords):
         native = self.inner.store_native_sequences()
         for _ in participants:
             if native:
-                self._bill("meta.write", _M)
+                self._bill_on("meta.write")
                 continue
             with self._meter.unit():
-                self._bill("meta.read", _M)
-                self._bill("meta.cas", _M)
-                self._bill("meta.write", _M)
+                self._bill_on("meta.read")
+                self._bill_on("meta.cas")
+                self._bill_on("meta.write")
 
     def get_watermark(self, segment: str) -> tuple[Position | None, int]:
         out = self.inner.get_watermark(segment)
-        self._bill("meta.read", _M)
+        self._bill_on("meta.read")
         return out
 
     def cas_watermark(self, segment: str, position: Position, version: int) -> int | None:
         out = self.inner.cas_watermark(segment, position, version)
-        self._bill("meta.cas", _M)
+        self._bill_on("meta.cas")
         return out
 
     def delete_op(self, record: OpRecord) -> None:
         self.inner.delete_op(record)
-        self._bill("meta.write", _M)
+        self._bill_on("meta.write")
 
     def delete_op_each(self, records: list[OpRecord]) -> None:
         """One ``meta.write`` per record; the caller's ``meter.batch()`` makes them concurrent."""
         self.inner.delete_op_each(records)
         for _ in records:
-            self._bill("meta.write", _M)
+            self._bill_on("meta.write")
 
     def count_events(self) -> int:
         return self.inner.count_events()

@@ -15,7 +15,7 @@ from engine.ports import AckKind, CursorPort, EngineContext, PendingAckStore, Re
 from engine.records import Position
 from metadata_v5.headers import HeaderCache
 from metadata_v5.options import V5Options, Variant
-from metadata_v5.txnrecords import Op, OpRecord, TxnRecords
+from metadata_v5.txnrecords import EVENT, Op, OpRecord, TxnRecords
 
 
 class MetadataPendingAckStore(PendingAckStore):
@@ -55,6 +55,10 @@ class MetadataPendingAckStore(PendingAckStore):
         self._pending.on_non_txn_ack(positions)
 
     def _materialise(self, txn: TxnID, state: TxnStatus) -> None:
+        with self._records.on(EVENT):  # the header watch fires on the store's notification thread
+            self._materialise_now(txn, state)
+
+    def _materialise_now(self, txn: TxnID, state: TxnStatus) -> None:
         if self._closed:
             return
         if state is TxnStatus.COMMITTED:
@@ -78,7 +82,8 @@ class MetadataPendingAckStore(PendingAckStore):
         if txn in self._owned:
             self._headers.final(txn, state)
         else:
-            self._records.delete_event(self._segment, self._sub, txn)
+            with self._records.on(EVENT):
+                self._records.delete_event(self._segment, self._sub, txn)
 
     def recover(self) -> None:
         with self._meter.tab() as took:  # the scan(s), the headers at once

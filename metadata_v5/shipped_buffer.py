@@ -38,7 +38,7 @@ from engine.ports import EngineContext, MaxReadListener, RecoveryStats, Transact
 from engine.records import EntryData, Position
 from metadata_v5.options import V5Options
 from metadata_v5.store.port import ABSENT
-from metadata_v5.txnrecords import AbortedRange, Op, TxnRecords
+from metadata_v5.txnrecords import EVENT, AbortedRange, Op, TxnRecords
 
 PLACEHOLDER = Position(0, 0)  # what 5.0.1 writes as a WRITE op record's position (L360)
 _WATERMARK = "watermark"  # a queued watermark persist on the state tail
@@ -129,7 +129,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self.stats["events"] += 1
         tracked = sorted(self._open, key=self._open.__getitem__)
         decided: list[tuple[TxnID, TxnStatus]] = []
-        with self._meter.batch() as took:  # the reads issued at once (FutureUtil.waitForAll)
+        with self._meter.batch() as took, self._records.on(EVENT):  # the reads issued at once (FutureUtil.waitForAll)
             for txn in tracked:
                 header = self._records.get_header(txn)
                 state = TxnStatus.ABORTED if header is None else header.state
@@ -160,7 +160,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
             return
         item = self._tail.popleft()
         self._busy = True
-        with self._meter.tab() as took:  # the tail is held for the item's store calls
+        with self._meter.tab() as took, self._records.on(EVENT):  # the tail is held for the item's store calls
             if isinstance(item, str):
                 self._watermark_queued = False
                 self._persist_watermark()

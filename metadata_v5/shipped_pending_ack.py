@@ -26,7 +26,7 @@ from engine.pending_acks import PendingAcks
 from engine.ports import AckKind, CursorPort, EngineContext, PendingAckStore, RecoveryStats, TxnStatus
 from engine.records import Position
 from metadata_v5.options import V5Options
-from metadata_v5.txnrecords import Op, TxnRecords
+from metadata_v5.txnrecords import EVENT, Op, TxnRecords
 
 
 class ShippedPendingAckStore(PendingAckStore):
@@ -66,7 +66,7 @@ class ShippedPendingAckStore(PendingAckStore):
         self.stats["events"] += 1
         tracked = [t for t, s in self._txns.items() if s is TxnStatus.OPEN]
         decided = []
-        with self._meter.batch() as took:  # triggerReconcile L259-284: the reads issued at once
+        with self._meter.batch() as took, self._records.on(EVENT):  # triggerReconcile L259-284: the reads issued at once
             for txn in tracked:
                 header = self._records.get_header(txn)
                 state = TxnStatus.ABORTED if header is None else header.state
@@ -78,8 +78,9 @@ class ShippedPendingAckStore(PendingAckStore):
             self._sched.call_later(took.us, self._apply_all, decided)
 
     def _apply_all(self, decided: list[tuple[TxnID, TxnStatus]]) -> None:
-        for txn, state in decided:
-            self._apply_terminal(txn, state)
+        with self._records.on(EVENT):
+            for txn, state in decided:
+                self._apply_terminal(txn, state)
 
     def _apply_terminal(self, txn: TxnID, state: TxnStatus) -> None:
         self._applying.discard(txn)

@@ -26,6 +26,7 @@ round trip on a remote store) unless its docstring says otherwise.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable, NamedTuple
 
 from engine.ids import TxnID
@@ -73,9 +74,23 @@ SweepCursor = tuple[int, str]  # (sort score, key) of the last index entry a swe
 EventListener = Callable[[TxnID, TxnStatus], None]
 
 
+# The broker thread a store call runs on. RocksdbMetadataStore runs storePut/storeDelete
+# synchronously on the caller's thread, so one thread's writes are serial: the coordinator's
+# requests and the publish/ack path run on the client connection's Netty IO thread (ServerCnx),
+# a participant's reconcile and state tail on the store's notification thread
+# (metadata-store-event, where subscribeSequence's listeners run), beside it.
+IO = "io"
+EVENT = "event"
+
+
 class TxnRecords(ABC):
     """The v5 schema over a metadata store. Watch callbacks are delivered through the
     notifier given at construction (so the engine decides when, in virtual or wall time)."""
+
+    def on(self, thread: str) -> AbstractContextManager[None]:
+        """The calls inside run on broker thread ``thread`` (:data:`IO`, :data:`EVENT`): what the
+        metered port bills them to (``metadata_v5/metered.py``); nothing here."""
+        return nullcontext()
 
     # -- headers ------------------------------------------------------------------------------
 

@@ -345,6 +345,29 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
     return profile.save(out)
 
 
+def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+    """The profile at ``path`` with its resources fitted again, by the current model, to the
+    broker's saturated rates it recorded (``provenance.extra["pulsar.saturation"]``): what a
+    change to the model's capacity structure needs, without measuring the broker again. The
+    operations stay; the notes say when and by what command the resources were re-fitted."""
+    from bench.calibrate.saturation import with_resources
+
+    profile = LatencyProfile.load(path)
+    sat = profile.provenance.get("extra", {}).get("pulsar.saturation")
+    if not isinstance(sat, dict) or "committed_txns_per_s" not in sat:
+        raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
+                          "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
+    progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
+    fitted, note = with_resources(profile, sat["committed_txns_per_s"])
+    prov = dict(profile.provenance)
+    kept, _, _ = str(prov.get("notes", "")).rpartition("; resources: ")
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    prov["notes"] = (kept + "; " if kept else "") + (
+        f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")
+    prov["refitted"] = {"at": when, "command": command}
+    return LatencyProfile(profile.name, prov, profile.operations, fitted.resources).save(out)
+
+
 def summary_lines(profile: LatencyProfile) -> list[str]:
     lines = [f"profile {profile.name} -> {profile.path} (sha256 {profile.sha256[:12]})"]
     for kind, d in profile.operations.items():

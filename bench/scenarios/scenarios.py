@@ -724,7 +724,8 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
                     "txnbench scenarios throughput",
                     f"{txns} txns per point of {tp.SHAPE.txn_messages[0]} messages each over {tp.SHAPE.partitions} "
                     "partitions (1-2 per txn, 4 open at once), replayed open loop in virtual time. Achieved: committed "
-                    "txns over the span in which their messages became visible. Resources, "
+                    "txns per second from the first new_txn to the last commit answered (as validate counts the "
+                    "broker's). Resources, "
                     f"{where}: {tp.describe_resources(resources)}: each queues work beyond its concurrency "
                     "(engine/capacity.py). Other latencies: "
                     + (f"the profile's ({profile.name})." if latency is not None and profile is not None

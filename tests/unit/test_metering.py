@@ -138,3 +138,52 @@ def test_same_trace_profile_and_seed_give_identical_results(tmp_path: Path) -> N
     runs = [Replayer(RunConfig(engine="v5", latency=lat)).run(read_events(trace)) for _ in range(2)]
     assert runs[0].counts == runs[1].counts
     assert runs[0].latency == runs[1].latency
+
+
+def test_v5_store_writes_queue_per_broker_thread() -> None:
+    """RocksdbMetadataStore commits on the caller's thread: writes on one thread queue behind
+    each other, writes on two threads do not (``metadata_v5.txnrecords.IO`` / ``EVENT``); a
+    resource shared by the run ignores the thread."""
+    from metadata_v5.metered import MeteredTxnRecords
+    from metadata_v5.store.memory import MemoryMetadataStore
+    from metadata_v5.store.records import StoreTxnRecords
+    from metadata_v5.txnrecords import EVENT, IO
+
+    def two_deletes(shared: bool, threads: tuple[str, str]) -> int:
+        m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1, shared=shared))
+        records = MeteredTxnRecords(StoreTxnRecords(MemoryMetadataStore(), lambda deliver: deliver()), m)
+        with m.tab() as t, m.batch(None):  # issued at once
+            for thread in threads:
+                with records.on(thread):
+                    records.delete_ops([])
+        return t.us
+
+    assert two_deletes(False, (IO, IO)) == 400 + 1_000  # the second waits 400 for the thread
+    assert two_deletes(False, (IO, EVENT)) == 1_000  # side by side
+    assert two_deletes(True, (IO, EVENT)) == 400 + 1_000
+
+
+def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> None:
+    """The shipped buffer's state tail (aborted records, watermark CASes, op-record deletes) runs
+    on the store's notification thread; the coordinator and the publish path on the IO thread."""
+    from collections import Counter
+
+    seen: Counter[tuple[str, str]] = Counter()
+    lat = LatencyModel(resources={"metadata": ResourceSpec(500, 1, kinds=frozenset({"meta.write", "meta.cas"}))})
+    original = Meter.bill
+
+    def spy(self: Meter, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
+        if resource == "metadata":
+            seen[(kind, key)] += times
+        return original(self, kind, resource, key, times)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Meter, "bill", spy)
+        counts = Replayer(RunConfig(engine="v5", latency=lat)).run(read_events(_small(tmp_path))).counts
+    assert {key for _, key in seen} == {"io", "event"}
+    assert seen[("meta.write", "event")] == counts["tb.op_deletes"] + counts["tb.aborted_record_writes"] > 0
+    assert seen[("meta.cas", "event")] == counts["tb.watermark_cas"] > 0
+    assert seen[("meta.read", "event")] == counts["tb.reconcile_header_reads"]
+    # the publish path: one op record per txn publish, each header read on a (txn, segment) miss
+    assert seen[("meta.write", "io")] >= counts["tb.op_writes"] > 0
+    assert seen[("meta.read", "io")] >= counts["tb.header_reads"] > 0

@@ -182,14 +182,19 @@ def test_cli_passes_the_open_txn_sweep_to_recovery_open(tmp_path: Path) -> None:
 def test_throughput_saturates_with_finite_capacity_only() -> None:
     from bench.scenarios import throughput as tp
 
-    s = sc.throughput(rates=(20, 160), txns=24)
+    s = sc.throughput(rates=(20, 40, 160), txns=24)
     vals = {r.metric: r.values for r in s.rows}
     for design in ("v4", "v5-shipped"):  # below capacity: the achieved rate follows the offered one
         assert 15 <= vals[f"{design} 20/s"]["achieved txn/s"] <= 30
-    # at 160/s the shipped v5 (serial tail, O(open) reconciles on the one metadata store) falls
-    # far behind v4, and its commits wait: commit-to-visible grows with the queue
-    assert vals["v5-shipped 160/s"]["achieved txn/s"] < 0.5 * vals["v4 160/s"]["achieved txn/s"]
-    assert vals["v5-shipped 160/s"]["commit-to-visible p50 ms"] > 4 * vals["v5-shipped 20/s"]["commit-to-visible p50 ms"]
+        assert 30 <= vals[f"{design} 40/s"]["achieved txn/s"] <= 60
+    # at 160/s the shipped v5 falls behind v4: its coordinator requests and op records are written
+    # one at a time on the connection's IO thread, about 10 writes of 1 ms per 4-message txn (2 at
+    # new_txn, 4 op records, the CAS, the events' counter CASes and creates), so it cannot pass
+    # 100 txn/s; and its commits wait: commit-to-visible grows with the queue
+    assert vals["v5-shipped 160/s"]["achieved txn/s"] < min(100, vals["v4 160/s"]["achieved txn/s"])
+    # 24 txns offered at 160/s and served at under 100/s: the median one queues for at least
+    # 12 x (1/100 - 1/160) s = 45 ms more than at 40/s, where nothing queues
+    assert vals["v5-shipped 160/s"]["commit-to-visible p50 ms"] > vals["v5-shipped 40/s"]["commit-to-visible p50 ms"] + 45
     assert s.figures and s.figures[0]["file"] == "throughput_vs_offered.png"
     # infinite capacity (no resources, today's model): both keep up at 160/s
     free = tp.run((160,), 24, resources={})
