@@ -360,7 +360,9 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
     fitted, note = with_resources(profile, sat["committed_txns_per_s"])
     prov = dict(profile.provenance)
-    kept, _, _ = str(prov.get("notes", "")).rpartition("; resources: ")
+    notes = str(prov.get("notes", ""))
+    # the last fit's note goes: "; resources: ..." as calibrate wrote it, "; resources (re-fitted ...): ..." after a refit
+    kept = "" if notes.startswith("resources") else notes[:notes.rfind("; resources")] if "; resources" in notes else notes
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov["notes"] = (kept + "; " if kept else "") + (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")

@@ -138,3 +138,42 @@ def test_metadata_ops_in_the_lowest_bucket_spread_over_twice_their_mean_from_the
     assert n == 100 and q["p50"] == round(50 / 90 * 200) and q["p90"] == 200 and q["p99"] == 2800
     plain, _ = cp.histogram_quantiles({}, after, cp.META, {"type": "get"})
     assert plain["p50"] == round(50 / 90 * 1000) and plain["p99"] == 2800
+
+
+def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--refit``: the profile's operations kept, its resources from the fit to the rates it
+    recorded, the old resources note replaced by one saying when and by what command."""
+    from bench.calibrate import saturation
+    from engine.clock import ResourceSpec
+
+    source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
+    recorded = source.provenance["extra"]["pulsar.saturation"]["committed_txns_per_s"]
+    asked: list[dict[str, float]] = []
+
+    def fit(profile: LatencyProfile, rates: dict[str, float]) -> tuple[LatencyProfile, str]:
+        asked.append(rates)
+        res = {"metadata": ResourceSpec(777, 1, kinds=frozenset({"meta.write"}))}
+        return LatencyProfile(profile.name, profile.provenance, profile.operations, res), "the new fit"
+
+    monkeypatch.setattr(saturation, "with_resources", fit)
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--refit", str(source.path), "--out", str(out)]) == 0
+    got = LatencyProfile.load(out)
+    assert asked == [recorded]
+    assert got.operations == source.operations and got.resources["metadata"].service_us == 777
+    old_notes, notes = source.provenance["notes"], got.provenance["notes"]
+    kept = old_notes[:old_notes.rindex("; resources")]  # the measurement's notes stay, the old fit's go
+    assert notes.startswith(kept + "; resources (re-fitted ") and notes.endswith("): the new fit")
+    assert notes.count("re-fitted") == 1
+    assert got.provenance["refitted"]["command"].startswith("txnbench calibrate") and got.provenance["refitted"]["at"]
+    assert "777 µs" in capsys.readouterr().out
+
+
+def test_refit_needs_recorded_rates_and_measures_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--refit", "datasets/latency/constants.json", "--out", str(tmp_path / "p.json")]) == 2
+    assert "records no broker saturation rates" in capsys.readouterr().err
+    assert main(["calibrate", "--refit", "datasets/latency/constants.json", "--pulsar", "pulsar://x:1",
+                 "--out", str(tmp_path / "p.json")]) == 2
+    assert "not with --redis, --kafka or --pulsar" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
