@@ -10,10 +10,11 @@ queues here: the real service queues by itself.
 
 Scopes (``LatencyModel.resources`` names): ``metadata`` one per run (every broker shares the v5
 store) and broker thread (a write commits on its caller's thread: ``metadata_v5.txnrecords.IO``),
-or one per run (``shared``), ``bookie`` one per ledger (its ensemble) or one per run
-(``shared``), ``coordinator`` one per broker's coordinator, ``dispatch`` one per broker. Requests are admitted in the order engine
-code issues them; each takes the earliest gap that holds it (:class:`Resource`), so one issued
-later for an earlier instant still finds the time before bookings made ahead of it.
+or one per run (``shared``); ``bookie`` one per ledger (its ensemble) or one per run
+(``shared``); ``coordinator`` one per broker's coordinator; ``dispatch`` one per broker. Requests
+are admitted in the order engine code issues them; each takes the earliest gap that holds it
+(:class:`Resource`), so one issued later for an earlier instant still finds the time before
+bookings made ahead of it.
 """
 
 from __future__ import annotations
