@@ -75,7 +75,8 @@ BILLED: dict[str, dict[str, str]] = {
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
         "end_txn_us": "2 meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per "
                       "op record the emulated scan fetches, and the events (emulated sequence key: meta.read + "
-                      "meta.cas + meta.write), then rpc back",
+                      "meta.cas + meta.write), then rpc back; its writes queue one at a time on the broker's IO "
+                      "thread, each holding it for the profile's metadata service time when the profile has one",
         "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
                                 "op record scanned, meta.write of the deletes) and the dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
