@@ -304,10 +304,17 @@ class ResourceSpec:
         if (self.service_us is not None and self.service_us < 0) or self.concurrency < 1:
             raise ConfigError(f"resource spec needs service_us >= 0 and concurrency >= 1, got {self}")
 
-    def describe(self) -> str:
+    def describe(self, name: str = "") -> str:
+        """In words; ``name``: the resource's, to say what one instance serves (engine/capacity.py)."""
         service = "its latency" if self.service_us is None else f"{self.service_us} µs"
-        return (f"service {service} x{self.concurrency}" + (", one per run" if self.shared else "")
+        scope = ", one per run" if self.shared else (f", {_INSTANCES[name]}" if name in _INSTANCES else "")
+        return (f"service {service} x{self.concurrency}" + scope
                 + (f", {'/'.join(sorted(self.kinds))} only" if self.kinds is not None else ""))
+
+
+# What one instance of a resource serves when it is not shared (engine/capacity.py's scopes).
+_INSTANCES = {"metadata": "one per broker thread", "bookie": "one per ledger", "coordinator": "one per coordinator",
+              "dispatch": "one per broker"}
 
 
 class _Constants(dict[str, int]):

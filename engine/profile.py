@@ -170,7 +170,7 @@ class LatencyProfile:
         if model is not None:
             out["seed"] = model.seed
             if model.resources:  # the capacities the run queued with
-                out["resources"] = {r: s.describe() for r, s in sorted(model.resources.items())}
+                out["resources"] = {r: s.describe(r) for r, s in sorted(model.resources.items())}
             out["overrides"] = {k: v for k, v in model.latencies_us.items()
                                 if k not in model.distributions and (k not in self.operations or
                                                                      self.operations[k] != Distribution.constant(v))}

@@ -376,5 +376,5 @@ def summary_lines(profile: LatencyProfile) -> list[str]:
         pts = ", ".join(f"{n}={v}" for n, q in PERCENTILES.items() for qq, v in d.points if qq == q)
         lines.append(f"  {kind:<18} {'constant ' + str(d.points[0][1]) if d.is_constant else pts} µs")
     for r, s in profile.resources.items():
-        lines.append(f"  resource {r}: {s.describe()}")
+        lines.append(f"  resource {r}: {s.describe(r)}")
     return lines

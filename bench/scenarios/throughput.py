@@ -83,7 +83,7 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, R
 
 
 def describe_resources(resources: dict[str, ResourceSpec]) -> str:
-    return ", ".join(f"{n} {r.describe()}" for n, r in resources.items())
+    return ", ".join(f"{n} {r.describe(n)}" for n, r in resources.items())
 
 
 def figure(vals: dict[str, dict[int, dict[str, Any]]], rates: tuple[int, ...]) -> dict[str, Any]:
