@@ -19,10 +19,10 @@ model as fast as possible, for the resources that give the model those rates:
   caller's thread, so the writes of one thread are serial while two threads write side by side:
   the client connection's IO thread (the coordinator's requests, the op records of publishes and
   acks) and the store's notification thread (the participants' reconcile and state tails); see
-  ``metadata_v5.txnrecords.IO``. A flight recording of the broker during a saturated v5 run of
-  ``small`` shows exactly that: that IO thread busy in 91 % of its samples (37 % of all inside
-  ``Transaction.commit`` under ``storePut``), and the notification thread committing the op
-  records' deletes beside it.
+  ``metadata_v5.txnrecords.IO``. Flight recordings of the broker during saturated v5 runs of
+  ``small`` (``benchmarks/broker_threads.py``) show exactly that: that IO thread busy in 91-98 % of
+  its samples (31-37 % of all inside ``Transaction.commit`` under ``storePut``), and the
+  notification thread committing the op records' deletes beside it.
 
 The fit makes the model's saturated rates the broker's on this trace; ``txnbench validate`` holds
 it against other traces (its saturation row).

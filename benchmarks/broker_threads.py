@@ -1,0 +1,136 @@
+"""Where a Pulsar broker's threads spend a saturated run: the evidence behind the model's metadata
+writes queueing per broker thread (``metadata_v5.txnrecords.IO`` / ``EVENT``, issue 17)::
+
+    .venv/bin/python -m benchmarks.broker_threads --pulsar-dir DIR
+    .venv/bin/python -m benchmarks.broker_threads --pulsar-dir DIR --trace datasets/validation/many-participants-2000-s2.parquet
+
+With the broker of ``scripts/pulsar.sh start DIR`` running, it starts a flight recording in it
+(``jcmd PID JFR.start``, the JDK's ``profile`` settings with Java and native stack samples every
+millisecond), replays ``--trace`` through it as fast as possible (``txnbench replay --target ...
+--pacing asap``, one design), stops the recording and prints, per broker thread, its samples over
+the run's txn phase (from the first new_txn issued to the last commit answered, as
+``bench.replay.measure.committed_rate`` counts): the share waiting (epoll, park, accept), inside
+RocksDB's ``Transaction.commit`` (a metadata store write), inside the store's child listings (the
+emulated index scans), and busy otherwise. Run it on a warmed-up broker (one discarded run first,
+as ``validate`` does), nothing else running. Not part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = ROOT / "datasets" / "samples" / "small.parquet"
+# a sample whose top frame is one of these is a thread waiting, not working
+WAITING = frozenset({"epollWait0", "epollWait", "wait", "park", "sleep", "accept", "accept0", "poll", "poll0",
+                     "select", "doSelect", "read0", "socketAccept"})
+KINDS = ("waiting", "commit", "listing", "busy")
+
+
+def classify(frames: list[dict[str, Any]]) -> str:
+    """One stack sample (JFR's frames, innermost first) as one of :data:`KINDS`."""
+    if not frames or frames[0]["method"]["name"] in WAITING:
+        return "waiting"
+    names = [(f["method"]["type"]["name"], f["method"]["name"]) for f in frames]
+    if any(t == "org/rocksdb/Transaction" and m == "commit" for t, m in names):
+        return "commit"
+    if any(m in ("getChildrenFromStore", "storeScanByIndex") or "storeScanByIndex" in m for _, m in names):
+        return "listing"
+    return "busy"
+
+
+def _epoch_ms(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
+    """The run's txn phase in epoch milliseconds, from the trace client's events."""
+    t0, starts, ends = None, [], []
+    for e in events:
+        if e["ev"] == "ready":
+            t0 = e["t0_epoch_ms"]
+        elif e["ev"] == "op" and e["op"] == "new_txn":
+            starts.append(e["start_us"])
+        elif e["ev"] == "op" and e["op"] in ("commit", "abort"):
+            ends.append(e["end_us"])
+    if t0 is None or not starts or not ends:
+        raise SystemExit("broker_threads: the run's events hold no txn phase (no ready line, new_txn or commit)")
+    return t0 + min(starts) / 1000, t0 + max(ends) / 1000
+
+
+def tally(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float) -> dict[str, Counter[str]]:
+    """Per thread, its samples in [lo_ms, hi_ms] by kind."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in samples:
+        v = s["values"]
+        if not lo_ms <= _epoch_ms(v["startTime"]) <= hi_ms:
+            continue
+        thread = v["sampledThread"]["javaName"] or v["sampledThread"].get("osName") or "?"
+        out[thread][classify(v["stackTrace"]["frames"] if v.get("stackTrace") else [])] += 1
+    return out
+
+
+def _settings(into: Path) -> Path:
+    """The JDK's ``profile`` settings with stack samples every millisecond."""
+    home = re.search(r"java\.home = (\S+)", subprocess.run(["java", "-XshowSettings:properties", "-version"],
+                                                          capture_output=True, text=True).stderr)
+    if home is None:
+        raise SystemExit("broker_threads: java.home not found (is a JDK on PATH?)")
+    text = (Path(home.group(1)) / "lib" / "jfr" / "profile.jfc").read_text()
+    for event in ("jdk.ExecutionSample", "jdk.NativeMethodSample"):
+        text = re.sub(rf'(<event name="{event}">.*?<setting name="period"[^>]*>)[^<]*(</setting>)', r"\g<1>1 ms\2",
+                      text, flags=re.S)
+    path = into / "samples-1ms.jfc"
+    path.write_text(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks.broker_threads", description=__doc__.split("\n")[0])
+    ap.add_argument("--pulsar-dir", required=True, type=Path, help="the broker's scripts/pulsar.sh DIR (running)")
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="the trace to replay as fast as possible")
+    ap.add_argument("--design", choices=("v4", "v5"), default="v5")
+    ap.add_argument("--top", type=int, default=8, help="threads shown, the busiest first (default 8)")
+    args = ap.parse_args(argv)
+    d = args.pulsar_dir
+    try:
+        pid, url, admin = ((d / f).read_text().strip() for f in ("pulsar.pid", "url", "admin-url"))
+    except OSError as e:
+        raise SystemExit(f"broker_threads: no running broker in {d} ({e}); start one with scripts/pulsar.sh start DIR")
+    with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
+        tmp = Path(tmp_s)
+        recording = tmp / "broker.jfr"
+        subprocess.run(["jcmd", pid, "JFR.start", "name=txnbench-threads", f"settings={_settings(tmp)}"],
+                       check=True, capture_output=True)
+        try:
+            subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine",
+                            args.design, "--target", url, "--admin-url", admin, "--pacing", "asap", "--out",
+                            str(tmp / "run"), "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        finally:
+            subprocess.run(["jcmd", pid, "JFR.stop", "name=txnbench-threads", f"filename={recording}"],
+                           check=True, capture_output=True)
+        lo, hi = txn_phase(json.loads(line) for line in
+                           (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines())
+        printed = subprocess.run(["jfr", "print", "--json", "--events", "jdk.ExecutionSample,jdk.NativeMethodSample",
+                                  str(recording)], check=True, capture_output=True, text=True).stdout
+    per = tally(json.loads(printed)["recording"]["events"], lo, hi)
+    print(f"{args.trace.name}, {args.design}, as fast as possible: txn phase {hi - lo:.0f} ms; broker threads by "
+          "share of their samples in it")
+    print(f"{'thread':<48} {'samples':>7}  " + "  ".join(f"{k:>8}" for k in KINDS))
+    for thread, c in sorted(per.items(), key=lambda kv: -(sum(kv[1].values()) - kv[1]["waiting"]))[:args.top]:
+        n = sum(c.values())
+        print(f"{thread[:48]:<48} {n:>7}  " + "  ".join(f"{100 * c[k] / n:>7.0f}%" for k in KINDS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
