@@ -1,5 +1,8 @@
 """The v5 metadata port, metered: every call the engine makes on :class:`TxnRecords` is billed
-(and counted) by the broker's :class:`~engine.metering.Meter`, through the ``metadata`` resource.
+(and counted) by the broker's :class:`~engine.metering.Meter`, through the ``metadata`` resource's
+instance for the broker thread making it (:data:`~metadata_v5.txnrecords.IO` unless the caller
+says otherwise with :meth:`MeteredTxnRecords.on`: RocksdbMetadataStore commits on the caller's
+thread, so one thread's writes queue behind each other and two threads' do not).
 
 What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PULSAR5_CODE.md
 §1.9 for emulated indexes and sequences):
