@@ -26,6 +26,7 @@ from typing import Mapping
 from engine.clock import ResourceSpec, Scheduler, Scope
 
 PER_RUN = frozenset({"metadata", "bookie"})  # shared by every broker of a run
+PER_THREAD = frozenset({"metadata"})  # instances keyed by broker thread (a few), not by ledger (many)
 
 
 class Resource:
@@ -121,11 +122,13 @@ class Capacity:
         return res
 
     def stats(self) -> dict[str, int]:
-        """Per resource name: requests, busy and queued microseconds (summed over instances)."""
+        """Per resource name: requests, busy and queued microseconds, summed over instances; a
+        resource of :data:`PER_THREAD` per instance (``metadata@io``: which thread saturates)."""
         out: dict[str, int] = {}
-        for (name, _), res in sorted(self._resources.items()):
+        for (name, key), res in sorted(self._resources.items()):
+            label = f"{name}@{key}" if key and name in PER_THREAD else name
             for what, value in (("requests", res.requests), ("busy_us", res.busy_us), ("queued_us", res.queued_us)):
-                out[f"{name}.{what}"] = out.get(f"{name}.{what}", 0) + value
+                out[f"{label}.{what}"] = out.get(f"{label}.{what}", 0) + value
         return out
 
 

@@ -226,6 +226,8 @@ def capacity_line(rs: dict[str, Any]) -> str | None:
     per_run: dict[str, list[str]] = {}
     saturated = []
     for label, res, wait, hot in _capacity_waits(rs):
+        name, _, thread = res.partition("@")  # engine/capacity.py: metadata per broker thread
+        res = f"{name} ({thread} thread)" if thread else name
         per_run.setdefault(label, []).append(f"{res} {fmt_value(wait, 'µs')}")
         if hot:
             saturated.append(f"{label}'s {res}")

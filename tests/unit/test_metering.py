@@ -181,6 +181,9 @@ def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> N
         mp.setattr(Meter, "bill", spy)
         counts = Replayer(RunConfig(engine="v5", latency=lat)).run(read_events(_small(tmp_path))).counts
     assert {key for _, key in seen} == {"io", "event"}
+    for thread in ("io", "event"):  # the capacity counts per thread: the writes and CASes billed on it
+        assert counts[f"capacity.metadata@{thread}.requests"] == seen[("meta.write", thread)] + seen[("meta.cas", thread)]
+    assert "capacity.metadata.requests" not in counts
     assert seen[("meta.write", "event")] == counts["tb.op_deletes"] + counts["tb.aborted_record_writes"] > 0
     assert seen[("meta.cas", "event")] == counts["tb.watermark_cas"] > 0
     assert seen[("meta.read", "event")] == counts["tb.reconcile_header_reads"]

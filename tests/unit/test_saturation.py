@@ -76,6 +76,18 @@ def test_the_headline_says_when_a_run_saturated_the_profiles_resources() -> None
     assert capacity_line({"manifest": {"runs": {"v4": {"config": {"latency_profile": {}}}}}, "counts": {}}) is None
 
 
+def test_the_headline_names_the_broker_thread_whose_metadata_queue_saturated() -> None:
+    from bench.report.headline import capacity_line
+
+    counts = {"capacity.metadata@io.requests": 10, "capacity.metadata@io.busy_us": 10_000,
+              "capacity.metadata@io.queued_us": 50_000, "capacity.metadata@event.requests": 10,
+              "capacity.metadata@event.busy_us": 10_000, "capacity.metadata@event.queued_us": 2_000}
+    line = capacity_line({"manifest": {"runs": {"v5": {"config": {"latency_profile": {"resources": {
+        "metadata": "service 1046 µs x1, one per broker thread"}}}}}}, "counts": {"v5": counts}})
+    assert line is not None and "v5's metadata (io thread) saturated" in line
+    assert "metadata (event thread) 200 µs" in line and "event thread) saturated" not in line
+
+
 def test_a_saturated_runs_latency_answers_say_the_ratio_is_the_runs_not_the_designs() -> None:
     """Its queue grows with the trace's length: the latency questions' answers say so, the others
     (write amplification) do not; with nothing saturated the answers stay as they were."""
