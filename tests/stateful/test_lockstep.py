@@ -88,7 +88,7 @@ class Lockstep(RuleBasedStateMachine):
 
     def _all(self, what: str, fn: Any) -> None:
         """Apply ``fn(system, i)`` everywhere; every system must succeed or fail alike."""
-        errors = []
+        errors: list[str | None] = []
         for i, s in enumerate(self.systems):
             try:
                 fn(s, i)
@@ -241,7 +241,7 @@ class Lockstep(RuleBasedStateMachine):
 
 
 def _run_machine(combos: list[Combo], examples: int) -> None:
-    machine = type("LockstepMachine", (Lockstep,), {"combos": combos})
+    machine: Any = type("LockstepMachine", (Lockstep,), {"combos": combos})
     machine.TestCase.settings = settings(max_examples=examples, stateful_step_count=STEPS, deadline=None,
                                          suppress_health_check=list(HealthCheck),
                                          derandomize="TXNBENCH_LOCKSTEP_EXAMPLES" not in os.environ, database=None)
