@@ -22,6 +22,7 @@ import platform
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, ResourceSpec
@@ -312,11 +313,16 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
 
 def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin_url: str | None,
               samples: int, out: str, name: str | None, command: str,
-              progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+              progress: Callable[[str], None] = lambda s: None, fresh_broker: str | None = None) -> LatencyProfile:
+    """``fresh_broker``: the broker's ``scripts/pulsar.sh`` DIR, to restart it with its data wiped
+    before measuring it (as ``validate --fresh-broker`` does before each trace: a broker's rates
+    follow its state); the profile records which (``provenance["broker"]``)."""
     if not (redis or kafka or pulsar):
         raise ConfigError("calibrate: give at least one of --redis, --kafka, --pulsar")
     if samples < 10:
         raise ConfigError(f"--samples {samples}: at least 10")
+    if fresh_broker and not pulsar:
+        raise ConfigError("calibrate --fresh-broker restarts the Pulsar broker it measures: give --pulsar too")
     measurements: list[Measurement] = []
     if redis:
         progress(f"redis {redis}: {samples} samples per operation")
@@ -329,6 +335,11 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
 
         if not admin_url:
             raise ConfigError("calibrate --pulsar needs --admin-url")
+        if fresh_broker:
+            from bench.pulsar.client import fresh_broker as restart_fresh
+
+            restart_fresh(Path(fresh_broker))
+            progress(f"pulsar: broker restarted with fresh data ({fresh_broker})")
         progress(f"pulsar {pulsar}: {samples} txns per design")
         measurements.append(measure_pulsar(pulsar, admin_url, samples, progress))
     default = "-".join(m.backend for m in measurements) + "-local"
@@ -341,6 +352,9 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         profile, note = with_resources(profile, sat["committed_txns_per_s"])
         prov = dict(profile.provenance)
         prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
+        profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
+    if pulsar:
+        prov = {**profile.provenance, "broker": {"fresh": bool(fresh_broker)}}
         profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
     return profile.save(out)
 

@@ -177,3 +177,16 @@ def test_refit_needs_recorded_rates_and_measures_nothing(tmp_path: Path, capsys:
                  "--out", str(tmp_path / "p.json")]) == 2
     assert "not with --redis, --kafka or --pulsar" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_fresh_broker_needs_the_brokers_dir_and_a_broker(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TXNBENCH_PULSAR_DIR", raising=False)
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--pulsar", "pulsar://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1",
+                 "--fresh-broker", "--out", str(out)]) == 2
+    assert "--fresh-broker needs the broker's scripts/pulsar.sh DIR" in capsys.readouterr().err
+    assert main(["calibrate", "--redis", "redis://127.0.0.1:1", "--fresh-broker", "--pulsar-dir", str(tmp_path),
+                 "--out", str(out)]) == 2
+    assert "give --pulsar too" in capsys.readouterr().err
+    assert not out.exists()
