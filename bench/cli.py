@@ -596,15 +596,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         profile = refit(args.refit, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True))
         print("\n".join(summary_lines(profile)))
         return 0
-    if args.fresh_broker and not args.pulsar_dir:
-        from engine.errors import ConfigError
-
-        raise ConfigError("calibrate --fresh-broker needs the broker's scripts/pulsar.sh DIR (--pulsar-dir or "
-                          "$TXNBENCH_PULSAR_DIR): only a broker that script started is restarted with its data wiped")
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
                         samples=args.samples, out=args.out, name=args.name, command=command,
                         progress=lambda line: print(line, file=sys.stderr, flush=True),
-                        fresh_broker=args.pulsar_dir if args.fresh_broker else None)
+                        fresh_broker=args.fresh_broker, pulsar_dir=args.pulsar_dir)
     print("\n".join(summary_lines(profile)))
     return 0
 
@@ -859,7 +854,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-url", default=None, metavar="URL", help="the broker's admin URL, http://HOST:PORT")
     p.add_argument("--samples", type=_int_in(10, 1_000_000), default=2_000, help="timed calls per operation (default 2000)")
     p.add_argument("--name", default=None, help="the profile's name (default: the backends', e.g. redis-local)")
-    p.add_argument("--pulsar-dir", default=os.environ.get("TXNBENCH_PULSAR_DIR"), metavar="DIR",
+    p.add_argument("--pulsar-dir", default=None, metavar="DIR",
                    help="the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), for --fresh-broker")
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir), "

@@ -22,7 +22,6 @@ import platform
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, ResourceSpec
@@ -313,16 +312,23 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
 
 def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin_url: str | None,
               samples: int, out: str, name: str | None, command: str,
-              progress: Callable[[str], None] = lambda s: None, fresh_broker: str | None = None) -> LatencyProfile:
-    """``fresh_broker``: the broker's ``scripts/pulsar.sh`` DIR, to restart it with its data wiped
-    before measuring it (as ``validate --fresh-broker`` does before each trace: a broker's rates
-    follow its state); the profile records which (``provenance["broker"]``)."""
+              progress: Callable[[str], None] = lambda s: None, fresh_broker: bool = False,
+              pulsar_dir: str | None = None) -> LatencyProfile:
+    """``fresh_broker``: restart the broker (``scripts/pulsar.sh`` DIR ``pulsar_dir``, else
+    ``$TXNBENCH_PULSAR_DIR``) with its data wiped before measuring it, as ``validate
+    --fresh-broker`` does before each trace (a broker's rates follow its state); the profile
+    records which (``provenance["broker"]``)."""
     if not (redis or kafka or pulsar):
         raise ConfigError("calibrate: give at least one of --redis, --kafka, --pulsar")
     if samples < 10:
         raise ConfigError(f"--samples {samples}: at least 10")
     if fresh_broker and not pulsar:
         raise ConfigError("calibrate --fresh-broker restarts the Pulsar broker it measures: give --pulsar too")
+    if fresh_broker:  # refused before anything is measured
+        from bench.pulsar.client import require_broker_dir
+        from bench.pulsar.target import parse_target
+
+        require_broker_dir(parse_target(pulsar or "", admin_url, pulsar_dir=pulsar_dir).pulsar_dir)
     measurements: list[Measurement] = []
     if redis:
         progress(f"redis {redis}: {samples} samples per operation")
@@ -335,13 +341,8 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
 
         if not admin_url:
             raise ConfigError("calibrate --pulsar needs --admin-url")
-        if fresh_broker:
-            from bench.pulsar.client import fresh_broker as restart_fresh
-
-            restart_fresh(Path(fresh_broker))
-            progress(f"pulsar: broker restarted with fresh data ({fresh_broker})")
-        progress(f"pulsar {pulsar}: {samples} txns per design")
-        measurements.append(measure_pulsar(pulsar, admin_url, samples, progress))
+        measurements.append(measure_pulsar(pulsar, admin_url, samples, progress, fresh=fresh_broker,
+                                           pulsar_dir=pulsar_dir))
     default = "-".join(m.backend for m in measurements) + "-local"
     profile = build_profile(name or default, measurements, samples, command)
     sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)
@@ -352,9 +353,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         profile, note = with_resources(profile, sat["committed_txns_per_s"])
         prov = dict(profile.provenance)
         prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
-        profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
-    if pulsar:
-        prov = {**profile.provenance, "broker": {"fresh": bool(fresh_broker)}}
+        prov["broker"] = {"fresh": fresh_broker}
         profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
     return profile.save(out)
 
@@ -376,7 +375,8 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     prov = dict(profile.provenance)
     notes = str(prov.get("notes", ""))
     # the last fit's note goes: "; resources: ..." as calibrate wrote it, "; resources (re-fitted ...): ..." after a refit
-    kept = "" if notes.startswith("resources") else notes[:notes.rfind("; resources")] if "; resources" in notes else notes
+    cut = 0 if notes.startswith("resources") else notes.rfind("; resources")
+    kept = notes if cut < 0 else notes[:cut]
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov["notes"] = (kept + "; " if kept else "") + (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")

@@ -278,11 +278,18 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
         m.unmeasurable["ledger.read"] = "no measured plain message was published and delivered in the v4 run"
 
 
-def measure_pulsar(url: str, admin_url: str, samples: int,
-                   progress: Callable[[str], None] = lambda s: None) -> Measurement:
+def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[str], None] = lambda s: None, *,
+                   fresh: bool = False, pulsar_dir: str | None = None) -> Measurement:
+    """``fresh``: first restart the broker (``pulsar_dir``, else ``$TXNBENCH_PULSAR_DIR``) with its
+    data wiped, as ``validate --fresh-broker`` does."""
+    from bench.pulsar.client import fresh_broker
     from bench.pulsar.run import pulsar_replay
 
-    target: PulsarTarget = parse_target(url, admin_url, "trace", None, 5_000)
+    target: PulsarTarget = parse_target(url, admin_url, "trace", pulsar_dir, 5_000)
+    if fresh:
+        fresh_broker(target.pulsar_dir)
+        progress(f"pulsar: broker restarted with fresh data ({target.pulsar_dir})")
+    progress(f"pulsar {url}: {samples} txns per design")
     version = str(probe(target).get("version", "?"))
     m = Measurement("pulsar", version)
     scratch = Path(tempfile.mkdtemp(prefix="txnbench-calib-pulsar-"))

@@ -46,10 +46,18 @@ def restart_broker(directory: Path) -> None:
     _script("restart", str(directory))
 
 
-def fresh_broker(directory: Path) -> None:
+def fresh_broker(directory: Path | None) -> None:
     """Stop the broker ``scripts/pulsar.sh`` started from ``directory``, wipe its data and start it
     again on the same ports (every topic, ledger and metadata record of earlier runs gone)."""
-    _script("fresh", str(directory))
+    _script("fresh", str(require_broker_dir(directory)))
+
+
+def require_broker_dir(directory: Path | None) -> Path:
+    """``--fresh-broker``'s DIR, or the one refusal (``validate`` and ``calibrate`` alike)."""
+    if directory is None:
+        raise ConfigError("--fresh-broker needs the broker's scripts/pulsar.sh DIR (--pulsar-dir or "
+                          "$TXNBENCH_PULSAR_DIR): only a broker that script started is restarted with its data wiped")
+    return directory
 
 
 def _tail(path: Path, lines: int = 3) -> str:

@@ -27,7 +27,6 @@ from typing import Any, Callable
 from bench.replay.config import DEFAULT_LATENCY_PROFILE, RunConfig
 from bench.report.validate import broker_state_manifest
 from engine.clock import LatencyModel
-from engine.errors import ConfigError
 from engine.profile import LatencyProfile, resolve
 
 # The broker's rate at saturation moves from one run to the next on the same broker (small, v4, five
@@ -96,7 +95,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
     ``target.pulsar_dir`` names with its data wiped first; ``warm_up``: discarded asap runs of
     the trace before the measured broker runs."""
-    from bench.pulsar.client import fresh_broker as restart_fresh
+    from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
     from bench.replay.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
@@ -105,9 +104,8 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     from bench.trace.trace import trace_metadata, validate
 
     say = progress or (lambda _line: None)
-    if fresh_broker and target.pulsar_dir is None:
-        raise ConfigError("--fresh-broker needs the broker's scripts/pulsar.sh DIR (--pulsar-dir or "
-                          "$TXNBENCH_PULSAR_DIR): only a broker that script started is restarted with its data wiped")
+    if fresh_broker:  # refused before anything runs
+        require_broker_dir(target.pulsar_dir)
     check_out(out, force=force)
     validate(trace)  # a bad trace, a missing profile or an unreachable broker: refused before anything runs
     seed = int(trace_metadata(trace).get("seed") or 0)
