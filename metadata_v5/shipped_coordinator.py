@@ -83,7 +83,7 @@ class ShippedCoordinator(CoordinatorV5):
         self._live()
         if txn in self._answered:
             raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
-        with self._meter.tab() as took:  # the ownership read, the header read, the CAS
+        with self._meter.tab() as took:  # the ownership read, the header read, the CAS, the ops scan
             self._meter.serve("coordinator")
             self._verify_ownership(txn)
             header = self._open_header(txn)
@@ -100,9 +100,10 @@ class ShippedCoordinator(CoordinatorV5):
             else:
                 self.stats["header_cas.reject"] += 1
                 raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
+            ops = self._list_ops(txn)
         self._registered.pop(txn, None)
-        # The fan-out is a later step of its own: a crash before it runs loses the events (D8).
-        self._sched.call_later(took.us, self._fan_out_and_answer, txn, state, on_done)
+        # The events are a later step of their own: a crash before it runs loses them (D8).
+        self._sched.call_later(took.us, self._fan_out_and_answer, txn, state, ops, on_done)
 
     def _check(self) -> None:
         """The base's sweep timers, and the client's sets: no txn both still registering and
@@ -111,11 +112,20 @@ class ShippedCoordinator(CoordinatorV5):
         both = set(self._registered) & self._answered
         assert not both, f"shipped v5 coordinator: txns registered after their answer: {both}"
 
-    def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, on_done: EndTxnCallback | None) -> None:
+    def _list_ops(self, txn: TxnID) -> list[OpRecord]:
+        """``listOpsByTxn`` (L477), chained right after the CAS on the thread that made it: the
+        store state the scan reads is the CAS's, not a later one (a participant's reconcile that
+        sees the decided header cannot delete the records in between, as it could if the scan ran
+        at the end of the CAS's modelled time while its write took effect at once)."""
+        self.stats["op_lists"] += 1
+        return self._records.ops_by_txn(txn)
+
+    def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord],
+                            on_done: EndTxnCallback | None) -> None:
         if self._closed:
             return
         with self._meter.tab() as took:
-            self._fan_out(txn, state, self._records.ops_by_txn(txn))
+            self._fan_out(txn, state, ops)
         if on_done is not None:
             self._sched.call_later(took.us + self._meter.took("rpc"), self._answer, on_done, txn, state)
 
@@ -127,7 +137,6 @@ class ShippedCoordinator(CoordinatorV5):
     def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> None:
         """One event per segment written and per (segment, subscription) acked (after the scan
         that found them, ``ops``), the appends issued at once (``fanOutEvents`` L475-508)."""
-        self.stats["op_lists"] += 1
         participants = sorted({(r.op.segment, r.op.subscription if r.op.kind == "ack" else None) for r in ops},
                               key=lambda p: (p[0], p[1] or ""))
         with self._meter.batch(None):  # concurrent appends: the slowest one's time
@@ -149,11 +158,12 @@ class ShippedCoordinator(CoordinatorV5):
                 if self._records.finalize(header, TxnStatus.ABORTED, now) is None:
                     self.stats["header_cas.conflict"] += 1
                     continue
+                ops = self._list_ops(txn)
             self.stats["header_cas.ok"] += 1
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1
             self._registered.pop(txn, None)
-            self._sched.call_later(took.us, self._fan_out_and_answer, txn, TxnStatus.ABORTED, None)
+            self._sched.call_later(took.us, self._fan_out_and_answer, txn, TxnStatus.ABORTED, ops, None)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
     def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:

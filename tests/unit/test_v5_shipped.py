@@ -111,11 +111,12 @@ def test_end_txn_then_fan_out_then_each_participants_reconcile_and_cleanup() -> 
     s.publish(T, "b", txn=txn)
     s.ack("sub", "p0", txn=txn)
     s.run(10_000)
-    # END_TXN: the ownership read, the header read, the CAS (S=1 segment, U=1 subscription)
-    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2, "cas": 1, "writes": 1}
-    # 1.6 ms later, the fan-out: listOpsByTxn (one scan, returning the txn's M+A = 3 records),
-    # then S+U = 2 event appends
-    assert _delta(s, lambda: s.run(1_600)) == {"scans": 1, "reads": 3, "writes": 2}
+    # END_TXN: the ownership read, the header read, the CAS, chained to it listOpsByTxn (one
+    # scan, returning the txn's M+A = 3 records; S=1 segment, U=1 subscription)
+    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2 + 3, "cas": 1, "writes": 1, "scans": 1}
+    # then (the reads, the CAS and the scan billed one after another: under 3 ms) the fan-out:
+    # S+U = 2 event appends
+    assert _delta(s, lambda: s.run(3_000)) == {"writes": 2}
     # the events reach the participants: the buffer reads K=2 headers (txn and other), the
     # pending-ack store K=1; the buffer applies txn: no watermark CAS (`other` still pins
     # maxReadPosition below a and b), a scan of the segment's write ops (N_seg = 3: a, b and o)
@@ -138,10 +139,10 @@ def test_same_action_retry_skips_the_cas_and_fans_out_again() -> None:
     s.broker.restart_coordinator()  # the CAS landed, the fan-out never ran: nobody heard of it
     s.run(1_000_000)
     assert s.msgs(T, "sub") == ["p0"]
-    # the client retries: ownership + header reads, no CAS; the fan-out again (one scan, its one
-    # record, one event); then the buffer's reconcile read, scan (one record) and delete
-    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2}
-    assert _delta(s, lambda: s.run(1_000_000)) == {"scans": 2, "reads": 1 + 1 + 1, "writes": 1 + 1 + 1, "cas": 1,
+    # the client retries: ownership + header reads, no CAS, the ops scan (its one record); the
+    # fan-out again (one event); then the buffer's reconcile read, scan (one record) and delete
+    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2 + 1, "scans": 1}
+    assert _delta(s, lambda: s.run(1_000_000)) == {"scans": 1, "reads": 1 + 1, "writes": 1 + 1 + 1, "cas": 1,
                                                    "deletes": 1}
     assert s.msgs(T, "sub") == ["p0", "a"] and s.stats()["tc.end_txn.repeated"] == 1
     with pytest.raises(InvalidTxnState):
@@ -177,10 +178,11 @@ def test_emulated_store_scans_every_child_and_pays_the_counter_per_sequence_key(
     # then the counter CAS and the create
     assert _delta(s, lambda: s.publish(T, "a", txn=txn)) == {"reads": 3, "lists": 1, "cas": 1, "writes": 2}
     assert _delta(s, lambda: s.publish(T, "b", txn=txn)) == {"reads": 1, "cas": 1, "writes": 2}
-    s.commit(txn)
-    # listOpsByTxn lists /txn-op/ and GETs each child (2), then the event: counter GET, list
-    # (its first), CAS + create
-    assert _delta(s, lambda: s.run(1_600)) == {"scans": 1, "lists": 2, "scan_reads": 2, "reads": 1, "cas": 1, "writes": 2}
+    # END_TXN: ownership + header reads, the CAS, then listOpsByTxn lists /txn-op/ and GETs each
+    # child (2); the event later: counter GET, list (its first), CAS + create
+    assert _delta(s, lambda: s.commit(txn)) == {"reads": 2, "cas": 1, "writes": 1, "scans": 1, "lists": 1,
+                                                "scan_reads": 2}
+    assert _delta(s, lambda: s.run(3_000)) == {"lists": 1, "reads": 1, "cas": 1, "writes": 2}
 
 
 def test_per_txn_figures_next_to_the_broker() -> None:
