@@ -8,7 +8,7 @@ Achieved rate: committed txns per second over the txn phase, first new_txn to la
 answered (:func:`bench.replay.measure.committed_rate`, the rule ``validate`` counts the broker's
 saturation rate by). Past a design's capacity the achieved rate stops following the offered one
 and commit-to-visible grows with the queues; the highest offered rate is past both designs'
-capacity under the default profile (v4 saturates near 390 txn/s on this shape, v5 near 120), so
+capacity under the default profile (v4 saturates near 390 txn/s on this shape, v5 near 100), so
 the peak ratio is a ratio at saturation.
 
 Resources: the latency profile's when it has some (the default profile's are fitted by
