@@ -13,8 +13,8 @@ What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PUL
   record it GETs, serially (``AbstractMetadataStore.storeScanByIndex`` M1 L624-660, a
   ``thenCompose`` chain): ``TxnRecords.last_scan_gets``;
 * ``nextTxnSequence`` (L569-585): a GET and a CAS of the counter;
-* a sequence-key append (``fanOutEvents`` L475-508): one put on Oxia; a counter GET + CAS, then
-  the create, on an emulated store;
+* a sequence-key append (``appendOp`` L124-136, ``fanOutEvents`` L475-508): one put on Oxia; a
+  counter GET + CAS, then the create, on an emulated store;
 * a batch of records written or deleted together (``delete_ops``, ``put_events``,
   ``delete_aborted``): one ``meta.write``.
 
@@ -118,8 +118,10 @@ class MeteredTxnRecords(TxnRecords):
     # -- op records ---------------------------------------------------------------------------------
 
     def add_op(self, txn: TxnID, op: Op) -> OpRecord:
+        """A sequence-key append (``TxnMetadataStore.appendOp`` L124-136, ``APPEND_DELTAS``):
+        billed as :meth:`put_participant_events` bills one event."""
         out = self.inner.add_op(txn, op)
-        self._bill_on("meta.write")
+        self._bill_sequence_append()
         return out
 
     def ops_of_txn(self, txn: TxnID) -> list[OpRecord]:
@@ -223,15 +225,20 @@ class MeteredTxnRecords(TxnRecords):
         """One ``meta.write`` per event (a counter read and CAS before it where the store has no
         native sequences); the caller's ``meter.batch()`` makes them concurrent."""
         self.inner.put_participant_events(participants, txn, state)
-        native = self.inner.store_native_sequences()
         for _ in participants:
-            if native:
-                self._bill_on("meta.write")
-                continue
-            with self._meter.unit():
-                self._bill_on("meta.read")
-                self._bill_on("meta.cas")
-                self._bill_on("meta.write")
+            self._bill_sequence_append()
+
+    def _bill_sequence_append(self) -> None:
+        """One put on a store with native sequence keys (Oxia); elsewhere
+        ``AbstractMetadataStore.putWithSequenceKeysCompat`` (L725-765): the counter's GET and
+        CAS, then the create, serially."""
+        if self.inner.store_native_sequences():
+            self._bill_on("meta.write")
+            return
+        with self._meter.unit():
+            self._bill_on("meta.read")
+            self._bill_on("meta.cas")
+            self._bill_on("meta.write")
 
     def get_watermark(self, segment: str) -> tuple[Position | None, int]:
         out = self.inner.get_watermark(segment)

@@ -131,6 +131,20 @@ def test_what_was_billed_is_what_was_counted(tmp_path: Path, engine: str, varian
         assert counts["billed.meta.watch"] == counts["meta.watch_events"] > 0
 
 
+def test_every_store_write_is_billed_on_a_store_without_native_sequences(tmp_path: Path) -> None:
+    """On the store Pulsar's standalone runs (RocksDB through ``AbstractMetadataStore``'s
+    fallbacks), each sequence-key append (an op record, an event) is a counter GET, a counter CAS
+    and a create: the shipped design's writes and CASes billed are the writes the store counts,
+    counter CASes included, one for one (capacity queues the billed ones). (The PIP's batches
+    are one call of several writes.)"""
+    from bench.pulsar.validate_run import EMULATED_STORE
+
+    cfg = RunConfig(engine="v5", metadata_url=EMULATED_STORE)
+    counts = Replayer(cfg).run(read_events(_small(tmp_path))).counts
+    assert counts["meta.seq_allocs"] >= counts["meta.op_writes"] > 0
+    assert counts["billed.meta.write"] + counts["billed.meta.cas"] == counts["meta.writes"]
+
+
 def test_same_trace_profile_and_seed_give_identical_results(tmp_path: Path) -> None:
     trace = _small(tmp_path)
     lat = LatencyModel(resources={"metadata": ResourceSpec(200, 1), "bookie": ResourceSpec(300, 1),
