@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,24 @@ def tally(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float) -> dict
     return out
 
 
+def methods(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float, thread: str) -> tuple[int, Counter[str]]:
+    """``thread``'s working samples in [lo_ms, hi_ms], and per broker method (``org.apache.pulsar``
+    classes) the samples with it anywhere on the stack (inclusive, once per sample)."""
+    n, out = 0, Counter[str]()
+    for s in samples:
+        v = s["values"]
+        if ((v["sampledThread"]["javaName"] or v["sampledThread"].get("osName") or "?") != thread
+                or not lo_ms <= _epoch_ms(v["startTime"]) <= hi_ms):
+            continue
+        frames = v["stackTrace"]["frames"] if v.get("stackTrace") else []
+        if classify(frames) == "waiting":
+            continue
+        n += 1
+        out.update({f"{f['method']['type']['name'].rsplit('/', 1)[-1]}.{f['method']['name']}"
+                    for f in frames if f["method"]["type"]["name"].startswith("org/apache/pulsar/")})
+    return n, out
+
+
 def _settings(into: Path) -> Path:
     """The JDK's ``profile`` settings with stack samples every millisecond."""
     home = re.search(r"java\.home = (\S+)", subprocess.run(["java", "-XshowSettings:properties", "-version"],
@@ -100,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="the trace to replay as fast as possible")
     ap.add_argument("--design", choices=("v4", "v5"), default="v5")
     ap.add_argument("--top", type=int, default=8, help="threads shown, the busiest first (default 8)")
+    ap.add_argument("--methods", type=int, default=0, metavar="N",
+                    help="also the N broker methods most often on the two busiest threads' working stacks")
+    ap.add_argument("--keep", type=Path, help="copy the recording (.jfr) here")
     args = ap.parse_args(argv)
     d = args.pulsar_dir
     try:
@@ -122,13 +144,22 @@ def main(argv: list[str] | None = None) -> int:
                            (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines())
         printed = subprocess.run(["jfr", "print", "--json", "--events", "jdk.ExecutionSample,jdk.NativeMethodSample",
                                   str(recording)], check=True, capture_output=True, text=True).stdout
-    per = tally(json.loads(printed)["recording"]["events"], lo, hi)
+        if args.keep:
+            shutil.copyfile(recording, args.keep)
+    events = json.loads(printed)["recording"]["events"]
+    per = tally(events, lo, hi)
     print(f"{args.trace.name}, {args.design}, as fast as possible: txn phase {hi - lo:.0f} ms; broker threads by "
           "share of their samples in it")
     print(f"{'thread':<48} {'samples':>7}  " + "  ".join(f"{k:>8}" for k in KINDS))
     for thread, c in sorted(per.items(), key=lambda kv: -(sum(kv[1].values()) - kv[1]["waiting"]))[:args.top]:
         n = sum(c.values())
         print(f"{thread[:48]:<48} {n:>7}  " + "  ".join(f"{100 * c[k] / n:>7.0f}%" for k in KINDS))
+    busiest = sorted(per, key=lambda t: per[t]["waiting"] - sum(per[t].values()))[:2]
+    for thread in busiest if args.methods else ():
+        n, c = methods(events, lo, hi, thread)
+        print(f"\n{thread}: broker methods on its {n} working samples (inclusive)")
+        for name, k in c.most_common(args.methods):
+            print(f"  {100 * k / max(n, 1):5.1f}%  {name}")
     return 0
 
 
