@@ -11,7 +11,10 @@ millisecond), replays ``--trace`` through it as fast as possible (``txnbench rep
 the run's txn phase (from the first new_txn issued to the last commit answered, as
 ``bench.replay.measure.committed_rate`` counts): the share waiting (epoll, park, accept), inside
 RocksDB's ``Transaction.commit`` (a metadata store write), inside the store's child listings (the
-emulated index scans), and busy otherwise. Run it on a warmed-up broker (one discarded run first,
+emulated index scans), and busy otherwise. The shares are rough: JFR takes Java samples of a few
+threads per period and native samples of one, so a thread's Java and native time are sampled at
+different rates (``benchmarks/broker_cpu.py`` reads each thread's CPU time instead). Run it on a
+warmed-up broker (one discarded run first,
 as ``validate`` does), nothing else running. Not part of the tests.
 """
 

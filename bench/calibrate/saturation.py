@@ -20,9 +20,12 @@ model as fast as possible, for the resources that give the model those rates:
   the client connection's IO thread (the coordinator's requests, the op records of publishes and
   acks) and the store's notification thread (the participants' reconcile and state tails); see
   ``metadata_v5.txnrecords.IO``. Flight recordings of the broker during saturated v5 runs of
-  ``small`` (``benchmarks/broker_threads.py``) show exactly that: that IO thread busy in 91-98 % of
-  its samples (31-37 % of all inside ``Transaction.commit`` under ``storePut``), and the
-  notification thread committing the op records' deletes beside it.
+  ``small`` (``benchmarks/broker_threads.py``) show those two threads working, the IO thread mostly
+  inside ``Transaction.commit`` under ``storePut``; their CPU time (``benchmarks/broker_cpu.py``)
+  is 37-55 % of a core each, the rest of their time the WAL's fsync, and the machine's 2 cores
+  88-92 % busy (the trace client's share included). A sequence-key append (an op record, an
+  event) is three calls on RocksDB (``AbstractMetadataStore.putWithSequenceKeysCompat``: the
+  counter's GET and CAS, then the create), so it holds the thread twice.
 
 The fit makes the model's saturated rates the broker's on this trace; ``txnbench validate`` holds
 it against other traces (its saturation row).
