@@ -205,6 +205,16 @@ class MeteredTxnRecords(TxnRecords):
         self._scanned()
         return out
 
+    def finalize_then_list_ops(self, header: Header, state: TxnStatus,
+                               finalized_us: int) -> tuple[Header | None, list[OpRecord]]:
+        """Billed as the two calls it stands for, one after the other (a pipeline is the
+        adapter's, not the broker's: RocksDB runs the scan after the CAS on the same thread)."""
+        out = self.inner.finalize_then_list_ops(header, state, finalized_us)
+        self._bill_on("meta.cas")
+        if out[0] is not None:
+            self._scanned()
+        return out
+
     def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
         out = self.inner.writes_scan(segment, txn)
         self._scanned()

@@ -90,8 +90,9 @@ class ShippedCoordinator(CoordinatorV5):
             state = FINAL[action]
             if header.state is state:  # a repeated END_TXN: no CAS, the fan-out again (D7)
                 self.stats["end_txn.repeated"] += 1
+                ops = self._list_ops(txn)
             elif header.state is TxnStatus.OPEN:
-                new = self._records.finalize(header, state, self._sched.now_us())
+                new, ops = self._finalize_and_list(header, state, self._sched.now_us())
                 if new is None:  # BadVersion goes back to the client (L456)
                     self.stats["header_cas.conflict"] += 1
                     raise TxnConflict(f"{txn}: the header changed under END_TXN (BadVersion)")
@@ -100,7 +101,6 @@ class ShippedCoordinator(CoordinatorV5):
             else:
                 self.stats["header_cas.reject"] += 1
                 raise InvalidTxnState(f"{txn} is {header.state.value}; cannot {action.value} it")
-            ops = self._list_ops(txn)
         self._registered.pop(txn, None)
         # The events are a later step of their own: a crash before it runs loses them (D8).
         self._sched.call_later(took.us, self._fan_out_and_answer, txn, state, ops, on_done)
@@ -113,12 +113,20 @@ class ShippedCoordinator(CoordinatorV5):
         assert not both, f"shipped v5 coordinator: txns registered after their answer: {both}"
 
     def _list_ops(self, txn: TxnID) -> list[OpRecord]:
-        """``listOpsByTxn`` (L477), chained right after the CAS on the thread that made it: the
-        store state the scan reads is the CAS's, not a later one (a participant's reconcile that
-        sees the decided header cannot delete the records in between, as it could if the scan ran
-        at the end of the CAS's modelled time while its write took effect at once)."""
+        """``listOpsByTxn`` (L477) alone: a repeated END_TXN's fan-out again (D7)."""
         self.stats["op_lists"] += 1
         return self._records.ops_by_txn(txn)
+
+    def _finalize_and_list(self, header: Header, state: TxnStatus, now_us: int) -> tuple[Header | None, list[OpRecord]]:
+        """The CAS (L456) and ``listOpsByTxn`` (L477) chained right after it on the thread that
+        made it: the store state the scan reads is the CAS's, not a later one (a participant's
+        reconcile that sees the decided header cannot delete the records in between, as it could
+        if the scan ran at the end of the CAS's modelled time while its write took effect at
+        once)."""
+        new, ops = self._records.finalize_then_list_ops(header, state, now_us)
+        if new is not None:
+            self.stats["op_lists"] += 1
+        return new, ops
 
     def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord],
                             on_done: EndTxnCallback | None) -> None:
@@ -155,10 +163,10 @@ class ShippedCoordinator(CoordinatorV5):
                 self.stats["header_reads"] += 1
                 if header is None or header.state is not TxnStatus.OPEN:
                     continue
-                if self._records.finalize(header, TxnStatus.ABORTED, now) is None:
+                new, ops = self._finalize_and_list(header, TxnStatus.ABORTED, now)
+                if new is None:
                     self.stats["header_cas.conflict"] += 1
                     continue
-                ops = self._list_ops(txn)
             self.stats["header_cas.ok"] += 1
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1

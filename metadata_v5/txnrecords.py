@@ -211,6 +211,15 @@ class TxnRecords(ABC):
         """Every op record of ``txn`` by an index scan (``listOpsByTxn``, TransactionCoordinatorV5
         L477): one scan; on an emulated store, a GET of every op record under the prefix."""
 
+    def finalize_then_list_ops(self, header: Header, state: TxnStatus,
+                               finalized_us: int) -> tuple[Header | None, list[OpRecord]]:
+        """:meth:`finalize`, then, if it applied, :meth:`ops_by_txn` reading the state it left:
+        END_TXN's CAS and the ``listOpsByTxn`` chained to it on the same thread
+        (``TransactionCoordinatorV5`` L456, L477). ``(None, [])`` if the CAS lost. A store that
+        pipelines sends both in one round trip."""
+        new = self.finalize(header, state, finalized_us)
+        return new, (self.ops_by_txn(header.txn) if new is not None else [])
+
     @abstractmethod
     def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
         """:meth:`writes_on` as the shipped design issues it: one scan of ``writes-by-segment``

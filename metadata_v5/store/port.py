@@ -569,6 +569,14 @@ class MetadataStore(ABC):
         after all were tried. One round trip on Redis (a pipeline), one result list per batch."""
         return each_batch(groups, lambda _i, ops: self.batch(ops))
 
+    def batch_then_query_records(self, ops: Sequence[Op], index: str, *, prefix: Sequence[str | int] | None = None
+                                 ) -> tuple[builtins.list[OpResult], builtins.list[Record]]:
+        """:meth:`batch`, then :meth:`query_records` of ``index`` over ``prefix`` reading the state
+        the batch left (a CAS and the scan chained to it); a refused batch raises and nothing is
+        listed. One round trip on Redis (a pipeline the server runs in order)."""
+        results = self.batch(ops)
+        return results, self.query_records(index, prefix=prefix)
+
     def put(self, key: str, fields: Mapping[str, str], expected_version: int | None = None) -> Record:
         """Create or replace ``key`` (compare-and-set with ``expected_version``)."""
         result = self.batch([Put(key, fields, expected_version)])[0]

@@ -22,7 +22,7 @@ The final-state index is numeric on ``finalized_us`` over both final states (the
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from engine.errors import BadVersion, NoSuchKey
 from engine.ids import Design, TxnID
@@ -35,6 +35,8 @@ from metadata_v5.store.port import (
 from metadata_v5.txnrecords import (
     AbortedRange, EventListener, Header, HeaderListener, Op, OpRecord, SweepCursor, TxnRecords,
 )
+
+T = TypeVar("T")
 
 ID_BLOCK = 1_000  # ids reserved per CAS on the coordinator's counter (lost on a crash: gaps only)
 
@@ -101,6 +103,13 @@ def _op_record(rec: Record) -> OpRecord:
     return OpRecord(txn, int(key[key.rindex("/") + 1:]), op, key)
 
 
+def _final_put(header: Header, state: TxnStatus, finalized_us: int) -> Put:
+    """The header's CAS from OPEN (at its version) to ``state``."""
+    return Put(header_key(header.txn), {"state": state.value, "timeout_us": str(header.timeout_us),
+                                        "created_us": str(header.created_us), "finalized_us": str(finalized_us)},
+               header.version)
+
+
 def _of_txn(records: list[Record], txn: TxnID | None) -> list[Record]:
     """The scanned records of ``txn`` (all with None), filtered on the client by the key's tag
     before decoding: a cleanup scan reads the whole segment but keeps one txn's records."""
@@ -147,10 +156,8 @@ class StoreTxnRecords(TxnRecords):
         return _header(txn, rec) if rec is not None else None
 
     def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
-        fields = {"state": state.value, "timeout_us": str(header.timeout_us), "created_us": str(header.created_us),
-                  "finalized_us": str(finalized_us)}
         try:
-            version = self.store.batch([Put(header_key(header.txn), fields, header.version)])[0].version
+            version = self.store.batch([_final_put(header, state, finalized_us)])[0].version
         except (BadVersion, NoSuchKey):
             return None
         assert version is not None
@@ -295,7 +302,7 @@ class StoreTxnRecords(TxnRecords):
 
     # -- the shipped design ---------------------------------------------------------------------------
 
-    def _scan(self, fn: Callable[[], list[Record]]) -> list[Record]:
+    def _scan(self, fn: Callable[[], T]) -> T:
         """Run one index scan, noting the GETs it issued one by one on a store without native
         indexes (the shipped design's time depends on them)."""
         if self.store.capabilities.native_indexes:
@@ -324,6 +331,19 @@ class StoreTxnRecords(TxnRecords):
         recs = self._scan(lambda: self.store.query_records("ops-by-txn", prefix=(_tag(txn),)))
         # the index's key is the tag; a v4 id migrated in shares it only by accident of numbers
         return [o for o in map(_op_record, recs) if o.txn == txn]
+
+    def finalize_then_list_ops(self, header: Header, state: TxnStatus,
+                               finalized_us: int) -> tuple[Header | None, list[OpRecord]]:
+        txn = header.txn
+        try:
+            results, recs = self._scan(lambda: self.store.batch_then_query_records(
+                [_final_put(header, state, finalized_us)], "ops-by-txn", prefix=(_tag(txn),)))
+        except (BadVersion, NoSuchKey):
+            return None, []
+        version = results[0].version
+        assert version is not None
+        return (Header(txn, state, header.timeout_us, header.created_us, finalized_us, version),
+                [o for o in map(_op_record, recs) if o.txn == txn])
 
     def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
         recs = self._scan(lambda: self.store.query_records("writes-by-segment", prefix=(segment,)))

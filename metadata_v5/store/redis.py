@@ -806,6 +806,11 @@ class RedisMetadataStore(MetadataStore):
 
     def _range(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool,
                records: bool) -> tuple[int, str, builtins.list[IndexEntry], builtins.list[Record]]:
+        return self._range_reply(spec, self._eval("range", *self._range_args(spec, bounds, limit, reverse, records)),
+                                 records)
+
+    def _range_args(self, spec: IndexSpec, bounds: Bounds, limit: int | None, reverse: bool,
+                    records: bool) -> tuple[Any, ...]:
         if bounds.numeric:
             lo = "-inf" if bounds.lo is None else str(bounds.lo)
             hi = "+inf" if bounds.hi is None else str(bounds.hi)
@@ -814,9 +819,11 @@ class RedisMetadataStore(MetadataStore):
             hi = "+" if bounds.hi is None else "(" + str(bounds.hi)
         if bounds.empty():
             lo, hi = ("+inf", "-inf") if bounds.numeric else ("+", "-")
-        res = self._eval(
-            "range", self.prefix, spec.name, "1" if spec.numeric else "0", "1" if reverse else "0", lo, hi,
-            -1 if limit is None else limit, "1" if records else "0")
+        return (self.prefix, spec.name, "1" if spec.numeric else "0", "1" if reverse else "0", lo, hi,
+                -1 if limit is None else limit, "1" if records else "0")
+
+    def _range_reply(self, spec: IndexSpec, res: builtins.list[Any],
+                     records: bool) -> tuple[int, str, builtins.list[IndexEntry], builtins.list[Record]]:
         items = res[2]
         entries = [spec.decode(items[i], int(float(items[i + 1]))) for i in range(0, len(items), 2)]
         recs = []
@@ -846,6 +853,47 @@ class RedisMetadataStore(MetadataStore):
         self._counters["index_queries"] += 1
         self._counters["reads"] += len(recs)
         return recs
+
+    def batch_then_query_records(self, ops: Sequence[Op], index: str, *, prefix: Sequence[str | int] | None = None
+                                 ) -> tuple[builtins.list[OpResult], builtins.list[Record]]:
+        """The batch script and the range script in one pipeline: the server runs them in order,
+        so the query reads what the batch left; a refused batch's query is dropped. A reply the
+        server could not give in the pipeline (a flushed script, an index schema moved) is asked
+        again on its own."""
+        validate_ops(ops)
+        spec = self._spec(index)
+        bounds = Bounds.of(spec, None, None, (True, True), prefix)
+        conds = conditions(ops)
+        payload = _ops_json(ops, self._specs, conds)  # ValueError here: nothing sent
+        cursor = self._cursor if self._hub.has_watches() else ""
+        commands = [("EVALSHA", self._scripts["batch"].sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
+                     cursor, _XREAD_COUNT),
+                    ("EVALSHA", self._scripts["range"].sha, 0, *self._range_args(spec, bounds, None, False, True))]
+
+        def run() -> builtins.list[Any]:
+            conn = self.client.connection
+            assert conn is not None  # a single-connection client holds it from its creation
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies: builtins.list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redislib.exceptions.ResponseError as e:  # this command's error reply
+                    replies.append(e)
+            return replies
+
+        written, listed = self._rt(run, idempotent=False)
+        if isinstance(written, redislib.exceptions.NoScriptError) or (isinstance(written, list) and written[0] == "schema"):
+            return self._batch(ops), self.query_records(index, prefix=prefix)  # not applied: one at a time
+        if isinstance(written, Exception):
+            raise MetadataError(f"redis at {self.url}: {written}")
+        results = self._applied(ops, conds, written, cursor)  # a refusal raises here
+        if isinstance(listed, Exception):
+            return results, self.query_records(index, prefix=prefix)
+        recs = self._range_reply(spec, listed, True)[3]
+        self._counters["index_queries"] += 1
+        self._counters["reads"] += len(recs)
+        return results, recs
 
     # -- watches --
 

@@ -228,6 +228,41 @@ def test_batches_apply_each_on_its_own_and_raise_the_first_failure_after_trying_
     store._check()
 
 
+def test_batch_then_query_reads_what_the_batch_left_and_a_refused_batch_lists_nothing(store: MetadataStore) -> None:
+    """END_TXN's CAS and the scan chained to it (``batch_then_query_records``): the query sees
+    the batch's writes; a refused batch raises and changes nothing; counted as the two calls
+    (one round trip fewer where the store pipelines them)."""
+    v1 = txn(store, "1")
+    first = store.put_sequential("/txn-op/{1}/", {"kind": "write", "segment": "s", "txn": "1"})
+    other = store.put_sequential("/txn-op/{1}/", {"kind": "write", "segment": "t", "txn": "1"})
+    s0 = store.stats()
+    results, recs = store.batch_then_query_records(
+        [Put("/txn/{1}", {"state": "COMMITTED", "timeout_ms": "100", "finalized_ms": "3"}, v1),
+         PutSequential("/txn-op/{1}/", {"kind": "write", "segment": "s", "txn": "1"}), Delete(other.key)],
+        WRITES.name, prefix=("s",))
+    s1 = store.stats()
+    assert results[0].version is not None and results[0].version > v1 and results[2].version is not None
+    assert [r.key for r in recs] == [first.key, results[1].key]  # the batch's own write is listed
+    assert recs[0].fields == first.fields
+    with pytest.raises(BadVersion):  # stale: nothing applied, nothing listed
+        store.batch_then_query_records([Put("/txn/{1}", {"state": "ABORTED", "timeout_ms": "1"}, v1),
+                                        Delete(first.key)], WRITES.name, prefix=("s",))
+    assert store.get("/txn/{1}").fields["state"] == "COMMITTED"  # type: ignore[union-attr]
+    assert store.get(first.key) is not None
+    # counted as one batch and one query; on Redis one round trip (a pipeline), not two
+    assert (s1["batches"] - s0["batches"], s1["index_queries"] - s0["index_queries"]) == (1, 1)
+    if factory_kind(store) == "redis":
+        assert s1["round_trips"] - s0["round_trips"] == 1
+    store._check()
+
+
+def factory_kind(store: MetadataStore) -> str:
+    """``redis`` for a native Redis handle (no emulation or degradation wrapped around it)."""
+    from metadata_v5.store.redis import RedisMetadataStore
+
+    return "redis" if isinstance(store, RedisMetadataStore) else "other"
+
+
 def test_sequential_keys(store: MetadataStore) -> None:
     a = [store.put_sequential("/txn-op/{7}/", {"kind": "ack"}).key for _ in range(12)]
     b = store.put_sequential("/txn-op/{8}/", {"kind": "ack"}).key
