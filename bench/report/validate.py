@@ -23,6 +23,7 @@ Where a latency goal is missed the section names the operation kinds the model b
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,6 +370,11 @@ class Validation:
     # the broker's state when its runs began (bench.pulsar.validate_run): restarted with fresh data,
     # discarded warm-up runs; None: not recorded (sets written before validate recorded it)
     broker_state: tuple[bool, int] | None = None
+    # operations the broker's client saw fail, by error class: per design, in the run at the
+    # trace's pace; and per design, the count in each asap run (a lost connection, a txn the
+    # coordinator did not know: the run's counts and rate are then partly that run's trouble)
+    broker_failures: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    saturation_failures: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -396,6 +402,8 @@ class Validation:
                 "broker_saturation_runs": {d: list(r) for d, r in self.saturation_runs},
                 "broker_state": None if self.broker_state is None else {"fresh": self.broker_state[0],
                                                                          "warm_up_runs": self.broker_state[1]},
+                "broker_failed_ops": {d: dict(f) for d, f in self.broker_failures},
+                "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -433,10 +441,12 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     mrate = {d: committed_rate(_txns(rated, lab)) for d, lab in _by_design(rated).items() if d in ("v4", "v5")}
     sat_sets = [saturation] if isinstance(saturation, dict) else list(saturation or [])
     runs: dict[str, list[float]] = {}
+    sat_failed: dict[str, list[int]] = {}
     ratios = []  # v5/v4 of each asap set (both designs ran in it, v4 then v5)
     for rs in sat_sets:
         got = {}
         for d, lab in _by_design(rs).items():
+            sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
             rate = rs["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
             rate = rate if rate is not None else committed_rate(_txns(rs, lab))
             if rate is not None:
@@ -454,7 +464,27 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       str(sat_sets[0]["path"]) if sat_sets else None, profile_note(model), len(unmapped),
                       lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()),
                       str(model["manifest"]["runs"].get(mlab.get("v5", ""), {}).get("config", {}).get("metadata_url", "")),
-                      tuple((d, tuple(rates)) for d, rates in sorted(runs.items())), _broker_state(broker))
+                      tuple((d, tuple(rates)) for d, rates in sorted(runs.items())), _broker_state(broker),
+                      tuple((d, tuple(sorted(failed_ops(broker, lab).items()))) for d, lab in sorted(blab.items())),
+                      tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())))
+
+
+def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
+    """A broker run's operations that failed at its client, by error class (the part of the
+    error before its first colon; ``pulsar-events-<label>.jsonl``); empty for a model set."""
+    path = Path(rs.get("dir", rs["path"])) / f"pulsar-events-{label}.jsonl"
+    if not path.exists():
+        return {}
+    out: dict[str, int] = {}
+    with path.open() as f:
+        for line in f:
+            if "false" not in line:  # most lines: ok ops, deliveries
+                continue
+            e = json.loads(line)
+            if e.get("ev") == "op" and e.get("ok") is False:
+                cls = str(e.get("error") or "unknown").split(":", 1)[0].strip() or "unknown"
+                out[cls] = out.get(cls, 0) + 1
+    return out
 
 
 def broker_state_manifest(fresh: bool, warm_up_runs: int) -> dict[str, Any]:
@@ -519,6 +549,16 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      + ", ".join(f"{d} {us / 1e6:.1f} s" for d, us in behind)
                      + "): its latencies include the queueing of an overloaded broker and client, which a model "
                      "without capacity does not have; latency errors there measure load as much as the model.")
+    failed = [(d, f) for d, f in v.broker_failures if f]
+    if failed:
+        notes.append("Operations failed at the broker's client in its run at the trace's pace: "
+                     + "; ".join(f"{d} " + ", ".join(f"{n} {cls}" for cls, n in f) for d, f in failed)
+                     + " (pulsar-events-*.jsonl): counts of txns that differ may be those operations' txns.")
+    sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
+    if sat_failed:
+        notes.append("Operations failed in the broker's asap runs, run by run: "
+                     + "; ".join(f"{d} " + ", ".join(map(str, n)) for d, n in sat_failed)
+                     + ": a run with failures is a rate of that run's trouble as much as of the broker.")
     dups = [(d, n) for d, n in v.duplicates if n]
     if dups:
         notes.append("The broker delivered " + ", ".join(f"{n} (subscription, msg) pairs more than once on {d}" for d, n in dups)
@@ -542,9 +582,12 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         metric = next(m for lab, m in LATENCY_OPS if lab == label)
         notes.append(f"{design} {label} missed ({'; '.join(pcts)}): the model bills "
                      f"{BILLED.get(design, {}).get(metric, 'no modelled cost')}.")
+    troubled = {d for d, f in failed}
     for c in v.checks:
         if c.verdict == "differs":
             notes.append(f"{c.design} {c.metric} differs (model {c.model}, broker {c.broker}) and Pulsar's code, as "
-                         "far as read here, does not explain it: a count the model may get wrong.")
+                         "far as read here, does not explain it: "
+                         + ("the broker run's failed operations (above) may; else a count the model may get wrong."
+                            if c.design in troubled else "a count the model may get wrong."))
     return (f"Model vs broker — {Path(v.model_path).name} vs {Path(v.broker_path).name}",
             ["model", "broker", "error %"], rows, " ".join(notes))

@@ -213,6 +213,38 @@ def test_the_section_says_what_state_the_broker_was_in(tmp_path: Path) -> None:
     assert "the broker restarted with its data wiped before this trace, then 2 discarded" in md
 
 
+def _events(run: Path, label: str, *errors: str | None) -> None:
+    """A broker run's client events file (jvm/PROTOCOL.md): one op line per entry, ok when None."""
+    lines = [json.dumps({"ev": "ready", "t0_epoch_ms": 0})]
+    lines += [json.dumps({"ev": "op", "row": i, "op": "publish", "start_us": i, "end_us": i + 1, "ok": err is None,
+                          "error": err}) for i, err in enumerate(errors)]
+    (run / f"pulsar-events-{label}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_section_names_the_operations_that_failed_at_the_brokers_client(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    lost = "ConnectException: Disconnected from server at 127.0.0.1/127.0.0.1:6650"
+    _events(tmp_path / "broker", "v4", None, lost, lost, "TransactionNotFoundException: The transaction (0,9) not found")
+    _events(tmp_path / "broker", "v5", None, None)
+    for i, errs in enumerate([(lost, None), (None,)]):
+        _set(tmp_path / f"asap{i}", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
+        _events(tmp_path / f"asap{i}", "v4", *errs)
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / f"asap{i}") for i in range(2)])
+    assert dict(v.broker_failures) == {"v4": (("ConnectException", 2), ("TransactionNotFoundException", 1)), "v5": ()}
+    assert dict(v.saturation_failures) == {"v4": (1, 0), "v5": (0, 0)}  # v5 wrote no events file: none seen
+    assert v.to_json()["broker_failed_ops"] == {"v4": {"ConnectException": 2, "TransactionNotFoundException": 1}, "v5": {}}
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap0", tmp_path / "asap1"],
+               tmp_path / "rep").markdown.read_text()
+    assert ("Operations failed at the broker's client in its run at the trace's pace: v4 2 ConnectException, "
+            "1 TransactionNotFoundException") in md
+    assert "Operations failed in the broker's asap runs, run by run: v4 1, 0:" in md
+    # a clean broker run says nothing of failures
+    clean = validate_sets(load(tmp_path / "model"), load(tmp_path / "asap1"), None)
+    assert all(not f for _, f in clean.broker_failures)
+
+
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no-such.json"):
         model_latency(tmp_path / "no-such.json", 1)
