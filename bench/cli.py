@@ -267,7 +267,8 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pacing", default="trace", choices=["trace", "asap"],
                    help="issue rows at the trace's timestamps, or as fast as possible (the broker: at once, up to "
-                        "the client's in-flight bound; the models: one microsecond apart in virtual time)")
+                        "the client's in-flight bound; the models: one microsecond apart in virtual time, under the same bound of "
+                        "1,000 unanswered new_txn/publish/commit/abort requests)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",
                    help="--target: the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), to restart it "
                         "for crash_broker rows")

@@ -43,8 +43,13 @@ class RunConfig:
     # none is given. Empty on embedded backends, which are private to the run anyway.
     namespace: str = ""
     # "asap": the rows go out one microsecond apart in the trace's order, as fast as the model can
-    # take them (virtual time only): the broker target's --pacing asap, for throughput at saturation
+    # take them under the client's in-flight bound (virtual time only): the broker target's
+    # --pacing asap, for throughput at saturation
     pacing: str = "trace"
+    # with "asap": how many new_txn/publish/commit/abort requests may be unanswered at once, as the
+    # trace client bounds them (jvm TraceRunner's semaphore, --max-in-flight, default 1,000): a row
+    # that would exceed it waits for an answer (bench.replay.replay.Replayer._slot); None: no bound
+    asap_in_flight: int | None = 1_000
 
     def __post_init__(self) -> None:
         if not self.namespace and not (self.ledger_url.startswith("memory:")
@@ -58,6 +63,8 @@ class RunConfig:
             raise ConfigError(f"unknown pacing {self.pacing!r}; expected {' or '.join(PACINGS)}")
         if self.pacing == "asap" and self.time_mode != "virtual":
             raise ConfigError("pacing asap is a virtual-time replay (the rows one microsecond apart)")
+        if self.asap_in_flight is not None and self.asap_in_flight < 1:
+            raise ConfigError(f"asap_in_flight must be >= 1 (or None: no bound), got {self.asap_in_flight}")
         if self.drain_ms < 0:
             raise ConfigError(f"drain_ms must be >= 0, got {self.drain_ms}")
         if self.drain_max_ms is not None and self.drain_max_ms < self.drain_ms:

@@ -44,6 +44,7 @@ The replayer also plays the Java client's own transaction logic (``TransactionIm
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -74,6 +75,10 @@ from bench.replay.timeseries import Series
 from bench.replay.walltime import Pacing
 from bench.trace.trace import OPS, Event
 
+# the rows the trace client issues under its in-flight bound (jvm TraceRunner.issue: each takes a
+# permit until answered; acks and subscribes do not); the model answers a new_txn at once
+_IN_FLIGHT_OPS = frozenset({"new_txn", "publish", "commit", "abort"})
+
 _SUB_TYPE = Event._fields.index("sub_type")
 CLIENT_ERRORS = (TxnError, LedgerSealed, UnsupportedOperation, MessageTooBig)
 
@@ -95,6 +100,7 @@ class _Txn:
     client_timed_out: bool = False  # TransactionImpl state TIME_OUT
     ops_failed: bool = False  # TransactionImpl.hasOpsFailed
     end_timed_out: bool = False  # its END_TXN went unanswered for the client's operation timeout
+    end_in_flight: bool = False  # its END_TXN holds one of the asap client's in-flight slots
 
 
 @dataclass
@@ -168,6 +174,11 @@ class Replayer:
         self.series = Series(self.label, self._gauges, self.sched.now_us)
         self.pacing: Pacing | None = Pacing() if wall else None
         self.result: RunResult | None = None
+        # the asap client's in-flight bound (RunConfig.asap_in_flight): answer times of the
+        # publishes in flight (a heap), and the END_TXNs in flight (answered by callback)
+        self._bound = cfg.asap_in_flight if cfg.pacing == "asap" else None
+        self._answers: list[int] = []
+        self._ends_in_flight = 0
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
@@ -340,6 +351,8 @@ class Replayer:
             if e.txn is not None:  # TransactionImpl.registerSendOp: the failed send marks the txn
                 self.txns[e.txn].ops_failed = True
             raise
+        if self._bound is not None:
+            heapq.heappush(self._answers, self.sched.now_us() + took_us)
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
         self.series.count("publish")
         self.series.latency("publish", took_us)
@@ -452,6 +465,9 @@ class Replayer:
         txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
         self.broker.end_txn(txn_id, action, self._on_end)
+        if self._bound is not None and not txn.end_in_flight:
+            txn.end_in_flight = True
+            self._ends_in_flight += 1
         if self.history is not None:
             self.history.end(e.txn, action.value)
         if failed:
@@ -461,6 +477,7 @@ class Replayer:
         txn = self.by_id.get(txn_id)
         if txn is None:  # already retired: an answer repeated after a coordinator restart
             return
+        self._end_answered(txn)
         if self._end_timer(txn):  # the client failed the request already: no pending op, dropped
             return
         txn.outcome = status.value
@@ -495,10 +512,17 @@ class Replayer:
         if self.sched.now_us() < deadline:
             return False
         txn.end_timed_out = True
+        self._end_answered(txn)
         txn.outcome = "end_timed_out"
         txn.end_us = deadline
         self.counts["client_errors.TimeoutException"] += 1
         return True
+
+    def _end_answered(self, txn: _Txn) -> None:
+        """Its END_TXN is answered (or failed by the client's timeout): its in-flight slot is free."""
+        if txn.end_in_flight:
+            txn.end_in_flight = False
+            self._ends_in_flight -= 1
 
     def _op_commit(self, e: Event) -> None:
         self._end(e, TxnAction.COMMIT)
@@ -574,12 +598,17 @@ class Replayer:
         ops = self._ops
         op_counts = self._op_counts
         pacing = self.pacing
-        if self.cfg.pacing == "asap":
-            events = (e._replace(ts_us=i) for i, e in enumerate(events))
+        asap = self.cfg.pacing == "asap"
+        bound = self._bound
         due = self.series.due()
         try:
             with replay_gc():
                 for e in events:
+                    if asap:  # one microsecond after the row before, or once a slot is free
+                        ts = last_ts + 1 if n else 0
+                        if bound is not None and e.op in _IN_FLIGHT_OPS:
+                            ts = self._slot(ts, bound)
+                        e = e._replace(ts_us=ts)
                     if e.ts_us >= due or (pacing is not None and sched.now_us() >= due):
                         # wall time: a replay behind the trace closes windows by the clock, not the rows
                         due = self._advance(max(e.ts_us, sched.now_us()))
@@ -602,6 +631,26 @@ class Replayer:
         finally:
             self.broker.close()
             self.setup.close()
+
+    def _slot(self, ts: int, bound: int) -> int:
+        """When a row issued no earlier than ``ts`` gets one of the asap client's ``bound``
+        in-flight slots: the clock runs on (answers come back) until fewer are unanswered."""
+        answers, sched = self._answers, self.sched
+        while True:
+            while answers and answers[0] <= ts:
+                heapq.heappop(answers)
+            if len(answers) + self._ends_in_flight < bound:
+                return ts
+            nxt = sched.next_due_us()
+            if answers and (nxt is None or answers[0] < nxt):
+                nxt = answers[0]
+            if nxt is None:  # nothing left to answer (END_TXNs lost): the client would wait 30 s
+                return ts
+            nxt = max(nxt, ts)
+            if nxt >= self.series.due():
+                self._advance(nxt)
+            sched.run_until(nxt)
+            ts = nxt
 
     DRAIN_STEP_US = 100_000  # how often an extended drain looks at what is still in flight
 

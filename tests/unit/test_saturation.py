@@ -35,6 +35,25 @@ def test_asap_pacing_issues_the_rows_one_microsecond_apart_in_order(trace: Path)
         RunConfig(engine="v4", pacing="later")
 
 
+def test_asap_pacing_keeps_the_trace_clients_in_flight_bound(trace: Path) -> None:
+    """jvm TraceRunner takes a permit per new_txn, publish, commit and abort until it is answered
+    (--max-in-flight): at most ``asap_in_flight`` are unanswered at once, a row waiting for an
+    answer otherwise; the same txns end the same way."""
+    rows = sum(1 for _ in read_events(trace))
+    free = Replayer(RunConfig(engine="v4", pacing="asap", asap_in_flight=None)).run(read_events(trace))
+    wide = Replayer(RunConfig(engine="v4", pacing="asap")).run(read_events(trace))  # 1,000: never reached here
+    assert free.txns == wide.txns and free.counts == wide.counts
+    tight = Replayer(RunConfig(engine="v4", pacing="asap", asap_in_flight=3)).run(read_events(trace))
+    assert sorted(tight.txns["outcome"]) == sorted(free.txns["outcome"])
+    assert max(free.txns["commit_requested_ts_us"]) < rows  # one microsecond apart
+    # with three slots and each txn's ten publishes answered one append later, the rows wait
+    assert max(tight.txns["commit_requested_ts_us"]) > 40 * LatencyModel().of("ledger.append")
+    ends = sorted(zip(tight.txns["commit_requested_ts_us"], tight.txns["end_ts_us"]))
+    assert max(sum(1 for s, e in ends if s <= t < e) for t, _ in ends) <= 3  # END_TXNs unanswered at once
+    with pytest.raises(ConfigError, match="asap_in_flight"):
+        RunConfig(engine="v4", pacing="asap", asap_in_flight=0)
+
+
 def test_a_saturated_resource_bounds_the_committed_rate(trace: Path) -> None:
     profile = LatencyProfile.constants()
     free = saturation.model_rates(profile, {}, trace)
