@@ -30,7 +30,7 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.broker_threads import ROOT, txn_phase
+from benchmarks.broker_threads import ROOT, running_broker, txn_phase
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 PERIOD_S = 0.02
@@ -121,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--design", choices=("v4", "v5"), default="v5")
     ap.add_argument("--top", type=int, default=6, help="threads shown, the busiest first (default 6)")
     args = ap.parse_args(argv)
-    d = args.pulsar_dir
-    try:
-        pid, url, admin = ((d / f).read_text().strip() for f in ("pulsar.pid", "url", "admin-url"))
-    except OSError as e:
-        raise SystemExit(f"broker_cpu: no running broker in {d} ({e}); start one with scripts/pulsar.sh start DIR")
+    pid, url, admin = running_broker(args.pulsar_dir, "broker_cpu")
     for trace in args.trace:
         measure(trace, args.design, pid, url, admin, args.top)
     return 0

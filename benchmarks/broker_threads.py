@@ -101,6 +101,15 @@ def methods(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float, threa
     return n, out
 
 
+def running_broker(d: Path, prog: str) -> tuple[str, str, str]:
+    """The broker of ``scripts/pulsar.sh start DIR``: its pid, service URL and admin URL."""
+    try:
+        pid, url, admin = ((d / f).read_text().strip() for f in ("pulsar.pid", "url", "admin-url"))
+    except OSError as e:
+        raise SystemExit(f"{prog}: no running broker in {d} ({e}); start one with scripts/pulsar.sh start DIR")
+    return pid, url, admin
+
+
 def _settings(into: Path) -> Path:
     """The JDK's ``profile`` settings with stack samples every millisecond."""
     home = re.search(r"java\.home = (\S+)", subprocess.run(["java", "-XshowSettings:properties", "-version"],
@@ -126,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the N broker methods most often on the two busiest threads' working stacks")
     ap.add_argument("--keep", type=Path, help="copy the recording (.jfr) here")
     args = ap.parse_args(argv)
-    d = args.pulsar_dir
-    try:
-        pid, url, admin = ((d / f).read_text().strip() for f in ("pulsar.pid", "url", "admin-url"))
-    except OSError as e:
-        raise SystemExit(f"broker_threads: no running broker in {d} ({e}); start one with scripts/pulsar.sh start DIR")
+    pid, url, admin = running_broker(args.pulsar_dir, "broker_threads")
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
         tmp = Path(tmp_s)
         recording = tmp / "broker.jfr"

@@ -359,6 +359,12 @@ def _call(conn: Any, command: tuple[Any, ...]) -> Any:
     return reply
 
 
+def _unapplied(reply: Any) -> bool:
+    """A pipelined batch script's reply that applied nothing: the script was flushed, or the
+    index schema moved under the payload."""
+    return isinstance(reply, redislib.exceptions.NoScriptError) or (isinstance(reply, list) and reply[0] == "schema")
+
+
 def _fields(flat: Sequence[str]) -> dict[str, str]:
     it = iter(flat)
     return dict(zip(it, it))
@@ -624,7 +630,7 @@ class RedisMetadataStore(MetadataStore):
             pipe = self.client.pipeline(transaction=True)
             for key in keys:
                 pipe.execute_command("HGETALL", self.prefix + "r:" + key)
-            return pipe.execute()  # type: ignore[no-any-return]
+            return pipe.execute()
 
         res = self._rt(run)
         self._counters["reads"] += len(keys)
@@ -665,6 +671,23 @@ class RedisMetadataStore(MetadataStore):
             break
         return self._applied(ops, conds, res, cursor)
 
+    def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> builtins.list[Any]:
+        """One round trip on the held connection: every command sent before the first reply is
+        read; each command's reply, or its error reply as the exception (not raised)."""
+        def run() -> builtins.list[Any]:
+            conn = self.client.connection
+            assert conn is not None  # a single-connection client holds it from its creation
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies: builtins.list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redislib.exceptions.ResponseError as e:  # this command's error reply
+                    replies.append(e)
+            return replies
+
+        return self._rt(run, idempotent=False)
+
     def batches(self, groups: Sequence[Sequence[Op]]) -> builtins.list[builtins.list[OpResult]]:
         """One pipeline (no MULTI: the batches are independent) of one batch script per group;
         only the last asks for the change stream, which then holds every group's entry. A group
@@ -678,26 +701,13 @@ class RedisMetadataStore(MetadataStore):
         cursor = self._cursor if self._hub.has_watches() else ""
         sha = self._scripts["batch"].sha
 
-        def run() -> builtins.list[Any]:
-            # pipelined on the held connection: every command is sent before the first reply is read
-            conn = self.client.connection
-            assert conn is not None  # a single-connection client holds it from its creation
-            conn.send_packed_command(conn.pack_commands([
-                ("EVALSHA", sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
-                 cursor if i == len(payloads) - 1 else "", _XREAD_COUNT) for i, payload in enumerate(payloads)]))
-            replies = []
-            for _ in payloads:
-                try:
-                    replies.append(conn.read_response())
-                except redislib.exceptions.ResponseError as e:  # this command's error reply
-                    replies.append(e)
-            return replies
-
-        replies = self._rt(run, idempotent=False)
+        replies = self._pipeline([("EVALSHA", sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
+                                   cursor if i == len(payloads) - 1 else "", _XREAD_COUNT)
+                                  for i, payload in enumerate(payloads)])
 
         def settle(i: int, ops: Sequence[Op]) -> builtins.list[OpResult]:
             res = replies[i]
-            if isinstance(res, redislib.exceptions.NoScriptError) or (isinstance(res, list) and res[0] == "schema"):
+            if _unapplied(res):
                 return self._batch(ops)  # not applied: the script did not run or changed nothing
             if isinstance(res, Exception):
                 raise MetadataError(f"redis at {self.url}: {res}")
@@ -866,24 +876,11 @@ class RedisMetadataStore(MetadataStore):
         conds = conditions(ops)
         payload = _ops_json(ops, self._specs, conds)  # ValueError here: nothing sent
         cursor = self._cursor if self._hub.has_watches() else ""
-        commands = [("EVALSHA", self._scripts["batch"].sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
-                     cursor, _XREAD_COUNT),
-                    ("EVALSHA", self._scripts["range"].sha, 0, *self._range_args(spec, bounds, None, False, True))]
-
-        def run() -> builtins.list[Any]:
-            conn = self.client.connection
-            assert conn is not None  # a single-connection client holds it from its creation
-            conn.send_packed_command(conn.pack_commands(commands))
-            replies: builtins.list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(conn.read_response())
-                except redislib.exceptions.ResponseError as e:  # this command's error reply
-                    replies.append(e)
-            return replies
-
-        written, listed = self._rt(run, idempotent=False)
-        if isinstance(written, redislib.exceptions.NoScriptError) or (isinstance(written, list) and written[0] == "schema"):
+        written, listed = self._pipeline([
+            ("EVALSHA", self._scripts["batch"].sha, 0, self.prefix, self._schema, payload, self.stream_maxlen, cursor,
+             _XREAD_COUNT),
+            ("EVALSHA", self._scripts["range"].sha, 0, *self._range_args(spec, bounds, None, False, True))])
+        if _unapplied(written):
             return self._batch(ops), self.query_records(index, prefix=prefix)  # not applied: one at a time
         if isinstance(written, Exception):
             raise MetadataError(f"redis at {self.url}: {written}")
