@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.replay.config import DEFAULT_LATENCY_PROFILE, RunConfig
+from bench.replay.config import DEFAULT_LATENCY_PROFILE, EMULATED_STORE, RunConfig
 from bench.report.validate import broker_state_manifest
 from engine.clock import LatencyModel
 from engine.profile import LatencyProfile, resolve
@@ -34,9 +34,6 @@ from engine.profile import LatencyProfile, resolve
 SATURATION_RUNS = 3
 WARM_UP_RUNS = 1  # discarded asap runs before the broker's measured ones (the JIT: see the module docstring)
 
-# The standalone keeps its metadata in RocksDB, which has no native index scan or sequence keys:
-# AbstractMetadataStore emulates them (pulsar-metadata M1 L624-660, L725-765); so does this store.
-EMULATED_STORE = "memory://?emulated=1"
 
 
 def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:

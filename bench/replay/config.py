@@ -15,6 +15,10 @@ from engine.profile import LatencyProfile
 
 # The latency profile (datasets/latency/NAME.json) the CLI's runs use without --latency-profile.
 DEFAULT_LATENCY_PROFILE = "pulsar-standalone-5.0.0-M1"
+# The standalone keeps its metadata in RocksDB, which has no native index scan or sequence keys:
+# AbstractMetadataStore emulates them (pulsar-metadata M1 L624-660, L725-765); so does this store.
+# A profile calibrated on a standalone (its resources) describes v5 on this store.
+EMULATED_STORE = "memory://?emulated=1"
 TIME_MODES = ("virtual", "wall")
 PACINGS = ("trace", "asap")
 

@@ -716,14 +716,18 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
     peak = {d: max((v["achieved"] or 0.0) for v in vals[d].values()) for d in vals}
     findings = [f"highest achieved rate: v4 {peak['v4']:g} txn/s, v5-shipped {peak['v5-shipped']:g} txn/s "
                 f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}; the broker measured 0.27-0.43 in PULSAR.md's first "
-                "runs, 0.35-0.45 on datasets/validation's seven traces, each on a fresh, warmed-up broker, the median of three runs); at "
+                "runs, 0.23-0.58 on datasets/validation's seven traces, each on a fresh, warmed-up broker, the median of "
+                "three runs); at "
                 f"{rates[-1]}/s offered, commit-to-visible p50 v4 {vals['v4'][rates[-1]]['p50']} ms, "
                 f"v5-shipped {vals['v5-shipped'][rates[-1]]['p50']} ms"]
     return Scenario("throughput", "Throughput at saturation: how many txns per second does each design commit "
                     "and make visible as the offered rate rises?", labels, rows,
                     "txnbench scenarios throughput",
                     f"{txns} txns per point of {tp.SHAPE.txn_messages[0]} messages each over {tp.SHAPE.partitions} "
-                    "partitions (1-2 per txn, 4 open at once), replayed open loop in virtual time. Achieved: committed "
+                    "partitions (1-2 per txn, 4 open at once), replayed open loop in virtual time"
+                    + (", v5 on the store a standalone runs (RocksDB: index scans and sequence keys emulated, as "
+                       "validate runs it)" if measured else "")
+                    + ". Achieved: committed "
                     "txns per second from the first new_txn to the last commit answered (as validate counts the "
                     "broker's). Resources, "
                     f"{where}: {tp.describe_resources(resources)}: each queues work beyond its concurrency "

@@ -12,7 +12,9 @@ capacity under the default profile (v4 saturates near 390 txn/s on this shape, v
 the peak ratio is a ratio at saturation.
 
 Resources: the latency profile's when it has some (the default profile's are fitted by
-``calibrate --pulsar`` to a standalone broker's saturated rates: :mod:`bench.calibrate.saturation`);
+``calibrate --pulsar`` to a standalone broker's saturated rates: :mod:`bench.calibrate.saturation`;
+v5 then runs on the store a standalone runs, ``EMULATED_STORE``, whose sequence keys and index
+scans cost what the fit assumed);
 else :data:`RESOURCES`, illustrative, chosen to put both designs' saturation in the range the
 real broker showed on this 2-core machine (PULSAR.md "First measurements": 10-message txns, v4
 94-119 txn/s, v5 25-51 txn/s), not measured.
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.replay import registry
-from bench.replay.config import RunConfig
+from bench.replay.config import EMULATED_STORE, RunConfig
 from bench.replay.measure import committed_rate
 from bench.replay.replay import Replayer
 from bench.trace.trace import read_events
@@ -49,8 +51,10 @@ SHAPE = Profile(name="throughput", description="4-message txns, 4 partitions, co
 DESIGNS = {RunConfig(engine=name).label: {"engine": name} for name in registry.designs()}
 
 
-def _point(trace: Path, design: str, latency: LatencyModel) -> dict[str, float | None]:
-    cfg = RunConfig(latency=latency, drain_ms=5_000, **DESIGNS[design])  # type: ignore[arg-type]
+def _point(trace: Path, design: str, latency: LatencyModel, store: str | None = None) -> dict[str, float | None]:
+    """One design on one trace; ``store``: v5's metadata store URL (None: the default)."""
+    extra = {"metadata_url": store} if store is not None and DESIGNS[design]["engine"] == "v5" else {}
+    cfg = RunConfig(latency=latency, drain_ms=5_000, **DESIGNS[design], **extra)  # type: ignore[arg-type]
     result = Replayer(cfg).run(read_events(trace))
     rows = result.txns
     visible = [v for o, v in zip(rows["outcome"], rows["visible_ts_us"]) if o == "committed" and v is not None]
@@ -67,6 +71,9 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, R
     p50/p99 (ms). ``latency``: the operations' latencies (default: the constants); ``resources``
     (default: ``latency``'s when it has some, else :data:`RESOURCES`)."""
     base = latency or LatencyModel()
+    # the profile's own resources were fitted on a standalone broker: v5 then runs on the store a
+    # standalone runs (RocksDB's emulated scans and sequence keys), as validate runs it
+    store = EMULATED_STORE if resources is None and base.resources else None
     if resources is None:
         resources = dict(base.resources) or RESOURCES
     latency = base.with_resources(dict(resources))
@@ -78,7 +85,7 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, R
             # a txn is ~2 + 2 x messages rows (new, publishes, acks, commit)
             generate(shape, txns * (2 + 2 * SHAPE.txn_messages[0]), SEED, trace)
             for design in DESIGNS:
-                out[design][rate] = _point(trace, design, latency)
+                out[design][rate] = _point(trace, design, latency, store)
     return out
 
 

@@ -137,7 +137,7 @@ def test_every_store_write_is_billed_on_a_store_without_native_sequences(tmp_pat
     and a create: the shipped design's writes and CASes billed are the writes the store counts,
     counter CASes included, one for one (capacity queues the billed ones). (The PIP's batches
     are one call of several writes.)"""
-    from bench.pulsar.validate_run import EMULATED_STORE
+    from bench.replay.config import EMULATED_STORE
 
     cfg = RunConfig(engine="v5", metadata_url=EMULATED_STORE)
     counts = Replayer(cfg).run(read_events(_small(tmp_path))).counts

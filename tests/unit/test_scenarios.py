@@ -179,6 +179,32 @@ def test_cli_passes_the_open_txn_sweep_to_recovery_open(tmp_path: Path) -> None:
     assert "--open-log 100" in s["command"] and (tmp_path / "recovery_vs_open_txns.png").is_file()
 
 
+def test_throughput_runs_v5_on_the_standalones_store_with_a_profiles_fitted_resources(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default profile's capacity was fitted on a standalone broker (RocksDB: index scans and
+    sequence keys emulated): v5 then runs on that store, as validate runs it; the illustrative
+    resources keep the default store."""
+    from bench.replay.config import EMULATED_STORE
+    from bench.scenarios import throughput as tp
+    from engine.clock import LatencyModel, ResourceSpec
+
+    stores: list[tuple[str, str]] = []
+    real = tp.Replayer
+
+    def spy(cfg: object) -> object:
+        stores.append((cfg.engine, cfg.metadata_url))  # type: ignore[attr-defined]
+        return real(cfg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tp, "Replayer", spy)
+    fitted = LatencyModel(resources={"metadata": ResourceSpec(700, 1, kinds=frozenset({"meta.write", "meta.cas"}))})
+    tp.run((20,), 4, latency=fitted)
+    assert sorted(set(stores)) == [("v4", "memory://"), ("v5", EMULATED_STORE)]
+    stores.clear()
+    tp.run((20,), 4)  # the constants and the illustrative resources
+    tp.run((20,), 4, latency=fitted, resources={"metadata": ResourceSpec(700, 1)})  # resources given: not the profile's
+    assert {url for _, url in stores} == {"memory://"}
+
+
 def test_throughput_saturates_with_finite_capacity_only() -> None:
     from bench.scenarios import throughput as tp
 
