@@ -41,8 +41,11 @@ _OPS = re.compile(r'^pulsar_metadata_store_ops_latency_ms_(sum|count)\{[^}]*type
 
 def store_ops(admin: str) -> dict[tuple[str, str], float]:
     """The broker's metadata store op counters: (``sum``|``count``, get|put|del) -> value."""
-    with urllib.request.urlopen(f"{admin}/metrics/", timeout=30) as r:
-        text = r.read().decode()
+    try:
+        with urllib.request.urlopen(f"{admin}/metrics/", timeout=30) as r:
+            text = r.read().decode()
+    except OSError as e:  # URLError, a refused connection, a timeout
+        raise SystemExit(f"broker_cpu: the broker's metrics at {admin}/metrics/ did not answer ({e})")
     out: dict[tuple[str, str], float] = defaultdict(float)
     for what, kind, value in _OPS.findall(text):
         out[(what, kind)] += float(value)

@@ -228,6 +228,8 @@ def test_the_section_names_the_operations_that_failed_at_the_brokers_client(tmp_
     lost = "ConnectException: Disconnected from server at 127.0.0.1/127.0.0.1:6650"
     _events(tmp_path / "broker", "v4", None, lost, lost, "TransactionNotFoundException: The transaction (0,9) not found")
     _events(tmp_path / "broker", "v5", None, None)
+    with (tmp_path / "broker" / "pulsar-events-v4.jsonl").open("a") as f:
+        f.write('{"ev":"op","ok":false,"err\n')  # a client killed mid-line: not an op (the run failed on it)
     for i, errs in enumerate([(lost, None), (None,)]):
         _set(tmp_path / f"asap{i}", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
         _events(tmp_path / f"asap{i}", "v4", *errs)
