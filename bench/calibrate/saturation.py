@@ -146,21 +146,28 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
     import dataclasses
     import statistics
 
+    import json
+
     from bench.pulsar.run import pulsar_replay
+    from bench.report.validate import mean_put_us
 
     trace = write_trace(scratch / "saturation.parquet")
     runs: dict[str, list[float]] = {"v4": [], "v5": []}
+    puts: dict[str, list[float | None]] = {"v4": [], "v5": []}
     for i in range(RUNS):
         for design in ("v4", "v5"):
             progress(f"pulsar {design}: {TXNS} txns of {MESSAGES} messages as fast as possible "
                      f"(saturation, run {i + 1} of {RUNS})")
-            manifest = pulsar_replay(trace, [design], dataclasses.replace(target, pacing="asap"),
-                                     scratch / f"sat-{design}-{i}")
+            out = scratch / f"sat-{design}-{i}"
+            manifest = pulsar_replay(trace, [design], dataclasses.replace(target, pacing="asap"), out)
             rate = manifest["runs"][design].get("rates", {}).get("committed_txns_per_s")
             if not rate:
                 raise RuntimeError(f"calibrate: the broker committed no txn of the saturation trace ({design})")
             runs[design].append(float(rate))
-    return {"txns": TXNS, "messages_per_txn": MESSAGES, "runs": runs,
+            puts[design].append(mean_put_us(json.loads((out / "counts.json").read_text()).get(design, {})))
+    # the broker's mean metadata put in each run (MetadataStoreStats): what one write takes at
+    # saturation, against the fitted service, which also holds the thread's other work
+    return {"txns": TXNS, "messages_per_txn": MESSAGES, "runs": runs, "mean_put_us": puts,
             "committed_txns_per_s": {d: statistics.median(r) for d, r in runs.items()}}
 
 

@@ -8,7 +8,9 @@ Mapped (the models' names, ``bench/report/report.py`` rows):
 - ``tc.txns.created|committed|aborted|timed_out``: ``pulsar_txn_*_count`` (v4 coordinator);
 - ``meta.reads`` / ``meta.writes``: ``pulsar_metadata_store_ops_latency_ms_count`` of type ``get`` /
   ``put`` + ``del`` (MetadataStoreStats; a CAS is a put), over every metadata store of the broker,
-  so background work (load reports, topic ownership) is counted too;
+  so background work (load reports, topic ownership) is counted too; ``pulsar.metadata.puts_ms``
+  (``gets_ms``, ``deletes_ms``): the same histogram's sum over its successful ops, so a mean op time
+  is ``puts_ms / puts`` (failed ops are counted in ``puts`` too: few);
 - ``ledger.appends`` (entries written to the run's data topics: ``entriesAddedCounter`` of their
   internal stats), ``ledger.appends.data`` (``msgInCounter``: one entry per message, batching being
   off in the client) and ``ledger.appends.marker`` (the difference: v4's commit/abort markers,
@@ -45,6 +47,10 @@ TXN_METRICS = {
     "pulsar_txn_timeout": "tc.txns.timed_out",
 }
 META_OPS = "pulsar_metadata_store_ops_latency_ms_count"
+# the same histogram's sum: milliseconds (currentTimeMillis differences) spent in the ops, from the
+# call to its completion (RocksdbMetadataStore: on the caller's thread, the WAL's fsync included)
+META_MS = "pulsar_metadata_store_ops_latency_ms_sum"
+_META_KIND = {"get": "gets", "put": "puts", "del": "deletes"}
 
 
 def parse_prometheus(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -67,11 +73,12 @@ def parse_prometheus(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]],
 
 def counter_deltas(before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
                    after: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[tuple[str, tuple[tuple[str, str], ...]], int]:
-    """``after - before`` of the counter-like samples (``*_total``, ``*_count``) that moved."""
+    """``after - before`` of the counter-like samples (``*_total``, ``*_count``, the metadata
+    store's op-time sum) that moved."""
     out = {}
     for key, value in after.items():
         name = key[0]
-        if not name.endswith(("_total", "_count")) or math.isnan(value):
+        if not (name.endswith(("_total", "_count")) or name == META_MS) or math.isnan(value):
             continue
         d = value - before.get(key, 0.0)
         if d:
@@ -90,6 +97,11 @@ def map_metrics(deltas: dict[tuple[str, tuple[tuple[str, str], ...]], int]) -> d
         base = name.removesuffix("_total").removesuffix("_count")
         if base in TXN_METRICS:
             add(TXN_METRICS[base], d)
+        if name == META_MS:  # successes only: the mean time of the counts below
+            op = dict(labels).get("type", "")
+            if op in _META_KIND and dict(labels).get("status", "success") == "success":
+                add(f"pulsar.metadata.{_META_KIND[op]}_ms", d)
+            continue
         if name == META_OPS:
             kind = dict(labels).get("type")
             if kind == "get":

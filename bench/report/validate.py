@@ -375,6 +375,10 @@ class Validation:
     # coordinator did not know: the run's counts and rate are then partly that run's trouble)
     broker_failures: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     saturation_failures: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # the broker's mean metadata put (µs, MetadataStoreStats' sum over its count) per design: in the
+    # run at the trace's pace, and in each asap run (None where the run exported no sum)
+    broker_put_us: tuple[tuple[str, float | None], ...] = ()
+    saturation_put_us: tuple[tuple[str, tuple[float | None, ...]], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -404,6 +408,8 @@ class Validation:
                                                                          "warm_up_runs": self.broker_state[1]},
                 "broker_failed_ops": {d: dict(f) for d, f in self.broker_failures},
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
+                "broker_mean_put_us": dict(self.broker_put_us),
+                "broker_saturation_mean_put_us": {d: list(n) for d, n in self.saturation_put_us},
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -442,11 +448,13 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     sat_sets = [saturation] if isinstance(saturation, dict) else list(saturation or [])
     runs: dict[str, list[float]] = {}
     sat_failed: dict[str, list[int]] = {}
+    sat_put: dict[str, list[float | None]] = {}
     ratios = []  # v5/v4 of each asap set (both designs ran in it, v4 then v5)
     for rs in sat_sets:
         got = {}
         for d, lab in _by_design(rs).items():
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
+            sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
             rate = rs["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
             rate = rate if rate is not None else committed_rate(_txns(rs, lab))
             if rate is not None:
@@ -466,7 +474,16 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       str(model["manifest"]["runs"].get(mlab.get("v5", ""), {}).get("config", {}).get("metadata_url", "")),
                       tuple((d, tuple(rates)) for d, rates in sorted(runs.items())), _broker_state(broker),
                       tuple((d, tuple(sorted(failed_ops(broker, lab).items()))) for d, lab in sorted(blab.items())),
-                      tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())))
+                      tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())),
+                      tuple((d, mean_put_us(broker["counts"].get(lab, {}))) for d, lab in sorted(blab.items())),
+                      tuple((d, tuple(n)) for d, n in sorted(sat_put.items())))
+
+
+def mean_put_us(counts: Mapping[str, Any]) -> float | None:
+    """A broker run's mean metadata put in µs (``pulsar.metadata.puts_ms`` over ``puts``:
+    bench.pulsar.metrics); None without both."""
+    n, ms = counts.get("pulsar.metadata.puts"), counts.get("pulsar.metadata.puts_ms")
+    return None if not n or ms is None else round(1000 * ms / n, 1)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -557,6 +574,15 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         notes.append("Operations failed at the broker's client in its run at the trace's pace: "
                      + "; ".join(f"{d} " + ", ".join(f"{n} {cls}" for cls, n in f) for d, f in failed)
                      + " (pulsar-events-*.jsonl): counts of txns that differ may be those operations' txns.")
+    puts = [(d, us) for d, us in v.broker_put_us if us is not None]
+    if puts:
+        sat_puts = [(d, n) for d, n in v.saturation_put_us if any(x is not None for x in n)]
+        notes.append("The broker's mean metadata put (MetadataStoreStats: from the call to its completion, on the "
+                     "caller's thread, the WAL's fsync included), at the trace's pace: "
+                     + ", ".join(f"{d} {us:g} µs" for d, us in puts)
+                     + ("; in its asap runs: " + "; ".join(f"{d} " + ", ".join("-" if x is None else f"{x:g}" for x in n)
+                                                            + " µs" for d, n in sat_puts) if sat_puts else "")
+                     + ".")
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

@@ -206,6 +206,8 @@ def test_broker_counters_map_onto_our_names() -> None:
     assert (counts["pulsar.metadata.gets"], counts["pulsar.metadata.puts"], counts["pulsar.metadata.deletes"]) == (8, 7, 1)
     assert counts["pulsar.pulsar_txn_append_log_count"] == 12
     assert not any("jvm_threads" in k or k.endswith("_sum") for k in counts)  # gauges and sums are no counts
+    assert counts["pulsar.metadata.puts_ms"] == 10  # 19.5 - 9.5: the puts' time, for their mean
+    assert "pulsar.metadata.gets_ms" not in counts  # no sum exported for them here
 
 
 def test_a_restart_window_explains_what_came_again_in_it() -> None:

@@ -102,7 +102,8 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
-         issue_lag_us: int | None = None, state: dict[str, Any] | None = None) -> None:
+         issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
+         store: dict[str, int] | None = None) -> None:
     """A result set of v4 and v5 as bench.replay.runner (model) or bench.pulsar.run (broker) writes it:
     one committed txn per design, ending at ``ends``."""
     labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
@@ -116,6 +117,8 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
                   labels[1]: {"deliveries": 1, "txns.committed": 1, "meta.reads": meta_reads}}
         if broker:
             counts[labels[0]]["pulsar.some_counter_total"] = 3
+            for lab in labels:  # the broker's metadata store counters (bench.pulsar.metrics)
+                counts[lab].update(store or {})
         runs = {lab: {"config": {"engine": lab[:2], **({"target": "pulsar"} if broker else {})}, "events": 4,
                       "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": lag_us,
                                                "rates": {"committed_txns_per_s": None,
@@ -245,6 +248,22 @@ def test_the_section_names_the_operations_that_failed_at_the_brokers_client(tmp_
     # a clean broker run says nothing of failures
     clean = validate_sets(load(tmp_path / "model"), load(tmp_path / "asap1"), None)
     assert all(not f for _, f in clean.broker_failures)
+
+
+def test_the_section_gives_the_brokers_mean_metadata_put(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True, store={"pulsar.metadata.puts": 40, "pulsar.metadata.puts_ms": 14})
+    _set(tmp_path / "asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         store={"pulsar.metadata.puts": 200, "pulsar.metadata.puts_ms": 100})
+    _set(tmp_path / "old-asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000))  # no sum recorded
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "old-asap")])
+    assert dict(v.broker_put_us) == {"v4": 350.0, "v5": 350.0}  # 14 ms over 40 puts
+    assert dict(v.saturation_put_us) == {"v4": (500.0, None), "v5": (500.0, None)}
+    assert v.to_json()["broker_saturation_mean_put_us"] == {"v4": [500.0, None], "v5": [500.0, None]}
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "old-asap"],
+               tmp_path / "rep").markdown.read_text()
+    assert "at the trace's pace: v4 350 µs, v5 350 µs; in its asap runs: v4 500, - µs; v5 500, - µs." in md
 
 
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
