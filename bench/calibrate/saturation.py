@@ -22,7 +22,7 @@ model as fast as possible, for the resources that give the model those rates:
   ``metadata_v5.txnrecords.IO``. Flight recordings of the broker during saturated v5 runs of
   ``small`` (``benchmarks/broker_threads.py``) show those two threads working, the IO thread mostly
   inside ``Transaction.commit`` under ``storePut``; their CPU time (``benchmarks/broker_cpu.py``)
-  is 37-55 % of a core each, the rest of their time the WAL's fsync, and the machine's 2 cores
+  is 37-55 % of a core each, most of the rest blocked in the WAL's fsync, and the machine's 2 cores
   88-92 % busy (the trace client's share included). A sequence-key append (an op record, an
   event) is three calls on RocksDB (``AbstractMetadataStore.putWithSequenceKeysCompat``: the
   counter's GET and CAS, then the create), so it holds the thread twice.
