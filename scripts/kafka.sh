@@ -128,6 +128,7 @@ stop_broker() {
   pid=$(cat "$dir/kafka.pid")
   if ! ours "$pid"; then
     rm -f "$dir/kafka.pid"
+    exiting "$pid" && return 0  # ours, killed: its command line is gone as it exits
     die "not stopping pid $pid: it is not the broker started from $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
   fi
   terminate "$pid" 30  # controlled shutdown normally takes 1-3 s

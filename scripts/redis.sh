@@ -87,6 +87,7 @@ stop() {
   if pid_running "$pid"; then
     if ! ours "$dir" "$pid"; then
       rm -f "$dir/redis.pid" "$dir/url"
+      exiting "$pid" && return 0  # ours, killed: its command line is gone as it exits
       die "not stopping pid $pid: it is not the redis-server started in $dir ($(ps -o args= -p "$pid" 2>/dev/null | cut -c1-80)); stale pid file removed"
     fi
     terminate "$pid" 5

@@ -13,6 +13,17 @@ pid_running() {
   [[ "$stat" != Z* ]]
 }
 
+# exiting PID: the process stops running within 2 s (a SIGKILLed JVM tears its threads down for a
+# while and then shows as "[java] <defunct>", no longer the command line that was checked).
+exiting() {
+  local i
+  for i in $(seq 1 10); do
+    pid_running "$1" || return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # terminate PID SECONDS: SIGTERM (the service's own shutdown), wait up to SECONDS, then SIGKILL and
 # wait for it to be gone. The caller has checked that PID is the process it started.
 terminate() {
