@@ -13,17 +13,23 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-@pytest.mark.parametrize("script, pidfile, extra", [
-    ("redis.sh", "redis.pid", {"url": "redis://127.0.0.1:1\n"}),
-    ("kafka.sh", "kafka.pid", {"port": "1\n", "server.properties": ""}),
-])
+SERVICES = [("redis.sh", "redis.pid", {"url": "redis://127.0.0.1:1\n"}),
+            ("kafka.sh", "kafka.pid", {"port": "1\n", "server.properties": ""})]
+
+
+def _stop(home: Path, script: str, pidfile: str, extra: dict[str, str], pid: int) -> subprocess.CompletedProcess[str]:
+    """``script stop home`` with ``pid`` in its pid file (and the files it reads beside it)."""
+    (home / pidfile).write_text(f"{pid}\n")
+    for name, text in extra.items():
+        (home / name).write_text(text)
+    return subprocess.run([str(SCRIPTS / script), "stop", str(home)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("script, pidfile, extra", SERVICES)
 def test_stop_refuses_a_pid_that_is_not_its_service(tmp_path: Path, script: str, pidfile: str, extra: dict[str, str]) -> None:
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (tmp_path / pidfile).write_text(f"{bystander.pid}\n")
-        for name, text in extra.items():
-            (tmp_path / name).write_text(text)
-        done = subprocess.run([str(SCRIPTS / script), "stop", str(tmp_path)], capture_output=True, text=True, timeout=60)
+        done = _stop(tmp_path, script, pidfile, extra, bystander.pid)
         assert done.returncode != 0 and "not stopping pid" in done.stderr, done.stderr
         assert bystander.poll() is None  # still running
         assert not (tmp_path / pidfile).exists()  # the stale pid file is gone
@@ -32,10 +38,7 @@ def test_stop_refuses_a_pid_that_is_not_its_service(tmp_path: Path, script: str,
         bystander.wait()
 
 
-@pytest.mark.parametrize("script, pidfile, extra", [
-    ("redis.sh", "redis.pid", {"url": "redis://127.0.0.1:1\n"}),
-    ("kafka.sh", "kafka.pid", {"port": "1\n", "server.properties": ""}),
-])
+@pytest.mark.parametrize("script, pidfile, extra", SERVICES)
 def test_stop_of_a_service_that_is_exiting_succeeds(tmp_path: Path, script: str, pidfile: str,
                                                     extra: dict[str, str]) -> None:
     """A SIGKILLed JVM tears its threads down for a while and then shows as "[java] <defunct>", no
@@ -43,10 +46,7 @@ def test_stop_of_a_service_that_is_exiting_succeeds(tmp_path: Path, script: str,
     restart then starts the service), and nothing is killed."""
     exiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
     try:
-        (tmp_path / pidfile).write_text(f"{exiting.pid}\n")
-        for name, text in extra.items():
-            (tmp_path / name).write_text(text)
-        done = subprocess.run([str(SCRIPTS / script), "stop", str(tmp_path)], capture_output=True, text=True, timeout=60)
+        done = _stop(tmp_path, script, pidfile, extra, exiting.pid)
         assert done.returncode == 0, done.stderr
         assert exiting.wait(timeout=5) == 0  # it ended by itself: not killed
         assert not (tmp_path / pidfile).exists()
