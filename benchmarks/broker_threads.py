@@ -71,6 +71,11 @@ def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
     return t0 + min(starts) / 1000, t0 + max(ends) / 1000
 
 
+def _thread(sample: dict[str, Any]) -> str:
+    """A sample's thread name (its Java name, else the OS's)."""
+    return sample["sampledThread"]["javaName"] or sample["sampledThread"].get("osName") or "?"
+
+
 def tally(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float) -> dict[str, Counter[str]]:
     """Per thread, its samples in [lo_ms, hi_ms] by kind."""
     out: dict[str, Counter[str]] = defaultdict(Counter)
@@ -78,7 +83,7 @@ def tally(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float) -> dict
         v = s["values"]
         if not lo_ms <= _epoch_ms(v["startTime"]) <= hi_ms:
             continue
-        thread = v["sampledThread"]["javaName"] or v["sampledThread"].get("osName") or "?"
+        thread = _thread(v)
         out[thread][classify(v["stackTrace"]["frames"] if v.get("stackTrace") else [])] += 1
     return out
 
@@ -89,8 +94,7 @@ def methods(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float, threa
     n, out = 0, Counter[str]()
     for s in samples:
         v = s["values"]
-        if ((v["sampledThread"]["javaName"] or v["sampledThread"].get("osName") or "?") != thread
-                or not lo_ms <= _epoch_ms(v["startTime"]) <= hi_ms):
+        if _thread(v) != thread or not lo_ms <= _epoch_ms(v["startTime"]) <= hi_ms:
             continue
         frames = v["stackTrace"]["frames"] if v.get("stackTrace") else []
         if classify(frames) == "waiting":

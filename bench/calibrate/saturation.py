@@ -144,12 +144,11 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
     """The broker's committed txn/s per design on :func:`write_trace`, as fast as possible: the
     median of :data:`RUNS` runs (each run's in ``runs``)."""
     import dataclasses
+    import json
     import statistics
 
-    import json
-
     from bench.pulsar.run import pulsar_replay
-    from bench.report.validate import mean_put_us
+    from bench.replay.measure import mean_put_us
 
     trace = write_trace(scratch / "saturation.parquet")
     runs: dict[str, list[float]] = {"v4": [], "v5": []}

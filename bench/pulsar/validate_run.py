@@ -35,7 +35,6 @@ SATURATION_RUNS = 3
 WARM_UP_RUNS = 1  # discarded asap runs before the broker's measured ones (the JIT: see the module docstring)
 
 
-
 def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:
     """The model's latencies and a sentence saying which they are: a latency profile (a file, or
     a shipped one's name, ``datasets/latency/``), by default the project's default profile."""

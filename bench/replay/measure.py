@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import resource
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -165,3 +165,10 @@ class Histograms:
 
 def histogram_from_summary(s: dict[str, Any]) -> HdrHistogram:
     return HdrHistogram.decode(s["hdr"])
+
+
+def mean_put_us(counts: Mapping[str, Any]) -> float | None:
+    """A broker run's mean metadata put in µs (``pulsar.metadata.puts_ms`` over ``puts``, as
+    ``bench.pulsar.metrics`` names them); None without both."""
+    n, ms = counts.get("pulsar.metadata.puts"), counts.get("pulsar.metadata.puts_ms")
+    return None if not n or ms is None else round(1000 * ms / n, 1)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 import pyarrow.parquet as pq
 
-from bench.replay.measure import committed_rate
+from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
@@ -477,13 +477,6 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())),
                       tuple((d, mean_put_us(broker["counts"].get(lab, {}))) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_put.items())))
-
-
-def mean_put_us(counts: Mapping[str, Any]) -> float | None:
-    """A broker run's mean metadata put in µs (``pulsar.metadata.puts_ms`` over ``puts``:
-    bench.pulsar.metrics); None without both."""
-    n, ms = counts.get("pulsar.metadata.puts"), counts.get("pulsar.metadata.puts_ms")
-    return None if not n or ms is None else round(1000 * ms / n, 1)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:

@@ -29,7 +29,7 @@ from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
 from metadata_v5.store.port import (
-    ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, Put, PutSequential, Record,
+    ABSENT, ChangeKind, Delete, DeleteSequence, IndexSpec, MetadataStore, OpResult, Put, PutSequential, Record,
     Watch, WatchEvent, sequential_key,
 )
 from metadata_v5.txnrecords import (
@@ -110,6 +110,18 @@ def _final_put(header: Header, state: TxnStatus, finalized_us: int) -> Put:
                header.version)
 
 
+def _finalized(header: Header, state: TxnStatus, finalized_us: int, result: OpResult) -> Header:
+    """The header after :func:`_final_put` applied as ``result``."""
+    assert result.version is not None
+    return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, result.version)
+
+
+def _ops_of(records: list[Record], txn: TxnID) -> list[OpRecord]:
+    """The ops-by-txn scan's records of ``txn``: the index's key is the tag, which a v4 id
+    migrated in shares only by accident of numbers."""
+    return [o for o in map(_op_record, records) if o.txn == txn]
+
+
 def _of_txn(records: list[Record], txn: TxnID | None) -> list[Record]:
     """The scanned records of ``txn`` (all with None), filtered on the client by the key's tag
     before decoding: a cleanup scan reads the whole segment but keeps one txn's records."""
@@ -157,11 +169,10 @@ class StoreTxnRecords(TxnRecords):
 
     def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
         try:
-            version = self.store.batch([_final_put(header, state, finalized_us)])[0].version
+            result = self.store.batch([_final_put(header, state, finalized_us)])[0]
         except (BadVersion, NoSuchKey):
             return None
-        assert version is not None
-        return Header(header.txn, state, header.timeout_us, header.created_us, finalized_us, version)
+        return _finalized(header, state, finalized_us, result)
 
     def delete_header(self, txn: TxnID) -> None:
         self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
@@ -328,22 +339,16 @@ class StoreTxnRecords(TxnRecords):
                 continue
 
     def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
-        recs = self._scan(lambda: self.store.query_records("ops-by-txn", prefix=(_tag(txn),)))
-        # the index's key is the tag; a v4 id migrated in shares it only by accident of numbers
-        return [o for o in map(_op_record, recs) if o.txn == txn]
+        return _ops_of(self._scan(lambda: self.store.query_records("ops-by-txn", prefix=(_tag(txn),))), txn)
 
     def finalize_then_list_ops(self, header: Header, state: TxnStatus,
                                finalized_us: int) -> tuple[Header | None, list[OpRecord]]:
-        txn = header.txn
         try:
             results, recs = self._scan(lambda: self.store.batch_then_query_records(
-                [_final_put(header, state, finalized_us)], "ops-by-txn", prefix=(_tag(txn),)))
+                [_final_put(header, state, finalized_us)], "ops-by-txn", prefix=(_tag(header.txn),)))
         except (BadVersion, NoSuchKey):
             return None, []
-        version = results[0].version
-        assert version is not None
-        return (Header(txn, state, header.timeout_us, header.created_us, finalized_us, version),
-                [o for o in map(_op_record, recs) if o.txn == txn])
+        return _finalized(header, state, finalized_us, results[0]), _ops_of(recs, header.txn)
 
     def writes_scan(self, segment: str, txn: TxnID | None = None) -> list[OpRecord]:
         recs = self._scan(lambda: self.store.query_records("writes-by-segment", prefix=(segment,)))
