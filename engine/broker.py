@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable
 
+from engine.capacity import IO_THREAD
 from engine.clock import LatencyModel, Scheduler, Scope, VirtualScheduler
 from engine.counters import Counters
 from engine.cursor import Cursor
@@ -190,11 +191,14 @@ class Broker:
             self._live()
         ledger_name = self._plain_topics.get(topic) or self._ledger_for_publish(topic, key, msg)
         part = self._partitions.get(ledger_name) or self._partition(ledger_name)
-        # What every publish waits for: the request hop, what the engine does on its path
-        # (billed to the open request by the meter), the ledger append, the answer hop.
+        # What every publish waits for: the request hop, the connection's IO thread (ServerCnx
+        # handles the send after the commands before it: capacity.IO_THREAD), what the engine
+        # does on its path (billed to the open request by the meter), the ledger append, the
+        # answer hop.
         bill = self._meter.bill
         with self._ctx.request as request:  # engine calls on the way are billed to it
             bill("rpc")
+            self._meter.behind("metadata", IO_THREAD)
             data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
             if txn is None:
                 if size > self.config.max_message_size:

@@ -14,7 +14,9 @@ or one per run (``shared``); ``bookie`` one per ledger (its ensemble) or one per
 (``shared``); ``coordinator`` one per broker's coordinator; ``dispatch`` one per broker. Requests
 are admitted in the order engine code issues them; each takes the earliest gap that holds it
 (:class:`Resource`), so one issued later for an earlier instant still finds the time before
-bookings made ahead of it.
+bookings made ahead of it. The exception is the client connection's IO thread
+(:data:`IO_THREAD`): a Netty event loop runs its tasks one after another in the order they
+arrive, so there a request waits for everything admitted before it (:class:`Resource` ``in_order``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from typing import Mapping
 from engine.clock import ResourceSpec, Scheduler, Scope
 
 PER_RUN = frozenset({"metadata", "bookie"})  # shared by every broker of a run
+# The client connection's Netty IO thread (the trace client holds one connection to the broker):
+# ServerCnx handles the connection's commands on it in the order they arrive, a store call made
+# there blocks it (RocksdbMetadataStore runs storePut on its caller's thread), and the broker's
+# writes to the connection queue behind them (PulsarCommandSenderImpl.sendMessagesToConsumer
+# runs on ``ctx.channel().eventLoop()``). ``metadata`` is keyed by it; metadata_v5.txnrecords.IO.
+IO_THREAD = "io"
 PER_THREAD = frozenset({"metadata"})  # instances keyed by broker thread (a few), not by ledger (many)
 
 
@@ -35,12 +43,18 @@ class Resource:
     Engine code issues a serial chain's later calls when it bills the chain, for instants still to
     come; a calendar keeps the time before such a booking free for requests issued earlier, where
     a slot's next-free instant alone would count the slot busy from now on (and, under load, queue
-    everything behind bookings far ahead)."""
+    everything behind bookings far ahead). An ``in_order`` resource is the other way: its queue
+    is served in arrival order (a Netty event loop's task queue), so no request takes a gap
+    before one admitted earlier."""
 
-    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests")
+    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order")
 
-    def __init__(self, spec: ResourceSpec) -> None:
+    def __init__(self, spec: ResourceSpec, in_order: bool = False) -> None:
         self.spec = spec
+        # a queue served in arrival order (a single thread: concurrency 1): a request starts
+        # after every one admitted before it, never in a gap before them; each slot then keeps
+        # one block, from when it was last idle
+        self.in_order = in_order
         self._starts: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self._ends: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self.busy_us = 0  # service time summed over requests
@@ -56,6 +70,8 @@ class Resource:
         service = self.spec.service_us
         if service is None:  # the request's own latency is the work (see ResourceSpec)
             service = latency_us
+        if self.in_order:
+            return self._admit_in_order(at_us, latency_us, service)
         best, best_slot = -1, 0
         for k, (starts, ends) in enumerate(zip(self._starts, self._ends)):
             if now_us is not None and ends and ends[0] <= min(now_us, at_us):
@@ -71,6 +87,32 @@ class Resource:
         self.busy_us += service
         self.queued_us += best - at_us
         return best - at_us + max(latency_us, service)
+
+    def _admit_in_order(self, at_us: int, latency_us: int, service: int) -> int:
+        k = min(range(len(self._ends)), key=lambda j: self._ends[j][0] if self._ends[j] else 0)
+        starts, ends = self._starts[k], self._ends[k]
+        start = max(at_us, ends[0]) if ends else at_us
+        if ends and start == ends[0]:
+            ends[0] = start + service
+        else:
+            starts[:], ends[:] = [start], [start + service]
+        self.requests += 1
+        self.busy_us += service
+        self.queued_us += start - at_us
+        return start - at_us + max(latency_us, service)
+
+    def free_at(self, at_us: int) -> int:
+        """When a request issued at ``at_us`` that takes no time of its own gets a slot: after
+        everything admitted before it on an in-order resource, else at the end of the busy block
+        ``at_us`` falls in, if any."""
+        if self.in_order:
+            return max(at_us, min(ends[0] if ends else 0 for ends in self._ends))
+        best = -1
+        for starts, ends in zip(self._starts, self._ends):
+            i = bisect.bisect_right(ends, at_us)  # the first block still busy after at_us
+            free = ends[i] if i < len(starts) and starts[i] <= at_us else at_us
+            best = free if best < 0 else min(best, free)
+        return best
 
 
 def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:
@@ -118,7 +160,7 @@ class Capacity:
             key = ""
         res = self._resources.get((name, key))
         if res is None:
-            res = self._resources[(name, key)] = Resource(spec)
+            res = self._resources[(name, key)] = Resource(spec, in_order=key == IO_THREAD)
         return res
 
     def stats(self) -> dict[str, int]:

@@ -37,6 +37,7 @@ from typing import Callable, NamedTuple
 
 from sortedcontainers import SortedSet
 
+from engine.capacity import IO_THREAD
 from engine.clock import LatencyModel, Scheduler
 from engine.counters import Counters
 from engine.cursor import Cursor
@@ -160,7 +161,9 @@ class Dispatcher:
         self._sched = scheduler
         # every read, empty read and delivery is billed (and counted) by the broker's meter; the
         # reads go through the ledger's bookie, the empty reads and deliveries through dispatch
-        self._bill = (meter or Meter(latency, scheduler)).took
+        meter = meter or Meter(latency, scheduler)
+        self._bill = meter.took
+        self._behind = meter.behind
         self._mode = mode
         self.sub_type = sub_type
         self._polling = polling.for_sub_type(sub_type)
@@ -308,7 +311,9 @@ class Dispatcher:
         out: list[Delivery] = []
         auto_ack: list[Position] = []
         cursor = self._cursor
-        deliver_ts = self._sched.now_us() + self._bill("consumer.deliver", "dispatch")
+        # the write to the consumer's connection is a task on its IO thread, after what that
+        # thread has queued (PulsarCommandSenderImpl.sendMessagesToConsumer: capacity.IO_THREAD)
+        deliver_ts = self._sched.now_us() + self._behind("metadata", IO_THREAD) + self._bill("consumer.deliver", "dispatch")
         is_aborted = self._tb.is_txn_aborted
         is_pending = self._pending.is_pending
         is_acked = cursor.is_acked

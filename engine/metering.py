@@ -199,6 +199,20 @@ class Meter:
             tab.add(took)
         return took
 
+    def behind(self, resource: str, key: str = "") -> int:
+        """A request that needs resource instance ``key`` for no time of its own (it waits for the
+        thread): its wait, added to the open tab; 0 when the resource has no capacity set."""
+        res = self._resource(resource, key) if self._run is not None else None
+        if res is None:
+            return 0
+        tabs = self._tabs
+        tab = tabs[-1] if tabs else None
+        at = tab.issue_at() if tab is not None else self._now()
+        waited = res.free_at(at) - at
+        if tab is not None:
+            tab.add(waited)
+        return waited
+
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill calls a continuation of their own waits for, one after another (not added to
         whatever tab is open: a recovery started on a request's path does not delay the

@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from typing import Callable, NamedTuple
 
+from engine.capacity import IO_THREAD
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
@@ -78,8 +79,9 @@ EventListener = Callable[[TxnID, TxnStatus], None]
 # synchronously on the caller's thread, so one thread's writes are serial: the coordinator's
 # requests and the publish/ack path run on the client connection's Netty IO thread (ServerCnx),
 # a participant's reconcile and state tail on the store's notification thread
-# (metadata-store-event, where subscribeSequence's listeners run), beside it.
-IO = "io"
+# (metadata-store-event, where subscribeSequence's listeners run), beside it. The IO thread
+# serves in arrival order (engine.capacity.IO_THREAD: plain publishes and deliveries wait for it too).
+IO = IO_THREAD
 EVENT = "event"
 
 

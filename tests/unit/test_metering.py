@@ -204,3 +204,84 @@ def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> N
     # the publish path: one op record per txn publish, each header read on a (txn, segment) miss
     assert seen[("meta.write", "io")] >= counts["tb.op_writes"] > 0
     assert seen[("meta.read", "io")] >= counts["tb.header_reads"] > 0
+
+
+def test_the_connection_io_thread_serves_in_arrival_order() -> None:
+    """A Netty event loop runs its tasks in the order they arrive (``capacity.IO_THREAD``): a
+    request waits for everything admitted before it, even for a booking made ahead of it,
+    where a calendar lets it take the gap before that booking."""
+    from engine.capacity import IO_THREAD
+
+    spec = ResourceSpec(service_us=None, concurrency=1)
+    in_order, calendar = Resource(spec, in_order=True), Resource(spec)
+    for res in (in_order, calendar):
+        assert res.admit(1_000, 100) == 100  # 1000..1100
+    assert calendar.admit(0, 50) == 50  # 0..50, before the booking
+    assert in_order.admit(0, 50) == 1_100 + 50  # 1100..1150, after it
+    # a request of no time of its own: when it gets the thread
+    assert (in_order.free_at(0), in_order.free_at(1_149), in_order.free_at(2_000)) == (1_150, 1_150, 2_000)
+    assert (calendar.free_at(0), calendar.free_at(50), calendar.free_at(1_050)) == (50, 50, 1_100)
+    assert in_order.admit(5_000, 10) == 10 and in_order.queued_us == 1_100  # idle again
+    two = Resource(ResourceSpec(service_us=100, concurrency=2), in_order=True)
+    assert [two.admit(0, 10) for _ in range(3)] == [100, 100, 200] and two.free_at(0) == 100
+    cap = Capacity({"metadata": ResourceSpec(service_us=100, concurrency=1)})
+    io, event = cap.resource("metadata", IO_THREAD), cap.resource("metadata", "event")
+    assert io is not None and io.in_order and event is not None and not event.in_order
+
+
+def test_a_request_behind_the_thread_waits_in_its_tab() -> None:
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    with m.tab():
+        m.bill("meta.cas", "metadata", "io")  # 0..400 on the IO thread
+    with m.tab() as t:
+        m.bill("rpc")  # 200: issued at 0, arrives at 200
+        assert m.behind("metadata", "io") == 200  # the thread is busy until 400
+        m.bill("rpc")
+    assert t.us == 200 + 200 + 200
+    assert m.behind("metadata", "event") == 0  # another thread: idle
+    assert _meter().behind("metadata", "io") == 0  # no resources: nothing queues
+    assert m.capacity_stats()[1]["metadata@io.requests"] == 1  # waiting is not a request
+
+
+@pytest.mark.parametrize("design", ["v4", "v5"])
+def test_plain_publishes_and_deliveries_wait_for_the_io_thread(design: str) -> None:
+    """Under v5 the connection's IO thread makes the txn's store writes (RocksdbMetadataStore on
+    the caller's thread), and a plain publish sent right behind the commit, and the delivery of a
+    message dispatched meanwhile, wait for it (ServerCnx, PulsarCommandSenderImpl); under v4 the
+    thread makes no store call and nothing waits."""
+    from engine.broker import BrokerConfig
+    from engine.dispatcher import DispatchMode
+    from engine.memledger import MemoryLedgerFactory
+    from engine.scripted import ScriptedClient
+    from legacy_v4 import v4_engine
+    from metadata_v5.engine import V5Engine
+    from metadata_v5.options import V5Options
+    from metadata_v5.store.registry import open_metadata
+
+    topic = "persistent://public/default/t"
+    service = 5_000
+
+    def script(resources: bool) -> tuple[int, int]:
+        specs = {"metadata": ResourceSpec(service, 1, kinds=frozenset({"meta.write", "meta.cas"}))}
+        config = BrokerConfig(dispatch=DispatchMode.NOTIFY, latency=LatencyModel(resources=specs if resources else {}))
+        engine = (v4_engine() if design == "v4" else
+                  (lambda ctx: V5Engine(ctx, open_metadata("memory://"), V5Options(variant="shipped"))))
+        s = ScriptedClient(MemoryLedgerFactory(), config, engine)
+        s.subscribe(topic, "sub")
+        s.run()
+        t = s.new_txn()
+        s.publish(topic, "x", txn=t)
+        s.run()
+        s.publish(topic, "early")  # dispatched while the commit below keeps the IO thread busy
+        s.commit(t)
+        s.publish(topic, "late")  # sent right behind the commit
+        late_us = s.broker.last_publish_us
+        s.run()
+        delivered = {d.msg: d.delivered_ts_us for d in s.received[(topic, "sub")]}
+        return late_us, delivered["early"]
+
+    (late_free, early_free), (late, early) = script(False), script(True)
+    if design == "v4":
+        assert (late, early) == (late_free, early_free)
+    else:  # at least the commit's header CAS is still ahead of each
+        assert late >= late_free + service and early >= early_free + service

@@ -69,7 +69,7 @@ def test_a_saturated_resource_bounds_the_committed_rate(trace: Path) -> None:
 def test_the_fit_recovers_resources_from_the_rates_they_give(trace: Path) -> None:
     profile = LatencyProfile.constants()
     truth = {"bookie": ResourceSpec(None, 3, shared=True),
-             "metadata": ResourceSpec(800, 1, shared=True, kinds=saturation.WRITES)}
+             "metadata": ResourceSpec(800, 1, shared=False, kinds=saturation.WRITES)}  # as the fit shapes it
     rates = saturation.model_rates(profile, truth, trace)  # what a broker with these resources would show
     fitted, note = saturation.fit(profile, rates, trace)
     assert fitted["bookie"] == truth["bookie"]
