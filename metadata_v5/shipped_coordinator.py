@@ -132,7 +132,8 @@ class ShippedCoordinator(CoordinatorV5):
                             on_done: EndTxnCallback | None) -> None:
         if self._closed:
             return
-        with self._meter.tab() as took:
+        # fanOutEvents runs on the thread whose CAS and scan it follows, right after them
+        with self._meter.chained() as took:
             self._fan_out(txn, state, ops)
         if on_done is not None:
             self._sched.call_later(took.us + self._meter.took("rpc"), self._answer, on_done, txn, state)
