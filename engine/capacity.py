@@ -176,14 +176,15 @@ class Capacity:
         self._specs = dict(specs)
         self._resources: dict[tuple[str, str], Resource] = {}
 
-    def resource(self, name: str, key: str = "") -> Resource | None:
+    def resource(self, name: str, key: str = "", create: bool = True) -> Resource | None:
+        """The instance, made on first use (``create=False``: ``None`` until a request made it)."""
         spec = self._specs.get(name)
         if spec is None:
             return None
         if spec.shared:
             key = ""
         res = self._resources.get((name, key))
-        if res is None:
+        if res is None and create:
             res = self._resources[(name, key)] = Resource(spec, in_order=key == IO_THREAD)
         return res
 

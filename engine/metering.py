@@ -128,9 +128,9 @@ class Meter:
     def of(self, kind: str) -> int:
         return self._of(kind)
 
-    def _resource(self, name: str, key: str) -> Resource | None:
+    def _resource(self, name: str, key: str, create: bool = True) -> Resource | None:
         cap = self._run if name in ("metadata", "bookie") else self._local
-        return cap.resource(name, key) if cap is not None else None
+        return cap.resource(name, key, create) if cap is not None else None
 
     def bill(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill ``times`` calls of ``kind`` issued now, one after another (through ``resource``
@@ -205,8 +205,9 @@ class Meter:
 
     def behind(self, resource: str, key: str = "") -> int:
         """A request that needs resource instance ``key`` for no time of its own (it waits for the
-        thread): its wait, added to the open tab; 0 when the resource has no capacity set."""
-        res = self._resource(resource, key) if self._run is not None else None
+        thread): its wait, added to the open tab; 0 when the resource has no capacity set or
+        nothing was ever booked on that instance (v4's IO thread)."""
+        res = self._resource(resource, key, create=False) if self._run is not None else None
         if res is None:
             return 0
         tabs = self._tabs

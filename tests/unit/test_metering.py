@@ -339,3 +339,12 @@ def test_the_end_txn_events_do_not_queue_behind_requests_sent_after_the_commit()
     assert s.outcomes[t].value == "committed"
     # the commit's own writes (a few) and no more: the ten publishes' 20 writes come after
     assert s.outcome_us[t] - committed_at < behind * service
+
+
+def test_waiting_for_a_thread_nobody_used_creates_nothing() -> None:
+    """v4 makes no store call on the IO thread: its publishes wait for nothing, and its counts
+    have no ``capacity.metadata@io.*`` rows."""
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    with m.tab() as t:
+        assert m.behind("metadata", "io") == 0
+    assert t.us == 0 and m.capacity_stats() == ({}, {})
