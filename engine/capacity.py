@@ -51,9 +51,10 @@ class Resource:
 
     def __init__(self, spec: ResourceSpec, in_order: bool = False) -> None:
         self.spec = spec
-        # a queue served in arrival order (a single thread: concurrency 1): a request starts
-        # after every one admitted before it, never in a gap before them; each slot then keeps
-        # one block, from when it was last idle
+        # a queue served in arrival order (a thread; concurrency k: k threads taking from one
+        # queue): a request starts after every one admitted before it, never in a gap before
+        # them; each slot then keeps one block, from when it was last idle. Chained calls
+        # (:meth:`_chained`) are a single thread's: they go on slot 0
         self.in_order = in_order
         self._chained_to = 0  # the end of the last chained request (:meth:`admit` ``chained``)
         self._starts: list[list[int]] = [[] for _ in range(spec.concurrency)]

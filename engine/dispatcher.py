@@ -313,7 +313,8 @@ class Dispatcher:
         cursor = self._cursor
         # the write to the consumer's connection is a task on its IO thread, after what that
         # thread has queued (PulsarCommandSenderImpl.sendMessagesToConsumer: capacity.IO_THREAD)
-        deliver_ts = self._sched.now_us() + self._behind("metadata", IO_THREAD) + self._bill("consumer.deliver", "dispatch")
+        waited = self._behind("metadata", IO_THREAD, in_tab=False)
+        deliver_ts = self._sched.now_us() + waited + self._bill("consumer.deliver", "dispatch")
         is_aborted = self._tb.is_txn_aborted
         is_pending = self._pending.is_pending
         is_acked = cursor.is_acked

@@ -203,15 +203,16 @@ class Meter:
             tab.add(took)
         return took
 
-    def behind(self, resource: str, key: str = "") -> int:
+    def behind(self, resource: str, key: str = "", in_tab: bool = True) -> int:
         """A request that needs resource instance ``key`` for no time of its own (it waits for the
-        thread): its wait, added to the open tab; 0 when the resource has no capacity set or
-        nothing was ever booked on that instance (v4's IO thread)."""
+        thread): its wait, added to the open tab (``in_tab=False``: a continuation's own wait, from
+        now, as :meth:`took`); 0 when the resource has no capacity set or nothing was ever booked
+        on that instance (v4's IO thread)."""
         res = self._resource(resource, key, create=False) if self._run is not None else None
         if res is None:
             return 0
         tabs = self._tabs
-        tab = tabs[-1] if tabs else None
+        tab = tabs[-1] if tabs and in_tab else None
         at = tab.issue_at() if tab is not None else self._now()
         waited = res.free_at(at) - at
         if tab is not None:

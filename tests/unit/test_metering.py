@@ -348,3 +348,12 @@ def test_waiting_for_a_thread_nobody_used_creates_nothing() -> None:
     with m.tab() as t:
         assert m.behind("metadata", "io") == 0
     assert t.us == 0 and m.capacity_stats() == ({}, {})
+
+
+def test_a_continuation_waits_for_the_thread_outside_the_open_tab() -> None:
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    with m.tab():
+        m.bill("meta.cas", "metadata", "io")  # 0..400
+    with m.tab() as t:
+        assert m.behind("metadata", "io", in_tab=False) == 400  # a delivery: its own wait
+    assert t.us == 0
