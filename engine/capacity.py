@@ -96,16 +96,8 @@ class Resource:
 
     def _admit_in_order(self, at_us: int, latency_us: int, service: int) -> int:
         k = min(range(len(self._ends)), key=lambda j: self._ends[j][0] if self._ends[j] else 0)
-        starts, ends = self._starts[k], self._ends[k]
-        start = max(at_us, ends[0]) if ends else at_us
-        if ends and start == ends[0]:
-            ends[0] = start + service
-        else:
-            starts[:], ends[:] = [start], [start + service]
-        self.requests += 1
-        self.busy_us += service
-        self.queued_us += start - at_us
-        return start - at_us + max(latency_us, service)
+        ends = self._ends[k]
+        return self._queue(k, at_us, max(at_us, ends[0]) if ends else at_us, latency_us, service)
 
     def _chained(self, at_us: int, latency_us: int, service: int) -> int:
         """A call the thread makes right after the chain's previous one, which completed on it (a
@@ -116,7 +108,12 @@ class Resource:
         is kept, its order only approximated."""
         start = max(at_us, self._chained_to)
         self._chained_to = start + service
-        starts, ends = self._starts[0], self._ends[0]
+        return self._queue(0, at_us, start, latency_us, service)
+
+    def _queue(self, k: int, at_us: int, start: int, latency_us: int, service: int) -> int:
+        """Book ``service`` from ``start`` on in-order slot ``k``: onto its block when that is
+        still busy at ``start`` (its end moves back by ``service``), else as its new block."""
+        starts, ends = self._starts[k], self._ends[k]
         if ends and ends[0] >= start:
             ends[0] += service
         else:
