@@ -101,6 +101,8 @@ class _Txn:
     ops_failed: bool = False  # TransactionImpl.hasOpsFailed
     end_timed_out: bool = False  # its END_TXN went unanswered for the client's operation timeout
     end_in_flight: bool = False  # its END_TXN holds one of the asap client's in-flight slots
+    sends_done_us: int = 0  # virtual time: when its last publish is answered (its END_TXN waits)
+    end_waiting: bool = False  # a commit or abort row waits for its sends (_end_after_sends)
 
 
 @dataclass
@@ -366,6 +368,8 @@ class Replayer:
             txn.msgs.add(e.msg)
             txn.published += 1
             self.msg_txn[e.msg] = txn
+            if not self._wall:
+                txn.sends_done_us = max(txn.sends_done_us, self.sched.now_us() + took_us)
 
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
@@ -525,10 +529,41 @@ class Replayer:
             self._ends_in_flight -= 1
 
     def _op_commit(self, e: Event) -> None:
-        self._end(e, TxnAction.COMMIT)
+        self._end_after_sends(e, TxnAction.COMMIT)
 
     def _op_abort(self, e: Event) -> None:
-        self._end(e, TxnAction.ABORT)
+        self._end_after_sends(e, TxnAction.ABORT)
+
+    def _end_after_sends(self, e: Event, action: TxnAction) -> None:
+        """END_TXN goes once the txn's publishes are answered, as the trace client sends it
+        (jvm ``TraceRunner.end`` chains it on the txn's ops, as ``TransactionImpl.commit`` waits
+        for its send futures), and its latency starts then: in virtual time a commit row that
+        comes before those answers waits for them, holding its in-flight slot meanwhile. (In
+        wall time a publish has returned by the next row.)"""
+        assert e.txn
+        txn = self.txns[e.txn]
+        wait = txn.sends_done_us - self.sched.now_us()
+        if wait <= 0:
+            self._end(e, action)
+            return
+        txn.end_waiting = True
+        if self._bound is not None and not txn.end_in_flight:
+            txn.end_in_flight = True
+            self._ends_in_flight += 1
+        self.sched.call_later(wait, self._end_later, e, action)
+
+    def _end_later(self, e: Event, action: TxnAction) -> None:
+        assert e.txn
+        txn = self.txns.get(e.txn)
+        if txn is None:  # retired meanwhile (its client timer settled it)
+            return
+        txn.end_waiting = False
+        try:
+            self._end(e, action)
+        except CLIENT_ERRORS as exc:
+            if txn.end_requested_us is None:  # refused before it went out: its slot is free
+                self._end_answered(txn)
+            self.counts["client_errors." + type(exc).__name__] += 1
 
     def _key_of(self, msg: str | None) -> str | None:
         """The routing key of a split/merge row's ``msg``: the message's key, else the label."""
@@ -686,8 +721,9 @@ class Replayer:
         for t in self.txns.values():
             if t.outcome == "committed" and t.msgs and t.visible_us is None:
                 not_visible += 1
-            elif t.outcome is None and t.end_requested_us is not None and t.id is not None and not self._end_timer(t):
-                ending += 1  # commit or abort requested, not answered, not yet timed out
+            elif t.end_waiting or (t.outcome is None and t.end_requested_us is not None and t.id is not None
+                                   and not self._end_timer(t)):
+                ending += 1  # commit or abort requested (or waiting for its sends), not answered, not timed out
         return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending}
 
     def _retire(self, txn: _Txn) -> None:

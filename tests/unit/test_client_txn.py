@@ -180,14 +180,15 @@ def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine:
 
 @pytest.mark.parametrize("engine, options", [("v4", {}), ("v5", {}), ("v5", {"variant": "pip"})])
 def test_an_end_txn_a_crash_cut_off_fails_at_the_client_after_the_operation_timeout(tmp_path: Path, engine: str, options: dict[str, Any]) -> None:
-    # the commit at 3 us; the broker (the coordinator with it) dies at 5 us, before its answer
-    # reaches the client: TransactionMetaStoreHandler fails the request 30 s after it was sent
+    # the commit at 50 ms, its publish answered long before; the broker (the coordinator with
+    # it) dies 2 us later, before its answer reaches the client: TransactionMetaStoreHandler
+    # fails the request 30 s after it was sent
     rows = [
         {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
         {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": 1000},
         {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": 3, "op": "commit", "txn": "t1"},
-        {"ts_us": 5, "op": "crash_broker"},
+        {"ts_us": 50_000, "op": "commit", "txn": "t1"},
+        {"ts_us": 50_002, "op": "crash_broker"},
     ]
     before = _run(tmp_path, engine, rows, drain_ms=29_000, options=options)  # still waiting
     assert before.in_flight["ending_txns"] == 1
@@ -198,7 +199,7 @@ def test_an_end_txn_a_crash_cut_off_fails_at_the_client_after_the_operation_time
     assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0}
     assert _outcomes(result) == {"t1": "end_timed_out"} and result.counts["txns.end_timed_out"] == 1
     assert result.counts["client_errors.TimeoutException"] == 1
-    assert result.txns["end_ts_us"] == [3 + 30_000_000]
+    assert result.txns["end_ts_us"] == [50_000 + 30_000_000]
     assert _delivered(result) == {"m1"}  # the coordinator had committed it: only the answer was lost
 
 
@@ -218,3 +219,23 @@ def test_a_txn_append_a_crash_follows_at_once_stays_hidden_until_its_timeout_abo
     result = _run(tmp_path, engine, rows, options=options)  # v5 sweeps timed-out txns every 60 s
     assert _outcomes(result) == {"t1": "aborted"}
     assert _delivered(result) == {"p1"}  # after the abort marker: maxReadPosition moves past m1
+
+
+@pytest.mark.parametrize("engine, options", [("v4", {}), ("v5", {"variant": "pip"})])
+def test_an_end_txn_waits_for_the_txns_sends_even_across_a_crash(tmp_path: Path, engine: str, options: dict[str, Any]) -> None:
+    """jvm TraceRunner.end sends END_TXN once the txn's sends are answered (TransactionImpl.commit
+    waits for its send futures): a commit row 1 us after its publish goes out at the publish's
+    answer, here after the broker's crash, to the broker that recovered the txn."""
+    from engine.clock import LatencyModel
+
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": 10_000},
+        {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 3, "op": "commit", "txn": "t1"},
+        {"ts_us": 5, "op": "crash_broker"},
+    ]
+    result = _run(tmp_path, engine, rows, drain_ms=5_000, options=options)
+    assert result.txns["commit_requested_ts_us"][0] >= 2 + LatencyModel().of("ledger.append")
+    assert _outcomes(result) == {"t1": "committed"} and _delivered(result) == {"m1"}
+    assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0}

@@ -94,13 +94,26 @@ def test_unreachable_services_are_refused(tmp_path: Path, capsys: pytest.Capture
 def test_check_writes_a_clean_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    trace = write(tmp_path / "t.parquet", GOOD + [{"ts_us": 6, "op": "publish", "topic": T, "msg": "m3", "size": 1}])
+    # the crash once t1's END_TXN has gone out (it waits for m1's send: jvm TraceRunner.end)
+    rows = [dict(r) for r in GOOD[:-1]] + [{"ts_us": 50_000, "op": "crash_broker"},
+                                           {"ts_us": 50_001, "op": "publish", "topic": T, "msg": "m3", "size": 1}]
+    trace = write(tmp_path / "t.parquet", rows)
     code, out, err = _run(capsys, "check", "--trace", str(trace), "--out", str(tmp_path / "out"), "--no-progress")
     assert code == 0, err
     summary = json.loads((tmp_path / "out" / "check.json").read_text())
     assert summary["histories"] == 2 and summary["total_violations"] == 0
     assert summary["faults"] == {"crash_broker": 2}
     assert "violations: 0" in out
+    # the crash 2 us after the commit row, its END_TXN still waiting for m1's answer: the shipped
+    # v5's buffer restarts at the LAC and dispatches without a gate (PULSAR5_CODE.md D13), so m1
+    # goes out before the commit is sent; v4 keeps it back
+    trace = write(tmp_path / "u.parquet", GOOD)
+    _run(capsys, "check", "--trace", str(trace), "--out", str(tmp_path / "early"), "--no-progress")
+    summary = json.loads((tmp_path / "early" / "check.json").read_text())
+    assert summary["violations"]["uncommitted_read"] == summary["total_violations"] == 1
+    assert summary["examples"] == ["uncommitted_read: m1 (txn t1) on s: delivered before the commit was requested"]
+    _run(capsys, "check", "--trace", str(trace), "--engine", "v4", "--out", str(tmp_path / "v4"), "--no-progress")
+    assert json.loads((tmp_path / "v4" / "check.json").read_text())["total_violations"] == 0
 
 
 def test_a_message_behind_a_txn_left_open_is_blocked_not_lost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,9 +25,10 @@ def test_asap_pacing_issues_the_rows_one_microsecond_apart_in_order(trace: Path)
     paced = Replayer(RunConfig(engine="v4")).run(read_events(trace))
     asap = Replayer(RunConfig(engine="v4", pacing="asap")).run(read_events(trace))
     rows = sum(1 for _ in read_events(trace))
-    starts = sorted(t for t in asap.txns["commit_requested_ts_us"] if t is not None)
-    assert starts[-1] < rows  # every commit requested by the row's ordinal, not its timestamp
-    assert max(paced.txns["commit_requested_ts_us"]) > 40 * 1_000  # the trace spaces its txns
+    assert max(asap.txns["opened_ts_us"]) < rows  # every new_txn issued by the row's ordinal, not its timestamp
+    assert max(paced.txns["opened_ts_us"]) > 40 * 1_000  # the trace spaces its txns
+    # each END_TXN goes once its txn's sends are answered (jvm TraceRunner.end)
+    assert min(asap.txns["commit_requested_ts_us"]) >= LatencyModel().of("ledger.append")
     assert sorted(asap.txns["outcome"]) == sorted(paced.txns["outcome"])  # the same txns, the same outcomes
     with pytest.raises(ConfigError, match="virtual-time"):
         RunConfig(engine="v4", pacing="asap", time_mode="wall")
@@ -45,7 +46,7 @@ def test_asap_pacing_keeps_the_trace_clients_in_flight_bound(trace: Path) -> Non
     assert free.txns == wide.txns and free.counts == wide.counts
     tight = Replayer(RunConfig(engine="v4", pacing="asap", asap_in_flight=3)).run(read_events(trace))
     assert sorted(tight.txns["outcome"]) == sorted(free.txns["outcome"])
-    assert max(free.txns["commit_requested_ts_us"]) < rows  # one microsecond apart
+    assert max(free.txns["opened_ts_us"]) < rows  # one microsecond apart
     # with three slots and each txn's ten publishes answered one append later, the rows wait
     assert max(tight.txns["commit_requested_ts_us"]) > 40 * LatencyModel().of("ledger.append")
     ends = sorted(zip(tight.txns["commit_requested_ts_us"], tight.txns["end_ts_us"]))
