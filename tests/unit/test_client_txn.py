@@ -178,18 +178,23 @@ def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine:
     assert check(history) == []
 
 
+def _commit_then_crash(commit_us: int, crash_us: int, timeout_ms: int) -> list[dict[str, Any]]:
+    """t1 publishes m1 at 2 us and commits at ``commit_us``; the broker crashes at ``crash_us``."""
+    return [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": timeout_ms},
+        {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": commit_us, "op": "commit", "txn": "t1"},
+        {"ts_us": crash_us, "op": "crash_broker"},
+    ]
+
+
 @pytest.mark.parametrize("engine, options", [("v4", {}), ("v5", {}), ("v5", {"variant": "pip"})])
 def test_an_end_txn_a_crash_cut_off_fails_at_the_client_after_the_operation_timeout(tmp_path: Path, engine: str, options: dict[str, Any]) -> None:
     # the commit at 50 ms, its publish answered long before; the broker (the coordinator with
     # it) dies 2 us later, before its answer reaches the client: TransactionMetaStoreHandler
     # fails the request 30 s after it was sent
-    rows = [
-        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
-        {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": 1000},
-        {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": 50_000, "op": "commit", "txn": "t1"},
-        {"ts_us": 50_002, "op": "crash_broker"},
-    ]
+    rows = _commit_then_crash(commit_us=50_000, crash_us=50_002, timeout_ms=1000)
     before = _run(tmp_path, engine, rows, drain_ms=29_000, options=options)  # still waiting
     assert before.in_flight["ending_txns"] == 1
     # unanswered: the row says what the coordinator knows (v4 forgets a finished txn)
@@ -228,13 +233,7 @@ def test_an_end_txn_waits_for_the_txns_sends_even_across_a_crash(tmp_path: Path,
     answer, here after the broker's crash, to the broker that recovered the txn."""
     from engine.clock import LatencyModel
 
-    rows = [
-        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
-        {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": 10_000},
-        {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": 3, "op": "commit", "txn": "t1"},
-        {"ts_us": 5, "op": "crash_broker"},
-    ]
+    rows = _commit_then_crash(commit_us=3, crash_us=5, timeout_ms=10_000)
     result = _run(tmp_path, engine, rows, drain_ms=5_000, options=options)
     assert result.txns["commit_requested_ts_us"][0] >= 2 + LatencyModel().of("ledger.append")
     assert _outcomes(result) == {"t1": "committed"} and _delivered(result) == {"m1"}
