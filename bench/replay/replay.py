@@ -555,7 +555,7 @@ class Replayer:
     def _end_later(self, e: Event, action: TxnAction) -> None:
         assert e.txn
         txn = self.txns.get(e.txn)
-        if txn is None:  # retired meanwhile (its client timer settled it)
+        if txn is None:  # retired meanwhile: nothing is left to end
             return
         txn.end_waiting = False
         try:
