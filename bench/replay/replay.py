@@ -353,8 +353,9 @@ class Replayer:
             if e.txn is not None:  # TransactionImpl.registerSendOp: the failed send marks the txn
                 self.txns[e.txn].ops_failed = True
             raise
+        answered_us = self.sched.now_us() + took_us
         if self._bound is not None:
-            heapq.heappush(self._answers, self.sched.now_us() + took_us)
+            heapq.heappush(self._answers, answered_us)
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
         self.series.count("publish")
         self.series.latency("publish", took_us)
@@ -369,7 +370,7 @@ class Replayer:
             txn.published += 1
             self.msg_txn[e.msg] = txn
             if not self._wall:
-                txn.sends_done_us = max(txn.sends_done_us, self.sched.now_us() + took_us)
+                txn.sends_done_us = max(txn.sends_done_us, answered_us)
 
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
@@ -469,9 +470,7 @@ class Replayer:
         txn.end_requested_us = self.sched.now_us()  # in wall time a lagging replay issues it late
         txn.action = action.value
         self.broker.end_txn(txn_id, action, self._on_end)
-        if self._bound is not None and not txn.end_in_flight:
-            txn.end_in_flight = True
-            self._ends_in_flight += 1
+        self._end_holds_slot(txn)
         if self.history is not None:
             self.history.end(e.txn, action.value)
         if failed:
@@ -522,6 +521,12 @@ class Replayer:
         self.counts["client_errors.TimeoutException"] += 1
         return True
 
+    def _end_holds_slot(self, txn: _Txn) -> None:
+        """Its END_TXN (sent, or waiting for its sends) holds one of the asap client's in-flight slots."""
+        if self._bound is not None and not txn.end_in_flight:
+            txn.end_in_flight = True
+            self._ends_in_flight += 1
+
     def _end_answered(self, txn: _Txn) -> None:
         """Its END_TXN is answered (or failed by the client's timeout): its in-flight slot is free."""
         if txn.end_in_flight:
@@ -547,9 +552,7 @@ class Replayer:
             self._end(e, action)
             return
         txn.end_waiting = True
-        if self._bound is not None and not txn.end_in_flight:
-            txn.end_in_flight = True
-            self._ends_in_flight += 1
+        self._end_holds_slot(txn)
         self.sched.call_later(wait, self._end_later, e, action)
 
     def _end_later(self, e: Event, action: TxnAction) -> None:

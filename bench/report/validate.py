@@ -71,17 +71,22 @@ BILLED: dict[str, dict[str, str]] = {
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
     },
     "v5": {
-        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the coordinator's registration of a new "
-                          "segment (metadata reads and an op-record write)",
-        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
-        "end_txn_us": "2 meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per "
-                      "op record the emulated scan fetches, and the events (emulated sequence key: meta.read + "
-                      "meta.cas + meta.write), then rpc back; its writes queue one at a time on the broker's IO "
-                      "thread, each holding it for the profile's metadata service time when the profile has one",
+        "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has queued "
+                          "(capacity.IO_THREAD), plus the op-record write (emulated sequence key: meta.read + meta.cas "
+                          "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration",
+        "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has "
+                             "queued (capacity.IO_THREAD)",
+        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): 2 meta.read (the header, "
+                      "twice) + meta.cas, then the fan-out: meta.list + a meta.read per op record the emulated scan "
+                      "fetches, and the events (emulated sequence key: meta.read + meta.cas + meta.write) right after "
+                      "the CAS, then rpc back; its writes queue in arrival order on the broker's IO thread, each "
+                      "holding it for the profile's metadata service time when the profile has one",
         "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
                                 "op record scanned, meta.write of the deletes) and the dispatcher's next read",
-        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
-        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
+        "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "
+                           "after what the connection's IO thread has queued",
+        "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish; the delivery after what the "
+                              "connection's IO thread has queued",
     },
 }
 

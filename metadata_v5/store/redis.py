@@ -671,6 +671,11 @@ class RedisMetadataStore(MetadataStore):
             break
         return self._applied(ops, conds, res, cursor)
 
+    def _batch_command(self, payload: str, cursor: str) -> tuple[Any, ...]:
+        """The batch script's EVALSHA for a pipeline (``cursor``: read the change stream after it; "": not)."""
+        return ("EVALSHA", self._scripts["batch"].sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
+                cursor, _XREAD_COUNT)
+
     def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> builtins.list[Any]:
         """One round trip on the held connection: every command sent before the first reply is
         read; each command's reply, or its error reply as the exception (not raised)."""
@@ -699,10 +704,7 @@ class RedisMetadataStore(MetadataStore):
         conds = [conditions(ops) for ops in groups]
         payloads = [_ops_json(ops, self._specs, c) for ops, c in zip(groups, conds)]
         cursor = self._cursor if self._hub.has_watches() else ""
-        sha = self._scripts["batch"].sha
-
-        replies = self._pipeline([("EVALSHA", sha, 0, self.prefix, self._schema, payload, self.stream_maxlen,
-                                   cursor if i == len(payloads) - 1 else "", _XREAD_COUNT)
+        replies = self._pipeline([self._batch_command(payload, cursor if i == len(payloads) - 1 else "")
                                   for i, payload in enumerate(payloads)])
 
         def settle(i: int, ops: Sequence[Op]) -> builtins.list[OpResult]:
@@ -859,7 +861,10 @@ class RedisMetadataStore(MetadataStore):
                       limit: int | None = None, reverse: bool = False) -> builtins.list[Record]:
         spec = self._spec(index)
         bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
-        recs = self._range(spec, bounds, limit, reverse, True)[3]
+        return self._queried(self._range(spec, bounds, limit, reverse, True)[3])
+
+    def _queried(self, recs: builtins.list[Record]) -> builtins.list[Record]:
+        """An index query's records, counted."""
         self._counters["index_queries"] += 1
         self._counters["reads"] += len(recs)
         return recs
@@ -877,8 +882,7 @@ class RedisMetadataStore(MetadataStore):
         payload = _ops_json(ops, self._specs, conds)  # ValueError here: nothing sent
         cursor = self._cursor if self._hub.has_watches() else ""
         written, listed = self._pipeline([
-            ("EVALSHA", self._scripts["batch"].sha, 0, self.prefix, self._schema, payload, self.stream_maxlen, cursor,
-             _XREAD_COUNT),
+            self._batch_command(payload, cursor),
             ("EVALSHA", self._scripts["range"].sha, 0, *self._range_args(spec, bounds, None, False, True))])
         if _unapplied(written):
             return self._batch(ops), self.query_records(index, prefix=prefix)  # not applied: one at a time
@@ -887,10 +891,7 @@ class RedisMetadataStore(MetadataStore):
         results = self._applied(ops, conds, written, cursor)  # a refusal raises here
         if isinstance(listed, Exception):
             return results, self.query_records(index, prefix=prefix)
-        recs = self._range_reply(spec, listed, True)[3]
-        self._counters["index_queries"] += 1
-        self._counters["reads"] += len(recs)
-        return results, recs
+        return results, self._queried(self._range_reply(spec, listed, True)[3])
 
     # -- watches --
 
