@@ -187,7 +187,7 @@ class Replayer:
 
     def _gauges(self) -> tuple[int, int]:
         """The time series' gauges now: backlog, and blocked time so far (crashed brokers' too)."""
-        return len(self.undelivered), self._retired["dispatch.blocked_us"] + self.broker.stats()["dispatch.blocked_us"]
+        return len(self.undelivered), self._retired["dispatch.blocked_us"] + self.broker.blocked_us()
 
     def _advance(self, when_us: int) -> int:
         """Run the clock up to each window end before ``when_us`` and close those windows;
