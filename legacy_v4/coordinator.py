@@ -226,9 +226,16 @@ class V4TransactionCoordinator(TransactionCoordinator):
         return next(iter(self._txns)) - 1 if self._txns else 0
 
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
+        self._end(txn, action, on_done, request=True)
+
+    def _end(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None, request: bool) -> None:
+        """END_TXN from the client (``request``: its hop to the broker first, ``ServerCnx.handleEndTxn``)
+        or the coordinator's own timeout abort (``endTransactionForTimeout``: no hop)."""
         meta = self._get(txn)
         ending = _ENDING[TxnAction(action)]
         with self._meter.tab() as took:  # the end step waits for the TC and its log update
+            if request:
+                self._meter.bill("rpc")
             self._meter.serve("coordinator")
             if meta.status is TxnStatus.OPEN:
                 self._append(meta, "update", expected=TxnStatus.OPEN.value, new=ending.value)
@@ -351,7 +358,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
             if meta is not None and meta.status is TxnStatus.OPEN:  # endTransactionForTimeout
                 meta.timed_out = True
                 self.stats["txns.timed_out"] += 1
-                self.end_txn(meta.id, TxnAction.ABORT)
+                self._end(meta.id, TxnAction.ABORT, None, request=False)
         self._arm_tick()
 
     # -- recovery -------------------------------------------------------------------------------

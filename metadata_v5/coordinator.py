@@ -65,7 +65,8 @@ class CoordinatorV5(TransactionCoordinator):
 
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         self._live()
-        with self._meter.tab() as took:  # the header read, the CAS (a conflict re-reads, re-CASes)
+        with self._meter.tab() as took:  # the request hop, the header read, the CAS (a conflict re-reads, re-CASes)
+            self._meter.bill("rpc")  # the client's END_TXN reaching the broker (ServerCnx.handleEndTxn)
             self._meter.serve("coordinator")
             header = self._open_header(txn)
             final = self._finalize(header, FINAL[action])

@@ -83,7 +83,8 @@ class ShippedCoordinator(CoordinatorV5):
         self._live()
         if txn in self._answered:
             raise InvalidTxnState(f"{txn} has ended; the client refuses to {action.value} it again")
-        with self._meter.tab() as took:  # the ownership read, the header read, the CAS, the ops scan
+        with self._meter.tab() as took:  # the request hop, the ownership read, the header read, the CAS, the ops scan
+            self._meter.bill("rpc")  # the client's END_TXN reaching the broker (ServerCnx.handleEndTxn)
             self._meter.serve("coordinator")
             self._verify_ownership(txn)
             header = self._open_header(txn)

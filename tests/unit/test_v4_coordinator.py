@@ -110,8 +110,9 @@ def test_end_txn_timing_and_rpc_counts() -> None:
     t0 = s.sched.now_us()
     s.broker.end_txn(t, TxnAction.COMMIT, lambda _t, _s: done.append(s.sched.now_us()))
     s.run()
-    # UPDATE(COMMITTING) 1000, RPC 200 + marker 1000, answer 200, UPDATE(COMMITTED) 1000, reply 200
-    assert done == [t0 + 3_600]
+    # request 200 (ServerCnx.handleEndTxn), UPDATE(COMMITTING) 1000, RPC 200 + marker 1000,
+    # answer 200, UPDATE(COMMITTED) 1000, reply 200
+    assert done == [t0 + 3_800]
     st = s.stats()
     assert st["tc.end_txn.rpcs_sent"] == 2 and st["tc.end_txn.rpcs_sent.partition"] == 2
     assert st.get("tc.end_txn.rpcs_failed", 0) == 0 and st.get("tc.end_txn.retries", 0) == 0
