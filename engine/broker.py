@@ -61,9 +61,10 @@ class BrokerClosed(TxnbenchError):
 class _Subscription:
     """One subscription on one partition/segment."""
 
-    def __init__(self, ledger: ManagedLedger, name: str, pending: Callable[["Cursor"], PendingAckStore]) -> None:
+    def __init__(self, ledger: ManagedLedger, name: str, pending: Callable[["Cursor"], PendingAckStore],
+                 now: Callable[[], int]) -> None:
         self.name = name
-        self.cursor = Cursor(ledger, name)
+        self.cursor = Cursor(ledger, name, now)
         self.pending = pending(self.cursor)
         self.pending.recover()
         self.dispatcher: Dispatcher | None = None
@@ -238,7 +239,7 @@ class Broker:
                 )
             else:
                 factory = lambda _c: PendingAckStoreDisabled(f"{ledger_name} [{subscription}]")  # noqa: E731
-            sub = part.subs[subscription] = _Subscription(part.ledger, subscription, factory)
+            sub = part.subs[subscription] = _Subscription(part.ledger, subscription, factory, self._now_us)
         return sub
 
     def subscribe(

@@ -3,6 +3,14 @@
 Cursor state is saved to the ledger's cursor store on every ack, so a crash loses no ack
 (Pulsar persists lazily and may redeliver after a crash; saving each ack keeps crash runs
 comparable to uncrashed ones, and ``cursor_writes`` counts the cost).
+
+What Pulsar's cursor *waits* for is modelled apart: ``ManagedCursorImpl.asyncDelete`` and
+``asyncMarkDelete`` write the cursor's position to its ledger, and complete only once that write
+is done, when the cursor's ``markDeleteLimiter`` grants a permit (broker
+``managedLedgerDefaultMarkDeleteRateLimit``, 1 per second); without one they complete at once and
+the position is written later. :attr:`Cursor.persisted` counts the acks that got a permit: a
+caller that waits for its ack (a txn commit, ``PendingAckHandleImpl.internalCommitTxn``) waits
+for that write too.
 """
 
 from __future__ import annotations
@@ -11,8 +19,35 @@ from bisect import bisect_left, bisect_right
 from functools import partial
 from typing import Callable, Iterable
 
+MARK_DELETE_RATE_PER_S = 1.0  # ServiceConfiguration.managedLedgerDefaultMarkDeleteRateLimit
+
 from engine.ledger import CursorState, ManagedLedger
 from engine.records import Position
+
+
+class MarkDeleteLimiter:
+    """``ManagedCursorImpl.markDeleteLimiter``: Guava ``RateLimiter.create(rate)`` (SmoothBursty:
+    one second's permits stored at most, a permit borrowed ahead when none is stored) asked with
+    ``tryAcquire()``, which never waits: True when a permit is free at ``now_us``."""
+
+    __slots__ = ("_interval", "_max", "_stored", "_next_free")
+
+    def __init__(self, rate_per_s: float, now_us: int) -> None:
+        self._interval = 1_000_000 / rate_per_s
+        self._max = rate_per_s  # maxBurstSeconds = 1
+        self._stored = 0.0
+        self._next_free = float(now_us)  # created with nothing stored, the first permit free
+
+    def try_acquire(self, now_us: int) -> bool:
+        if now_us < self._next_free:  # canAcquire with no timeout
+            return False
+        # resync: the permits stored while idle, then reserveEarliestAvailable for one permit
+        self._stored = min(self._max, self._stored + (now_us - self._next_free) / self._interval)
+        self._next_free = float(now_us)
+        spent = min(1.0, self._stored)
+        self._stored -= spent
+        self._next_free += (1.0 - spent) * self._interval
+        return True
 
 
 class Cursor:
@@ -21,9 +56,15 @@ class Cursor:
     with tuple positions every comparison runs in C (a ``SortedSet`` cost several Python calls
     per membership test and insert)."""
 
-    def __init__(self, ledger: ManagedLedger, name: str) -> None:
+    def __init__(self, ledger: ManagedLedger, name: str, now: Callable[[], int] | None = None,
+                 mark_delete_rate_per_s: float = MARK_DELETE_RATE_PER_S) -> None:
+        """``now``: the broker's clock, for the mark-delete limiter (None: no limiter, nothing
+        waits for a cursor write; a log's own cursor)."""
         self._ledger = ledger
         self.name = name
+        self._now = now
+        self._limiter = MarkDeleteLimiter(mark_delete_rate_per_s, now()) if now is not None else None
+        self.persisted = 0  # acks that waited for the cursor's ledger write (a limiter permit)
         state = ledger.load_cursor(name)
         if state is None:  # a new subscription starts at the earliest stored entry
             first = ledger.first_position()
@@ -56,6 +97,7 @@ class Cursor:
             if pos == self._ledger.next_position(mark_delete):
                 self._mark_delete = pos
                 self._save()
+                self._persist()
                 return
         changed = False
         for pos in positions:
@@ -64,9 +106,10 @@ class Cursor:
                 if i == len(acked) or acked[i] != pos:
                     acked.insert(i, pos)
                     changed = True
-        if changed:
+        if changed:  # asyncDelete with something newly deleted asks the limiter
             self._advance()
             self._save()
+            self._persist()
 
     def ack_cumulative(self, position: Position) -> None:
         if position <= self._mark_delete:
@@ -75,6 +118,12 @@ class Cursor:
         del self._acked[: bisect_right(self._acked, position)]
         self._advance()
         self._save()
+        self._persist()
+
+    def _persist(self) -> None:
+        limiter = self._limiter
+        if limiter is not None and limiter.try_acquire(self._now()):  # type: ignore[misc]
+            self.persisted += 1
 
     def redeliver(self, positions: Iterable[Position]) -> None:
         if self.redeliver_hook is not None:

@@ -303,6 +303,11 @@ class CursorPort(Protocol):
 
     def ack_cumulative(self, position: Position) -> None: ...
 
+    @property
+    def persisted(self) -> int:
+        """How many acks so far waited for the cursor's ledger write (``engine.cursor``)."""
+        ...
+
     def redeliver(self, positions: Iterable[Position]) -> None:
         """Make these (unacked) positions dispatchable again now."""
         ...

@@ -276,10 +276,11 @@ class V4TransactionCoordinator(TransactionCoordinator):
     ) -> None:
         participants = self._ctx.participants
         try:
-            if sub is None:
-                participants.end_txn_on_partition(ledger, meta.id, action, lwm)
-            else:
-                participants.end_txn_on_subscription(ledger, sub, meta.id, action, lwm)
+            with self._meter.tab() as applied:  # what the participant waits for before it answers
+                if sub is None:
+                    participants.end_txn_on_partition(ledger, meta.id, action, lwm)
+                else:
+                    participants.end_txn_on_subscription(ledger, sub, meta.id, action, lwm)
         except ParticipantNotReady as e:
             if e.ready_at_us < deadline:  # the request waits for the participant's recovery
                 self.stats["end_txn.rpcs_waited_not_ready"] += 1
@@ -291,7 +292,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
         except TxnbenchError:
             self._scope.call_later(self._meter.took("rpc"), self._answer, meta, rnd, False)
             return
-        self._scope.call_later(self._meter.took("rpc"), self._answer, meta, rnd, True)
+        self._scope.call_later(applied.us + self._meter.took("rpc"), self._answer, meta, rnd, True)
 
     def _answer(self, meta: TxnMeta, rnd: _Round, ok: bool) -> None:
         rnd.pending -= 1

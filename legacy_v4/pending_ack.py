@@ -39,7 +39,8 @@ def pending_ack_ledger_name(ledger_name: str, subscription: str) -> str:
 class MLPendingAckStore(PendingAckStore):
     """Counters: ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts`` (each also one
     ``appends.ack``), ``lwm_aborts``, ``log_trimmed_entries``, ``recovery_entries_replayed``,
-    ``recovery_acks_dropped`` (logged ACK records that conflict on replay)."""
+    ``recovery_acks_dropped`` (logged ACK records that conflict on replay), ``commit_cursor_writes``
+    (commits that waited for the cursor's ledger write)."""
 
     def __init__(
         self,
@@ -53,7 +54,7 @@ class MLPendingAckStore(PendingAckStore):
         self._where = f"{ledger.name} [{subscription}]"
         self._ledgers: LedgerFactory = ctx.ledgers
         self._sched = ctx.scheduler
-        self._meter = ctx.meter  # bills the recovery reads
+        self._meter = ctx.meter  # bills the recovery reads and a commit's cursor write
         self._log_name = pending_ack_ledger_name(ledger.name, subscription)
         self._cursor = cursor
         self._opts = options
@@ -132,7 +133,13 @@ class MLPendingAckStore(PendingAckStore):
         had_individual = self._acks.has_individual(txn)
         if action is TxnAction.COMMIT:
             self._append("commit", txn)
+            persisted = self._cursor.persisted
             self._acks.commit(txn)
+            if self._cursor.persisted != persisted:
+                # internalCommitTxn answers once acknowledgeMessageAsync completes: after the
+                # cursor's ledger write when the mark-delete limiter granted one (engine.cursor)
+                self._meter.bill("ledger.append", "bookie", f"{self._where} cursor")
+                self.stats["commit_cursor_writes"] += 1
         else:
             self._append("abort", txn)
             self._acks.abort(txn)

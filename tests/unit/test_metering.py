@@ -122,9 +122,11 @@ def test_what_was_billed_is_what_was_counted(tmp_path: Path, engine: str, varian
     assert counts["billed.ledger.read"] == counts["ledger.reads"] > 0
     assert counts["billed.ledger.read"] + counts["billed.cursor.empty_read"] == counts["dispatch.reads"]
     assert counts["billed.rpc"] > 2 * counts["ledger.appends.data"]  # each publish's two hops, and more
-    if engine == "v4":  # the publishes, the TC log, each END_TXN's marker, the snapshots
+    if engine == "v4":  # the publishes, the TC log, each END_TXN's marker, the snapshots, the
+        # cursor writes commits waited for
         assert counts["billed.ledger.append"] == (counts["ledger.appends.data"] + counts["tc.log_appends"]
-                                                  + counts["tc.end_txn.rpcs_sent"] + counts["tb.snapshot_writes"])
+                                                  + counts["tc.end_txn.rpcs_sent"] + counts["tb.snapshot_writes"]
+                                                  + counts.get("pending_ack.commit_cursor_writes", 0))
     else:  # the publishes; every index scan the store served; every watch delivery
         assert counts["billed.ledger.append"] == counts["ledger.appends.data"]
         assert counts["billed.meta.list"] == counts["meta.index_queries"] > 0

@@ -171,3 +171,49 @@ def test_low_water_mark_is_also_handled_after_an_abort_and_chains() -> None:
     assert pa.stats["appends.abort"] == 3
     s.run()
     assert sorted(str(m) for m in s.msgs(T, "sub")[6:]) == ["m0", "m1", "m2"]
+
+
+def test_a_commit_waits_for_the_cursor_write_the_mark_delete_limiter_grants() -> None:
+    """``internalCommitTxn`` answers once ``acknowledgeMessageAsync`` completes, which waits for
+    the cursor's ledger write only when its ``markDeleteLimiter`` (Guava, 1 a second) grants a
+    permit: after a second or more idle, one stored permit and one borrowed ahead, then none
+    until that second has passed."""
+    s = v4()  # nothing has acked on the cursor since it was made, a second ago
+    took = []
+
+    def commit(msg: str) -> None:
+        t = s.new_txn()
+        s.ack("sub", msg, txn=t)
+        t0 = s.end(t)
+        s.run(10_000)
+        took.append(s.outcome_us[t] - t0)
+
+    for msg in ("m0", "m1", "m2"):
+        commit(msg)
+    s.run(2_000_000)
+    commit("m3")
+    # request 200, UPDATE(COMMITTING) 1000, RPC 200 + commit mark 1000, [cursor write 1000],
+    # answer 200, UPDATE(COMMITTED) 1000, reply 200
+    assert took == [4_800, 4_800, 3_800, 4_800]
+    assert s.stats()["pending_ack.commit_cursor_writes"] == 3
+
+
+def test_plain_acks_take_the_cursor_writes_a_commit_would_wait_for() -> None:
+    s = v4()
+    s.ack("sub", "m0")
+    s.ack("sub", "m1")  # the stored permit and the borrowed one
+    t = s.new_txn()
+    s.ack("sub", "m2", txn=t)
+    t0 = s.end(t)
+    s.run(10_000)
+    assert s.outcome_us[t] - t0 == 3_800
+
+
+def test_an_abort_writes_no_cursor_position() -> None:
+    s = v4()
+    t = s.new_txn()
+    s.ack("sub", "m0", txn=t)
+    t0 = s.end(t, TxnAction.ABORT)
+    s.run(100_000)
+    assert s.outcome_us[t] - t0 == 3_800
+    assert s.stats().get("pending_ack.commit_cursor_writes", 0) == 0
