@@ -63,8 +63,11 @@ BILLED: dict[str, dict[str, str]] = {
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
                           "with the coordinator (a coordinator-log ledger.append)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
-        "end_txn_us": "a coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
-                      "partition and subscription, concurrently), then the final log append + rpc back",
+        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): rpc to the broker, a "
+                      "coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
+                      "partition and subscription, concurrently; a commit on a subscription also waits for the "
+                      "cursor's ledger.append when its mark-delete limiter, 1 a second, grants one), then the final "
+                      "log append + rpc back",
         "commit_to_visible_us": "the marker append, then the dispatcher's next read once maxReadPosition moves (its "
                                 "polling delay, cursor.empty_read, ledger.read, consumer.deliver)",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
@@ -76,8 +79,9 @@ BILLED: dict[str, dict[str, str]] = {
                           "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has "
                              "queued (capacity.IO_THREAD)",
-        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): 2 meta.read (the header, "
-                      "twice) + meta.cas, then the fan-out: meta.list + a meta.read per op record the emulated scan "
+        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): rpc to the broker, 2 "
+                      "meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per op "
+                      "record the emulated scan "
                       "fetches, and the events (emulated sequence key: meta.read + meta.cas + meta.write) right after "
                       "the CAS, then rpc back; its writes queue in arrival order on the broker's IO thread, each "
                       "holding it for the profile's metadata service time when the profile has one",
@@ -202,6 +206,11 @@ EXPLAINED: dict[tuple[str, str], tuple[Why, ...]] = {
         "store); pulsar_txn_append_log_count is broker-wide, so during the v5 run it counts the v4 coordinator's "
         "work left from the v4 run before it: a timed-out txn appends its ABORTING and ABORTED records "
         "(MLTransactionMetadataStore, TransactionTimeoutTrackerImpl)")),),
+    ("v4", "tc.txns.timed_out"): (Why("broker>model", (
+        "pulsar_txn_timeout_count is broker-wide: a txn an earlier run on this broker left open (a warm-up's "
+        "newTransaction the client gave up on, see coordinator txns created) times out during this run when its "
+        "timeout falls in it; the run's own txns ended as the trace says (its txn outcomes). Which earlier txns "
+        "they were is not confirmed from the broker's logs")),),
     ("v5", "tc.txns.timed_out"): (Why("broker>model", (
         "pulsar_txn_timeout_count is the v4 coordinator's, broker-wide: txns the v4 run left open (see v4 "
         "coordinator txns created) time out during the v5 run that follows it")),),
