@@ -157,18 +157,20 @@ def test_bad_input_is_one_line_with_nothing_written(tmp_path: Path, target: Puls
 
 
 def test_compare_against_the_broker_warms_it_up_and_says_so(tmp_path: Path, pulsar: PulsarBroker) -> None:
-    """compare --target: the models, then one discarded asap run of the broker before its measured
+    """compare --target: the models, then discarded asap runs of the broker before its measured
     one (here as fast as possible too, the quick form: no saturation runs), in one report whose
     section names the broker's state."""
     out = tmp_path / "cmp"
     code = main(["compare", "--profile", "small", "--events", "60", "--target", pulsar.url, "--admin-url", pulsar.admin_url,
-                 "--pacing", "asap", "--drain-ms", "8000", "--no-scenarios", "--no-progress", "--out", str(out)])
+                 "--pacing", "asap", "--drain-ms", "8000", "--no-scenarios", "--no-progress", "--warm-up", "2",
+                 "--out", str(out)])
     assert code == 0
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
     measured = json.loads((out / "broker" / "manifest.json").read_text())
-    assert measured["validate"] == {"broker": {"fresh": False, "warm_up_runs": 1}}
+    assert measured["validate"] == {"broker": {"fresh": False, "warm_up_runs": 2}}
     assert not (out / "broker-asap").exists()  # saturation runs follow a run at the trace's pace only
     summary = json.loads((out / "report" / "summary.json").read_text())
-    assert summary["validation"]["broker_state"] == {"fresh": False, "warm_up_runs": 1}
-    assert "the broker as earlier runs left it (no --fresh-broker), then 1 discarded" in (out / "report" / "report.md").read_text()
+    assert summary["validation"]["broker_state"] == {"fresh": False, "warm_up_runs": 2}
+    assert (out / "broker-warm-up-2" / "manifest.json").exists() and not (out / "broker-warm-up-3").exists()
+    assert "the broker as earlier runs left it (no --fresh-broker), then 2 discarded" in (out / "report" / "report.md").read_text()
