@@ -19,10 +19,10 @@ from bisect import bisect_left, bisect_right
 from functools import partial
 from typing import Callable, Iterable
 
-MARK_DELETE_RATE_PER_S = 1.0  # ServiceConfiguration.managedLedgerDefaultMarkDeleteRateLimit
-
 from engine.ledger import CursorState, ManagedLedger
 from engine.records import Position
+
+MARK_DELETE_RATE_PER_S = 1.0  # ServiceConfiguration.managedLedgerDefaultMarkDeleteRateLimit
 
 
 class MarkDeleteLimiter:
