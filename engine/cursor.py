@@ -56,14 +56,13 @@ class Cursor:
     with tuple positions every comparison runs in C (a ``SortedSet`` cost several Python calls
     per membership test and insert)."""
 
-    def __init__(self, ledger: ManagedLedger, name: str, now: Callable[[], int] | None = None,
-                 mark_delete_rate_per_s: float = MARK_DELETE_RATE_PER_S) -> None:
+    def __init__(self, ledger: ManagedLedger, name: str, now: Callable[[], int] | None = None) -> None:
         """``now``: the broker's clock, for the mark-delete limiter (None: no limiter, nothing
         waits for a cursor write; a log's own cursor)."""
         self._ledger = ledger
         self.name = name
         self._now = now
-        self._limiter = MarkDeleteLimiter(mark_delete_rate_per_s, now()) if now is not None else None
+        self._limiter = MarkDeleteLimiter(MARK_DELETE_RATE_PER_S, now()) if now is not None else None
         self.persisted = 0  # acks that waited for the cursor's ledger write (a limiter permit)
         state = ledger.load_cursor(name)
         if state is None:  # a new subscription starts at the earliest stored entry
