@@ -72,16 +72,36 @@ def _model(trace: Path, out: Path) -> dict[str, str]:
     return {run["config"]["engine"]: label for label, run in manifest["runs"].items()}
 
 
+def _lost_txns(broker: Path) -> list[str]:
+    """Txns the broker's coordinator no longer knew when the client ended them, though it had
+    opened them and taken their sends (``TransactionNotFoundException`` from
+    ``MLTransactionMetadataStore.getTxnMeta``): seen once in eight suite runs on the shared,
+    loaded broker, 0.2 s after the txn opened; not a behaviour of either design's model."""
+    lost = []
+    for events in sorted(broker.glob("pulsar-events-*.jsonl")):
+        for line in events.read_text().splitlines():
+            e = json.loads(line)
+            if e.get("ev") == "op" and not e.get("ok", True) and str(e.get("error", "")).startswith(
+                    "TransactionNotFoundException") and e.get("op") in ("commit", "abort"):
+                lost.append(f"{events.name}: {e['txn']}")
+    return lost
+
+
 def test_sample_prefix_agrees_with_the_models(tmp_path: Path, target: PulsarTarget) -> None:
     trace = _settled_prefix(SAMPLES / "small.parquet", 300, tmp_path / "t.parquet")
     labels = _model(trace, tmp_path / "model")
     histories: dict[str, Any] = {}
-    manifest = pulsar_replay(trace, ["v4", "v5"], target, tmp_path / "broker", histories=histories)
+    broker = tmp_path / "broker"
+    manifest = pulsar_replay(trace, ["v4", "v5"], target, broker, histories=histories)
+    if lost := _lost_txns(broker):  # the broker's fault, not a disagreement: its run once more
+        broker, histories = tmp_path / "broker-again", {}
+        manifest = pulsar_replay(trace, ["v4", "v5"], target, broker, histories=histories)
+        assert not _lost_txns(broker), f"the broker lost txns twice: {lost}, then {_lost_txns(broker)}"
     assert manifest["target"]["version"].startswith("5.")
     for design in ("v4", "v5"):
         run = manifest["runs"][design]
         assert run["target"] == "pulsar" and run["config"]["engine"] == design
-        a = agreement(tmp_path / "model", labels[design], tmp_path / "broker", design)
+        a = agreement(tmp_path / "model", labels[design], broker, design)
         assert a.delivered_pairs[0] > 50
         assert a.delivered_equal, (design, a.only_model, a.only_broker)
         assert a.outcomes_equal, (design, a.outcome_examples)
@@ -89,10 +109,10 @@ def test_sample_prefix_agrees_with_the_models(tmp_path: Path, target: PulsarTarg
         # out-of-order (or any other) violation in the broker's history. The stored order itself
         # can differ from the model's (see test_plain_order_matches)
         assert check(histories[design]) == [], design
-    counts = json.loads((tmp_path / "broker" / "counts.json").read_text())
+    counts = json.loads((broker / "counts.json").read_text())
     assert counts["v4"]["tc.log_appends"] > 0  # the v4 coordinator logs every txn
     assert counts["v5"]["meta.writes"] > counts["v5"]["txns.started"]  # v5 keeps txns in the metadata store
-    _plain_order_matches(tmp_path / "model", labels, tmp_path / "broker")
+    _plain_order_matches(tmp_path / "model", labels, broker)
 
 
 def _plain_order_matches(model: Path, labels: dict[str, str], broker: Path) -> None:
