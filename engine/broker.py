@@ -98,6 +98,7 @@ class Broker:
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
         self._meter = self._ctx.meter
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
+        self.last_new_txn_us = 0  # modelled latency of the last new_txn (the client waits for its id)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
         self._transactional = transactional or (lambda _topic: True)
         self._partitions: dict[str, _Partition] = {}
@@ -431,7 +432,17 @@ class Broker:
         return self._engine.coordinator()
 
     def new_txn(self, timeout_ms: int = 60_000) -> TxnID:
-        return self.coordinator().new_txn(timeout_ms)
+        # ServerCnx.handleNewTxn: the request hop, what the coordinator does (v4 its log append,
+        # v5 its sequence and header writes; billed to the open request), the answer hop. The
+        # client's TransactionImpl exists only once that answer is back.
+        coordinator = self.coordinator()
+        bill = self._meter.bill
+        with self._ctx.request as request:
+            bill("rpc")
+            txn = coordinator.new_txn(timeout_ms)
+            bill("rpc")
+        self.last_new_txn_us = request.us
+        return txn
 
     def end_txn(self, txn: TxnID, action: TxnAction, on_done: EndTxnCallback | None = None) -> None:
         self.coordinator().end_txn(txn, action, on_done)

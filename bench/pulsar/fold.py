@@ -5,6 +5,7 @@ What each field means follows :mod:`bench.replay.replay`, in the client's wall t
 - a txn's ``end_ts_us`` is when the client heard the answer to its commit/abort,
   ``commit_requested_ts_us`` when it issued it, ``visible_ts_us`` when the last of its messages
   was first delivered on any subscription (committed txns whose messages all arrived);
+- ``new_txn_us``: new_txn -> the coordinator's answer (the txn's sends and acks wait for it);
 - ``publish_nontxn_us`` / ``publish_txn_us``: send -> the broker's answer; ``end_txn_us``: commit or
   abort -> answer; ``dispatch_*_us``: send -> first delivery; ``commit_to_visible_us``: commit
   request -> the txn's last message first delivered;
@@ -191,6 +192,7 @@ class EventFold:
             txn.opened, txn.opened_us = ok, start
             if ok:
                 self._count("txns.started")
+                self.hist.record("new_txn_us", end - start)
         elif op == "publish":
             if not ok:
                 return

@@ -21,6 +21,7 @@ METRICS = {
     "dispatch_txn_us": "publish -> first delivery, messages of committed transactions",
     "commit_to_visible_us": "commit request -> every message of the txn delivered at least once",
     "end_txn_us": "commit/abort request -> coordinator's answer to the client",
+    "new_txn_us": "new_txn request -> coordinator's answer to the client (the txn's publishes and acks wait for it)",
     "time_to_first_dispatch_after_crash_us": "broker crash -> first delivery by the recovered broker",
 }
 

@@ -22,9 +22,15 @@ txn the coordinator already timed out, a message over ``maxMessageSize``) are co
 ``client_errors.<Error>`` and the run goes on; a malformed trace is refused before anything runs
 (see :mod:`bench.trace.trace`).
 
+In virtual time the replayer issues rows as the trace client does (jvm ``TraceRunner``): a txn's
+publishes and acks wait for its ``new_txn`` answer (the client has no txn before it), a send waits
+for the sends before it on its topic to be issued (one producer per topic keeps their order), and
+a commit or abort waits for the txn's sends to be answered (``client.ops_gated`` counts the rows
+that waited). Each latency starts when its request goes out, as the broker run measures it.
+
 The replayer also plays the Java client's own transaction logic (``TransactionImpl``):
 
-* its timer: ``timeout_ms`` after ``new_txn`` the client moves the txn OPEN -> TIME_OUT
+* its timer: ``timeout_ms`` after ``new_txn``'s answer the client moves the txn OPEN -> TIME_OUT
   (``TransactionImpl.run``) unless a commit or abort was requested first (both cancel it); from
   then on every publish, ack, commit and abort of it fails at the client (``checkIfOpen``:
   ``InvalidTxnStatusException``, counted as ``client_errors.TxnClientTimeout``), whatever the
@@ -50,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from engine.broker import Broker, BrokerConfig
-from engine.clock import LatencyModel, Scheduler, VirtualScheduler, WallScheduler
+from engine.clock import LatencyModel, Scheduler, Timer, VirtualScheduler, WallScheduler
 from engine.counters import Counters
 from engine.dispatcher import Delivery, SubscriptionType
 from engine.errors import (
@@ -76,7 +82,7 @@ from bench.replay.walltime import Pacing
 from bench.trace.trace import OPS, Event
 
 # the rows the trace client issues under its in-flight bound (jvm TraceRunner.issue: each takes a
-# permit until answered; acks and subscribes do not); the model answers a new_txn at once
+# permit until answered; acks and subscribes do not)
 _IN_FLIGHT_OPS = frozenset({"new_txn", "publish", "commit", "abort"})
 
 _SUB_TYPE = Event._fields.index("sub_type")
@@ -103,6 +109,9 @@ class _Txn:
     end_in_flight: bool = False  # its END_TXN holds one of the asap client's in-flight slots
     sends_done_us: int = 0  # virtual time: when its last publish is answered (its END_TXN waits)
     end_waiting: bool = False  # a commit or abort row waits for its sends (_end_after_sends)
+    open_us: int = 0  # virtual time: when new_txn's answer is back (its ops wait for it)
+    gated: int = 0  # its publishes and acks not issued yet (waiting for open_us, or for its topic)
+    end_row: tuple[Event, TxnAction] | None = None  # its commit or abort row, waiting for those
 
 
 @dataclass
@@ -181,6 +190,14 @@ class Replayer:
         self._bound = cfg.asap_in_flight if cfg.pacing == "asap" else None
         self._answers: list[int] = []
         self._ends_in_flight = 0
+        # Virtual time: ops the trace client has not issued yet (jvm TraceRunner): a txn's
+        # publishes and acks wait for its new_txn answer, and a send waits for the sends before
+        # it on its topic to be issued (the producer keeps their order). Per topic, when its
+        # last waiting send goes out; the waiting sends holding asap slots; the timers, in order.
+        self._topic_gate: dict[str, int] = {}
+        self._gated_in_flight = 0
+        self._gated: dict[int, Timer] = {}
+        self._gated_seq = 0
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
@@ -289,9 +306,16 @@ class Replayer:
     def _op_new_txn(self, e: Event) -> None:
         assert e.txn
         timeout_ms = e.timeout_ms or 60_000
-        txn = self.txns[e.txn] = _Txn(e.txn, None, self.sched.now_us())  # in wall time a lagging replay issues it late
+        now = self.sched.now_us()
+        txn = self.txns[e.txn] = _Txn(e.txn, None, now)  # in wall time a lagging replay issues it late
         txn.id = self.broker.new_txn(timeout_ms)
-        txn.deadline_us = self.sched.now_us() + timeout_ms * 1000  # TransactionImpl's timer starts now
+        took_us = 0 if self._wall else self.broker.last_new_txn_us  # wall time: answered on return
+        txn.open_us = now + took_us
+        self.hist.record("new_txn_us", took_us)
+        if self._bound is not None:
+            heapq.heappush(self._answers, txn.open_us)
+        # TransactionImpl (and its timeout timer) exists once the answer is back
+        txn.deadline_us = txn.open_us + timeout_ms * 1000
         self.by_id[txn.id] = txn
         self.counts["txns.started"] += 1
 
@@ -340,6 +364,52 @@ class Replayer:
 
     def _op_publish(self, e: Event) -> None:
         assert e.topic and e.msg
+        if not self._wall:
+            now = self.sched.now_us()
+            at = self._topic_gate.get(e.topic, 0)
+            txn = self.txns.get(e.txn) if e.txn is not None else None
+            if txn is not None and txn.open_us > at:
+                at = txn.open_us
+            if at > now:
+                self._topic_gate[e.topic] = at
+                if self._bound is not None:  # it took its slot at the row (TraceRunner.publish)
+                    self._gated_in_flight += 1
+                self._gate(at, txn, self._publish_gated, e)
+                return
+        self._publish(e)
+
+    def _gate(self, at: int, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
+        """Issue row ``e`` at ``at`` (``fn``), as the trace client does once its gates open."""
+        if txn is not None:
+            txn.gated += 1
+        self.counts["client.ops_gated"] += 1
+        self._gated_seq += 1
+        key = self._gated_seq
+        self._gated[key] = self.sched.call_at(at, self._ungate, key, txn, fn, e)
+
+    def _ungate(self, key: int, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
+        del self._gated[key]
+        try:
+            if txn is not None and self.txns.get(txn.label) is not txn:
+                raise UnsupportedOperation(f"txn {txn.label} ended before its op (row {e.op} {e.msg}) was issued")
+            fn(e)
+        except CLIENT_ERRORS as exc:
+            self.counts["client_errors." + type(exc).__name__] += 1
+        finally:
+            if txn is not None:
+                txn.gated -= 1
+                if txn.gated == 0 and txn.end_row is not None:  # its END_TXN waited for these
+                    row, action = txn.end_row
+                    txn.end_row = None
+                    self._end_later(row, action)
+
+    def _publish_gated(self, e: Event) -> None:
+        if self._bound is not None:
+            self._gated_in_flight -= 1
+        self._publish(e)
+
+    def _publish(self, e: Event) -> None:
+        assert e.topic and e.msg
         txn_id = self._txn(e.txn)
         try:
             if self._wall:  # what the real backends took
@@ -373,6 +443,15 @@ class Replayer:
                 txn.sends_done_us = max(txn.sends_done_us, answered_us)
 
     def _op_ack(self, e: Event) -> None:
+        assert e.msg and e.subscription
+        if e.txn is not None and not self._wall:  # a txn ack waits for its txn (TraceRunner.ack)
+            txn = self.txns.get(e.txn)
+            if txn is not None and txn.open_us > self.sched.now_us():
+                self._gate(txn.open_us, txn, self._ack, e)
+                return
+        self._ack(e)
+
+    def _ack(self, e: Event) -> None:
         assert e.msg and e.subscription
         m = self.msgs.get(e.msg)
         if m is None:  # every subscription acked it already: a no-op for the broker
@@ -540,14 +619,19 @@ class Replayer:
         self._end_after_sends(e, TxnAction.ABORT)
 
     def _end_after_sends(self, e: Event, action: TxnAction) -> None:
-        """END_TXN goes once the txn's publishes are answered, as the trace client sends it
+        """END_TXN goes once the txn exists and its publishes are answered, as the trace client sends it
         (jvm ``TraceRunner.end`` chains it on the txn's ops, as ``TransactionImpl.commit`` waits
         for its send futures), and its latency starts then: in virtual time a commit row that
         comes before those answers waits for them, holding its in-flight slot meanwhile. (In
         wall time a publish has returned by the next row.)"""
         assert e.txn
         txn = self.txns[e.txn]
-        wait = txn.sends_done_us - self.sched.now_us()
+        if txn.gated:  # some of its ops are not issued yet: it goes after them (_ungate)
+            txn.end_row = (e, action)
+            txn.end_waiting = True
+            self._end_holds_slot(txn)
+            return
+        wait = max(txn.sends_done_us, txn.open_us) - self.sched.now_us()
         if wait <= 0:
             self._end(e, action)
             return
@@ -562,7 +646,7 @@ class Replayer:
             return
         txn.end_waiting = False
         try:
-            self._end(e, action)
+            self._end_after_sends(e, action)  # its sends are answered by now, unless just issued
         except CLIENT_ERRORS as exc:
             if txn.end_requested_us is None:  # refused before it went out: its slot is free
                 self._end_answered(txn)
@@ -593,6 +677,15 @@ class Replayer:
             self.counts["admin_errors.merge"] += 1
 
     def _op_crash_broker(self, e: Event) -> None:
+        # The trace client waits for every outstanding op before the crash (TraceRunner.crash):
+        # what it has not issued yet goes out now, on the broker about to crash.
+        for timer in list(self._gated.values()):
+            timer.cancel()
+            timer.fn(*timer.args)
+        self._topic_gate.clear()
+        now = self.sched.now_us()
+        for txn in self.txns.values():
+            txn.open_us = min(txn.open_us, now)
         self._collect_recovery()
         self._retired.update(self.broker.stats())
         self.broker.crash()
@@ -677,7 +770,7 @@ class Replayer:
         while True:
             while answers and answers[0] <= ts:
                 heapq.heappop(answers)
-            if len(answers) + self._ends_in_flight < bound:
+            if len(answers) + self._ends_in_flight + self._gated_in_flight < bound:
                 return ts
             nxt = sched.next_due_us()
             if answers and (nxt is None or answers[0] < nxt):
@@ -712,8 +805,9 @@ class Replayer:
     def in_flight(self) -> dict[str, int]:
         """Work a quiescent system has none of: messages that some subscription should receive
         (non-transactional or of a committed txn, on a topic with subscriptions) never delivered,
-        committed txns whose messages are not all visible yet, and txns whose commit or abort was
-        requested and has not finished."""
+        committed txns whose messages are not all visible yet, txns whose commit or abort was
+        requested and has not finished, and rows the client has not sent yet (waiting for their
+        txn's new_txn answer or for an earlier send on their topic)."""
         undelivered = 0
         for msg in self.undelivered:
             txn = self.msg_txn.get(msg)
@@ -727,7 +821,8 @@ class Replayer:
             elif t.end_waiting or (t.outcome is None and t.end_requested_us is not None and t.id is not None
                                    and not self._end_timer(t)):
                 ending += 1  # commit or abort requested (or waiting for its sends), not answered, not timed out
-        return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending}
+        return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending,
+                "unsent": len(self._gated)}
 
     def _retire(self, txn: _Txn) -> None:
         """Move a txn whose story is over (or the run is) to the txn rows."""

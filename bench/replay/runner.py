@@ -100,7 +100,8 @@ def not_quiescent(manifest: dict[str, Any]) -> list[str]:
             f = drain.get("in_flight", {})
             lines.append(f"{label}: not quiescent after draining {drain.get('ran_ms')} ms: "
                          f"{f.get('undelivered', 0)} messages undelivered, {f.get('committed_not_visible', 0)} "
-                         f"committed txns not visible, {f.get('ending_txns', 0)} txns still ending" + (" (results are incomplete; raise --drain-max-ms)"
+                         f"committed txns not visible, {f.get('ending_txns', 0)} txns still ending"
+                         + (f", {f['unsent']} rows not sent yet" if f.get("unsent") else "") + (" (results are incomplete; raise --drain-max-ms)"
                                                            if run.get("time_mode") == "wall" else
                                                            " (the model never delivers them: lost to the consumers)"))
     return lines

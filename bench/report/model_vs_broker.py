@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-LATENCIES = ("publish_nontxn_us", "publish_txn_us", "end_txn_us", "commit_to_visible_us", "dispatch_nontxn_us",
+LATENCIES = ("new_txn_us", "publish_nontxn_us", "publish_txn_us", "end_txn_us", "commit_to_visible_us", "dispatch_nontxn_us",
              "dispatch_txn_us", "time_to_first_dispatch_after_crash_us")
 PCTS = ("p50_us", "p99_us", "max_us")
 # (label, count name) the broker exports under the models' names, see bench.pulsar.metrics

@@ -48,7 +48,8 @@ GOALS = Goals()
 
 # (label, latency.json metric): the operations the goals name
 LATENCY_OPS = (
-    ("publish (txn)", "publish_txn_us"), ("publish (plain)", "publish_nontxn_us"), ("end-txn", "end_txn_us"),
+    ("new-txn", "new_txn_us"), ("publish (txn)", "publish_txn_us"), ("publish (plain)", "publish_nontxn_us"),
+    ("end-txn", "end_txn_us"),
     ("commit-to-visible", "commit_to_visible_us"), ("dispatch (txn)", "dispatch_txn_us"),
     ("dispatch (plain)", "dispatch_nontxn_us"),
 )
@@ -60,10 +61,11 @@ LATENCY_OPS = (
 # metadata_v5/shipped_buffer.py (the reconcile), engine/dispatcher.py (reads and deliveries).
 BILLED: dict[str, dict[str, str]] = {
     "v4": {
+        "new_txn_us": "rpc + a coordinator-log ledger.append (MLTransactionMetadataStore.newTransaction) + rpc back",
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
                           "with the coordinator (a coordinator-log ledger.append)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
-        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): rpc to the broker, a "
+        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, a "
                       "coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
                       "partition and subscription, concurrently; a commit on a subscription also waits for the "
                       "cursor's ledger.append when its mark-delete limiter, 1 a second, grants one), then the final "
@@ -74,12 +76,14 @@ BILLED: dict[str, dict[str, str]] = {
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
     },
     "v5": {
+        "new_txn_us": "rpc + the sequence key (meta.read + meta.cas) + the header create (meta.write) + rpc back; "
+                      "the writes queue for the profile's metadata service time when the profile has one",
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has queued "
                           "(capacity.IO_THREAD), plus the op-record write (emulated sequence key: meta.read + meta.cas "
                           "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has "
                              "queued (capacity.IO_THREAD)",
-        "end_txn_us": "from when the txn's publishes are answered (jvm TraceRunner.end): rpc to the broker, 2 "
+        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, 2 "
                       "meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per op "
                       "record the emulated scan "
                       "fetches, and the events (emulated sequence key: meta.read + meta.cas + meta.write) right after "

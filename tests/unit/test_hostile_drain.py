@@ -35,9 +35,10 @@ def _trace(path: Path) -> Path:
 def test_a_short_drain_leaves_work_in_flight_and_the_extension_waits_for_it(tmp_path: Path, engine: str) -> None:
     trace = _trace(tmp_path / "t.parquet")
     short = Replayer(RunConfig(engine=engine, drain_ms=0)).run(read_events(trace))
-    assert short.in_flight["ending_txns"] == 1 and short.in_flight["undelivered"] == 1  # m2; m1 waits for the commit
+    # m1 waits for t1's new_txn answer and m2 for m1 (one producer per topic), the commit for both
+    assert short.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 1, "unsent": 2}
     extended = Replayer(RunConfig(engine=engine, drain_ms=0, drain_max_ms=60_000)).run(read_events(trace))
-    assert extended.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0}
+    assert extended.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0, "unsent": 0}
     assert 0 < extended.drained_us < 60_000_000  # stopped once quiescent, not at the bound
     assert extended.counts["deliveries"] == 2
 
@@ -58,7 +59,7 @@ def test_cli_says_so_and_exits_1_when_not_quiescent(tmp_path: Path, capsys: pyte
     out = tmp_path / "out"
     code = main(["replay", "--trace", str(trace), "--engine", "v4", "--drain-ms", "0", "--no-progress", "--out", str(out)])
     err = capsys.readouterr().err
-    assert code == 1 and "v4: not quiescent" in err and "1 txns still ending" in err, err
+    assert code == 1 and "v4: not quiescent" in err and "1 txns still ending, 2 rows not sent yet" in err, err
     drain = json.loads((out / "manifest.json").read_text())["runs"]["v4"]["drain"]
     assert drain["quiescent"] is False and drain["in_flight"]["ending_txns"] == 1
     code = main(["replay", "--trace", str(trace), "--engine", "v4", "--drain-ms", "0", "--drain-max-ms", "60000",

@@ -87,6 +87,7 @@ def test_latencies_carry_the_models_names() -> None:
     assert lat["publish_txn_us"]["count"] == 2  # m1 and m2: 500 and 300
     assert lat["publish_txn_us"]["sum_us"] == 800
     assert lat["end_txn_us"]["count"] == 3 and lat["end_txn_us"]["sum_us"] == 2000 + 500 + 100
+    assert lat["new_txn_us"]["count"] == 4 and lat["new_txn_us"]["sum_us"] == 40 + 100 + 100 + 100
     assert one("commit_to_visible_us") == 1500  # commit asked at 1000, m1 first delivered at 2500
     assert one("dispatch_nontxn_us") == 400  # sent at 100, first delivered at 500
     assert one("dispatch_txn_us") == 2300

@@ -111,9 +111,11 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
     # two partitions: two registrations (1 400 each); every txn publish that finds its TB not
     # ready is parked until the snapshot lookup (200 us from the TB's start, D17) and the first
-    # snapshot (rpc + append, 1 200, D18) are done: T's TB started at 0, its three publishes at
-    # 20, 21, 22 wait 180, 179, 178 + 1 200; U's started with its publish at 23: 200 + 1 200.
-    assert sums["v4"] == (4, 4 * 1_400 + 2 * 1_400 + (180 + 179 + 178 + 3 * 1_200) + (200 + 1_200))
+    # snapshot (rpc + append, 1 200, D18) are done. The client sends the txn's publishes once
+    # new_txn is answered, at 10 + 1 400 (rpc + log append + rpc): T's TB, started at 0, has
+    # looked up by then, so its three publishes wait for the first snapshot only (1 200 each);
+    # U's TB starts with its publish: 200 + 1 200.
+    assert sums["v4"] == (4, 4 * 1_400 + 2 * 1_400 + 3 * 1_200 + (200 + 1_200))
     assert sums["v5"] == (4, 4 * (1_400 + 1_000) + 2 * (2 * 200 + 300 + 300))  # two registrations, two header reads
     assert sums["v5-pip"] == (4, 4 * (1_400 + 1_000) + 2 * 300)  # two participants: two header reads
 
@@ -122,14 +124,15 @@ def test_a_message_a_txn_acked_before_its_delivery_is_never_delivered(tmp_path: 
     # Pulsar's dispatcher skips positions in pending ack (AbstractBaseDispatcher.filterEntriesForConsumer,
     # PersistentSubscription.getPositionInPendingAck) and the commit acks them: m1, acked in t1 a
     # microsecond after its publish (by the id the publish returned), never reaches the consumer;
-    # m2, acked in t2 long after its delivery, was delivered.
+    # m2, acked in t2 long after its delivery, was delivered. (Both txns are open, their new_txn
+    # answered, by the publishes: a txn ack waits for that answer.)
     rows = [
         {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
         {"ts_us": 0, "op": "new_txn", "txn": "t1"},
         {"ts_us": 0, "op": "new_txn", "txn": "t2"},
-        {"ts_us": 10, "op": "publish", "topic": T, "msg": "m1", "size": 1},
-        {"ts_us": 10, "op": "publish", "topic": T, "msg": "m2", "size": 1},
-        {"ts_us": 11, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 10_000, "op": "publish", "topic": T, "msg": "m1", "size": 1},
+        {"ts_us": 10_000, "op": "publish", "topic": T, "msg": "m2", "size": 1},
+        {"ts_us": 10_001, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
         {"ts_us": 500_000, "op": "ack", "txn": "t2", "topic": T, "msg": "m2", "subscription": "s"},
         {"ts_us": 600_000, "op": "commit", "txn": "t1"},
         {"ts_us": 600_000, "op": "commit", "txn": "t2"},
