@@ -10,7 +10,8 @@ runs them and :mod:`bench.report.report` renders the section.
   "exact", or "explained" when they differ in a direction Pulsar's code says they may, by no more
   than what the runs count of that reason (:data:`EXPLAINED`: :class:`Why`, with class refs), else
   "differs".
-- **Latency** p50/p99 of publish, end-txn, commit-to-visible and dispatch: the model's relative
+- **Latency** p50/p99 of new-txn, publish, end-txn, commit-to-visible and dispatch (new-txn
+  where the broker run recorded it: sets folded before 2026-11-26 did not): the model's relative
   error ``(model - broker) / broker`` against :class:`Goals` (p50 ±20 %, p99 ±35 %).
 - **Throughput at saturation**: committed txns per second over the txn phase
   (:func:`bench.replay.measure.committed_rate`, as :mod:`bench.pulsar.fold` computes the broker's) per design and the v5/v4
