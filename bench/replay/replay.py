@@ -198,6 +198,9 @@ class Replayer:
         self._gated_in_flight = 0
         self._gated: dict[int, Timer] = {}
         self._gated_seq = 0
+        # acks of messages whose publish has not gone out yet: they go right after it (the trace
+        # client's ack waits for the publish's message id)
+        self._after_publish: dict[str, list[tuple[_Txn | None, Callable[[Event], None], Event]]] = {}
 
     def _new_broker(self) -> Broker:
         return Broker(self.sched, self.setup.ledgers, self.broker_config, self.setup.engine)
@@ -374,6 +377,7 @@ class Replayer:
                 self._topic_gate[e.topic] = at
                 if self._bound is not None:  # it took its slot at the row (TraceRunner.publish)
                     self._gated_in_flight += 1
+                self._after_publish[e.msg] = []
                 self._gate(at, txn, self._publish_gated, e)
                 return
         self._publish(e)
@@ -387,8 +391,20 @@ class Replayer:
         key = self._gated_seq
         self._gated[key] = self.sched.call_at(at, self._ungate, key, txn, fn, e)
 
+    def _gate_on_publish(self, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
+        """Issue ack row ``e`` (``fn``) once its message's waiting publish has gone out."""
+        assert e.msg is not None
+        if txn is not None:
+            txn.gated += 1
+        self.counts["client.ops_gated"] += 1
+        self._after_publish[e.msg].append((txn, fn, e))
+
     def _ungate(self, key: int, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
         del self._gated[key]
+        self._issue(txn, fn, e)
+
+    def _issue(self, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
+        """A row that waited goes out now; its txn's END_TXN goes after the last of them."""
         try:
             if txn is not None and self.txns.get(txn.label) is not txn:
                 raise UnsupportedOperation(f"txn {txn.label} ended before its op (row {e.op} {e.msg}) was issued")
@@ -404,9 +420,14 @@ class Replayer:
                     self._end_later(row, action)
 
     def _publish_gated(self, e: Event) -> None:
+        assert e.msg is not None
         if self._bound is not None:
             self._gated_in_flight -= 1
-        self._publish(e)
+        try:
+            self._publish(e)
+        finally:
+            for txn, fn, ack in self._after_publish.pop(e.msg, ()):
+                self._issue(txn, fn, ack)
 
     def _publish(self, e: Event) -> None:
         assert e.topic and e.msg
@@ -444,6 +465,9 @@ class Replayer:
 
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
+        if e.msg in self._after_publish:  # its publish waits to go out: the ack needs its id
+            self._gate_on_publish(self.txns.get(e.txn) if e.txn is not None else None, self._op_ack, e)
+            return
         if e.txn is not None and not self._wall:  # a txn ack waits for its txn (TraceRunner.ack)
             txn = self.txns.get(e.txn)
             if txn is not None and txn.open_us > self.sched.now_us():
@@ -822,7 +846,7 @@ class Replayer:
                                    and not self._end_timer(t)):
                 ending += 1  # commit or abort requested (or waiting for its sends), not answered, not timed out
         return {"undelivered": undelivered, "committed_not_visible": not_visible, "ending_txns": ending,
-                "unsent": len(self._gated)}
+                "unsent": len(self._gated) + sum(len(acks) for acks in self._after_publish.values())}
 
     def _retire(self, txn: _Txn) -> None:
         """Move a txn whose story is over (or the run is) to the txn rows."""

@@ -316,3 +316,28 @@ def test_what_waits_for_new_txn_goes_out_before_a_broker_crash(tmp_path: Path, e
     assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0, "unsent": 0}
     if engine == "v4":
         assert _delivered(result) == set()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_ack_of_a_message_whose_send_waits_goes_right_after_the_send(tmp_path: Path, engine: str) -> None:
+    # jvm TraceRunner.ack acks by the id its message's publish returns: p1's send waits behind m1
+    # (t1's new_txn), and t0's ack of p1 goes out once p1 has, before p1 is delivered: the
+    # dispatcher then skips p1 (in pending ack) and the commit acks it
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "new_txn", "txn": "t0"},
+        {"ts_us": 10_000, "op": "new_txn", "txn": "t1"},
+        {"ts_us": 10_000, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 10_001, "op": "publish", "topic": T, "msg": "p1", "size": 10},
+        {"ts_us": 10_002, "op": "ack", "txn": "t0", "topic": T, "msg": "p1", "subscription": "s"},
+        {"ts_us": 10_003, "op": "commit", "txn": "t0"},
+        {"ts_us": 10_004, "op": "commit", "txn": "t1"},
+    ]
+    result = _run(tmp_path, engine, rows)
+    c = result.counts
+    assert c["client.ops_gated"] == 3  # m1, p1 and the ack
+    assert c["acks.txn_before_delivery"] == 1 and "acks.after_all_acked" not in c
+    assert _requested(result)["t0"] == 10_000 + NEW_TXN_US[engine]  # after the ack, at p1's send
+    assert _outcomes(result) == {"t0": "committed", "t1": "committed"}
+    assert _delivered(result) == {"m1"}
+    assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0, "unsent": 0}
