@@ -650,7 +650,7 @@ class Replayer:
         wall time a publish has returned by the next row.)"""
         assert e.txn
         txn = self.txns[e.txn]
-        if txn.gated:  # some of its ops are not issued yet: it goes after them (_ungate)
+        if txn.gated:  # some of its ops are not issued yet: it goes after them (_issue)
             txn.end_row = (e, action)
             txn.end_waiting = True
             self._end_holds_slot(txn)
