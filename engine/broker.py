@@ -432,13 +432,14 @@ class Broker:
         return self._engine.coordinator()
 
     def new_txn(self, timeout_ms: int = 60_000) -> TxnID:
-        # ServerCnx.handleNewTxn: the request hop, what the coordinator does (v4 its log append,
-        # v5 its sequence and header writes; billed to the open request), the answer hop. The
-        # client's TransactionImpl exists only once that answer is back.
+        # ServerCnx.handleNewTxn: the request hop, the coordinator's thread and what it does there
+        # (v4 its log append, v5 its sequence and header writes; billed to the open request), the
+        # answer hop. The client's TransactionImpl exists only once that answer is back.
         coordinator = self.coordinator()
         bill = self._meter.bill
         with self._ctx.request as request:
             bill("rpc")
+            self._meter.serve("coordinator")
             txn = coordinator.new_txn(timeout_ms)
             bill("rpc")
         self.last_new_txn_us = request.us

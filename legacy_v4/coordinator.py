@@ -175,7 +175,6 @@ class V4TransactionCoordinator(TransactionCoordinator):
     def new_txn(self, timeout_ms: int) -> TxnID:
         if self._closed:
             raise TxnNotFound(f"coordinator {self.tc_id} is closed")
-        self._meter.serve("coordinator")  # MLTransactionMetadataStore.newTransaction, on the TC's thread
         self._seq += 1
         now = self._scope.now_us()
         meta = TxnMeta(TxnID(Design.V4, self.tc_id, self._seq), TxnStatus.OPEN, now, int(timeout_ms))

@@ -39,7 +39,6 @@ class CoordinatorV5(TransactionCoordinator):
 
     def new_txn(self, timeout_ms: int) -> TxnID:
         self._live()
-        self._meter.serve("coordinator")  # the request on the coordinator's thread
         txn = TxnID(Design.V5, self._opts.tc_id, self._records.next_txn_seq(self._opts.tc_id))
         now = self._sched.now_us()
         self._records.create_header(txn, now + timeout_ms * 1000, now)

@@ -40,7 +40,6 @@ class ShippedCoordinator(CoordinatorV5):
 
     def new_txn(self, timeout_ms: int) -> TxnID:
         self._live()
-        self._meter.serve("coordinator")  # the request on the coordinator's thread
         txn = TxnID(Design.V5, self._opts.tc_id, self._records.next_txn_seq_each(self._opts.tc_id))
         self.stats["seq_cas"] += 1
         now = self._sched.now_us()

@@ -382,22 +382,19 @@ class Replayer:
                 return
         self._publish(e)
 
-    def _gate(self, at: int, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
-        """Issue row ``e`` at ``at`` (``fn``), as the trace client does once its gates open."""
+    def _gate(self, at: int | None, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
+        """Issue row ``e`` (``fn``) at ``at``, or (None) right after its message's waiting publish
+        goes out, as the trace client does once its gates open."""
         if txn is not None:
             txn.gated += 1
         self.counts["client.ops_gated"] += 1
+        if at is None:
+            assert e.msg is not None
+            self._after_publish[e.msg].append((txn, fn, e))
+            return
         self._gated_seq += 1
         key = self._gated_seq
         self._gated[key] = self.sched.call_at(at, self._ungate, key, txn, fn, e)
-
-    def _gate_on_publish(self, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
-        """Issue ack row ``e`` (``fn``) once its message's waiting publish has gone out."""
-        assert e.msg is not None
-        if txn is not None:
-            txn.gated += 1
-        self.counts["client.ops_gated"] += 1
-        self._after_publish[e.msg].append((txn, fn, e))
 
     def _ungate(self, key: int, txn: _Txn | None, fn: Callable[[Event], None], e: Event) -> None:
         del self._gated[key]
@@ -466,7 +463,7 @@ class Replayer:
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
         if e.msg in self._after_publish:  # its publish waits to go out: the ack needs its id
-            self._gate_on_publish(self.txns.get(e.txn) if e.txn is not None else None, self._op_ack, e)
+            self._gate(None, self.txns.get(e.txn) if e.txn is not None else None, self._op_ack, e)
             return
         if e.txn is not None and not self._wall:  # a txn ack waits for its txn (TraceRunner.ack)
             txn = self.txns.get(e.txn)

@@ -143,15 +143,21 @@ def test_a_commit_after_a_conflicting_ack_turns_into_an_abort(tmp_path: Path, en
     assert _outcomes(result) == {"t1": "committed", "t2": "aborted"}
 
 
+def _delivered_then_acked_in_t1(ack_us: int) -> list[dict[str, Any]]:
+    """m1, published at 0, is delivered long before t1 (opened at 100 ms) acks it at ``ack_us``."""
+    return [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 100_000, "op": "new_txn", "txn": "t1"},
+        {"ts_us": ack_us, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+    ]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_plain_ack_of_a_message_pending_in_a_txn_applies_at_once(tmp_path: Path, engine: str) -> None:
     # The consumer received m1, acked it in t1, then acks it plainly: the cursor takes it at once
     # (PersistentSubscription.acknowledgeMessage), so t1's abort redelivers nothing.
-    rows = [
-        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
-        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": 100_000, "op": "new_txn", "txn": "t1"},
-        {"ts_us": 100_010, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+    rows = _delivered_then_acked_in_t1(ack_us=100_010) + [
         {"ts_us": 100_020, "op": "ack", "topic": T, "msg": "m1", "subscription": "s"},
         {"ts_us": 100_030, "op": "abort", "txn": "t1"},
     ]
@@ -183,13 +189,14 @@ def test_the_checker_sees_a_timed_out_txn_ack_as_aborted(tmp_path: Path, engine:
     assert check(history) == []
 
 
-def _commit_then_crash(commit_us: int, crash_us: int, timeout_ms: int) -> list[dict[str, Any]]:
-    """t1 publishes m1 at 2 us and commits at ``commit_us``; the broker crashes at ``crash_us``."""
+def _commit_then_crash(commit_us: int | None, crash_us: int, timeout_ms: int) -> list[dict[str, Any]]:
+    """t1 publishes m1 at 2 us and commits at ``commit_us`` (None: never); the broker crashes at
+    ``crash_us``."""
     return [
         {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
         {"ts_us": 1, "op": "new_txn", "txn": "t1", "timeout_ms": timeout_ms},
         {"ts_us": 2, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": commit_us, "op": "commit", "txn": "t1"},
+        *([{"ts_us": commit_us, "op": "commit", "txn": "t1"}] if commit_us is not None else []),
         {"ts_us": crash_us, "op": "crash_broker"},
     ]
 
@@ -283,13 +290,7 @@ def test_a_txns_sends_wait_for_its_new_txn_answer_and_a_topics_later_sends_for_t
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_txn_ack_waits_for_its_new_txn_answer(tmp_path: Path, engine: str) -> None:
     # jvm TraceRunner.ack: a txn ack goes once its txn exists; the commit goes after it
-    rows = [
-        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
-        {"ts_us": 0, "op": "publish", "topic": T, "msg": "p1", "size": 10},
-        {"ts_us": 100_000, "op": "new_txn", "txn": "t1"},
-        {"ts_us": 100_000, "op": "ack", "txn": "t1", "topic": T, "msg": "p1", "subscription": "s"},
-        {"ts_us": 100_001, "op": "commit", "txn": "t1"},
-    ]
+    rows = _delivered_then_acked_in_t1(ack_us=100_000) + [{"ts_us": 100_001, "op": "commit", "txn": "t1"}]
     result = _run(tmp_path, engine, rows)
     assert result.counts["client.ops_gated"] == 1
     assert result.counts["acks.txn_after_delivery"] == 1
@@ -303,12 +304,7 @@ def test_what_waits_for_new_txn_goes_out_before_a_broker_crash(tmp_path: Path, e
     # jvm TraceRunner.crash waits for every outstanding op first: m1 goes to the broker about to
     # crash, at the crash row, once (not again to the next broker at new_txn's answer). (The
     # shipped v5 then delivers m1: its crash windows are findings, test_v5_shipped.py.)
-    rows = [
-        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
-        {"ts_us": 0, "op": "new_txn", "txn": "t1", "timeout_ms": 1_000},
-        {"ts_us": 0, "op": "publish", "txn": "t1", "topic": T, "msg": "m1", "size": 10},
-        {"ts_us": 5, "op": "crash_broker"},
-    ]
+    rows = _commit_then_crash(commit_us=None, crash_us=5, timeout_ms=1_000)  # m1 waits for new_txn until 1 + its answer
     result = _run(tmp_path, engine, rows)
     assert result.counts["client.ops_gated"] == 1
     assert result.latency["publish_txn_us"]["count"] == 1
