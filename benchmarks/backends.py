@@ -19,8 +19,9 @@ Redis (``metadata_v5.store.redis`` vs redis-py on one connection):
 * ``v5 replay``: a virtual-time v5 replay of ``--trace`` on Redis (the whole engine included;
   and the adapter alone: the time a replay spends inside the store's methods, measured directly)
   vs redis-py sending the exact commands that replay sent (captured at the connection, pipelines
-  kept at their depth) through its API on one connection in a tight loop; plus the round trips the replay made per event, per
-  transactional publish and per end-txn (those issued inside the operation; the ones its
+  kept at their depth) through its API on one connection in a tight loop, as it is and polling
+  for replies as the adapter does (``_await_reply``, ``reply_spin_us``); plus the round trips the
+  replay made per event, per transactional publish and per end-txn (those issued inside the operation; the ones its
   scheduled follow-ups issued are counted apart) (the run's namespace is ``exclusive=1``: header reads
   of records the process already knows are answered without a round trip, see
   ``metadata_v5/store/redis.py``).
@@ -47,9 +48,9 @@ import tempfile
 import time
 import uuid
 import warnings
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT / "datasets" / "samples" / "small.parquet"
@@ -119,10 +120,10 @@ class _Capture:
         self._call = store_module._call
         cap = self
 
-        def call(conn: Any, command: tuple[Any, ...]) -> Any:
+        def call(conn: Any, command: tuple[Any, ...], spin_s: float = 0.0) -> Any:
             if cap.active:
                 cap.groups.append([command])
-            return cap._call(conn, command)
+            return cap._call(conn, command, spin_s)
 
         def send_command(conn: Any, *args: Any, **kw: Any) -> Any:
             if cap.active:
@@ -176,6 +177,34 @@ def _raw_send(client: Any, groups: list[list[tuple[Any, ...]]]) -> None:
             pipe.execute(raise_on_error=False)
         except Exception:  # noqa: BLE001 - a replayed error reply is still a reply
             pass
+
+
+@contextmanager
+def _polling_replies(spin_s: float) -> Iterator[None]:
+    """redis-py waiting for a reply as the adapter does (``metadata_v5.store.redis._await_reply``):
+    the first read after a send polls for up to ``spin_s`` before the blocking read."""
+    from redis.connection import AbstractConnection
+
+    from metadata_v5.store.redis import _await_reply
+
+    send, read = AbstractConnection.send_packed_command, AbstractConnection.read_response
+
+    def sent(conn: Any, *args: Any, **kw: Any) -> Any:
+        conn._txnbench_waiting = True
+        return send(conn, *args, **kw)
+
+    def reply(conn: Any, *args: Any, **kw: Any) -> Any:
+        if conn.__dict__.pop("_txnbench_waiting", False) and conn._sock is not None:
+            _await_reply(conn._sock, spin_s)
+        return read(conn, *args, **kw)
+
+    AbstractConnection.send_packed_command = sent  # type: ignore[method-assign, assignment]
+    AbstractConnection.read_response = reply  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+        AbstractConnection.read_response = read  # type: ignore[method-assign]
 
 
 def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: Table) -> None:
@@ -238,10 +267,14 @@ def bench_redis(url: str, n: int, depth: int, trace: Path, repeats: int, table: 
     best = replays[len(replays) // 2]  # the run of median ratio
     table.pair("redis", "v5 replay vs its commands", best["events"] / best["replay_s"],
                best["events"] / best["raw_s"], "events/s", "redis-py, same commands, same depth")
+    table.pair("redis", "v5 replay vs its commands, polled", best["events"] / best["replay_s"],
+               best["events"] / best["polled_s"], "events/s",
+               f"redis-py, same commands, same depth, polling for replies {best['spin_us']} us as the adapter does")
     table.pair("redis", "v5 replay's store calls vs its commands", best["events"] / best["store_s"],
                best["events"] / best["raw_s"], "events/s", "redis-py, same commands, same depth")
     table.note("redis", "v5 replay seconds: redis / in its store calls / embedded / redis-py alone",
                f"{best['replay_s']:.3f} / {best['store_s']:.3f} / {best['memory_s']:.3f} / {best['raw_s']:.3f}")
+    table.note("redis", "v5 replay seconds: redis-py polling for replies", f"{best['polled_s']:.3f}")
     table.note("redis", "v5 replay round trips / event", round(best["groups"] / best["events"], 3))
     for label, per in best["per_op"].items():
         table.note("redis", f"round trips per {label}", per)
@@ -286,24 +319,30 @@ def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
         cap.active = False
     finally:
         cap.close()
-    from metadata_v5.store.redis import _BATCH
+    from metadata_v5.store.redis import _BATCH, DEFAULT_REPLY_SPIN_US
 
     trips = (timed.counts.get("meta.round_trips"), result.counts.get("meta.round_trips"))
     if trips[0] != trips[1]:
         raise SystemExit(f"backends: the timed and the captured replay made {trips[0]} and {trips[1]} round trips")
     groups = _same_work(cap.groups, client.register_script(_BATCH).sha)
     # the same commands again (the run's own cleanup included, so the namespace ends empty)
-    t0 = time.perf_counter()
-    _raw_send(client, groups)
-    raw_s = time.perf_counter() - t0
-    for key in client.scan_iter(match=f"txnbench:{cfg.namespace}:*", count=1000):
-        client.delete(key)
+    sent_s = []
+    spin_us = DEFAULT_REPLY_SPIN_US
+    for polled in (False, True):  # redis-py as it is, then waiting for replies as the adapter does
+        with _polling_replies(spin_us / 1e6) if polled else nullcontext():
+            t0 = time.perf_counter()
+            _raw_send(client, groups)
+            sent_s.append(time.perf_counter() - t0)
+        for key in client.scan_iter(match=f"txnbench:{cfg.namespace}:*", count=1000):
+            client.delete(key)
+    raw_s, polled_s = sent_s
     steady = {k: round(statistics.mean(v[len(v) // 2:]), 3) for k, v in per.items() if v}
     # the adapter's own share: the time a third replay spends inside the store's methods
     store_s = _store_seconds(url, trace)
     # the engine's own time on this machine now: the same replay on the embedded store
     memory_s = Replayer(RunConfig(engine="v5")).run(read_events(trace, validated=True)).wall_seconds
-    return {"events": result.events, "replay_s": replay_s, "raw_s": raw_s, "groups": len(groups),
+    return {"events": result.events, "replay_s": replay_s, "raw_s": raw_s, "polled_s": polled_s, "spin_us": spin_us,
+            "groups": len(groups),
             "memory_s": memory_s, "store_s": store_s,
             "per_op": {k: steady[k] for k in ("txn publish", "end-txn", "plain publish", "ack", "new_txn")
                        if k in steady}}

@@ -2,7 +2,8 @@
 
 * ``memory://`` — embedded, on sortedcontainers (:mod:`metadata_v5.store.memory`); each call opens a
   new, empty store (use :meth:`MetadataStore.reopen` for another handle on the same data).
-* ``redis://host:port[/db][?prefix=P&stream_maxlen=N]`` — a real redis-server (:mod:`metadata_v5.store.redis`).
+* ``redis://host:port[/db][?prefix=P&stream_maxlen=N&reply_spin_us=US]`` — a real redis-server
+  (:mod:`metadata_v5.store.redis`).
 * any of them with ``emulated=1`` in the query (``memory://?emulated=1``) — the same data seen
   through :class:`~metadata_v5.store.emulated.EmulatedMetadataStore`: Pulsar's ``AbstractMetadataStore``
   fallback, which the standalone (RocksDB) and ZooKeeper run (index scans list the prefix and GET

@@ -30,6 +30,9 @@ def test_urls() -> None:
         RedisMetadataStore.from_url("redis://127.0.0.1:1/0?prefix={tag}")
     with pytest.raises(ConfigError):
         RedisMetadataStore.from_url("redis://127.0.0.1:1/0?stream_maxlen=lots")
+    for spin in ("lots", "-1"):  # refused before any connection is attempted
+        with pytest.raises(ConfigError, match="reply_spin_us"):
+            RedisMetadataStore.from_url(f"redis://127.0.0.1:1/0?reply_spin_us={spin}")
 
 
 def test_durable_data_outlives_handles() -> None:
