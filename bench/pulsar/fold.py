@@ -340,6 +340,7 @@ class EventFold:
             "committed_txns_per_s": committed_rate({"outcome": t.outcome, "end_ts_us": t.end_us, "opened_ts_us": t.opened_us}
                                                    for t in self.txns.values()),
             "max_lag_us": self.done.get("max_lag_us"),  # the client's: every row, acks included
+            "paused_us": self.done.get("paused_us"),  # the paced clock stopped for subscribes (jvm/PROTOCOL.md)
         }
 
     def _history(self, stored: dict[str, tuple[int, ...]]) -> Any:

@@ -78,11 +78,17 @@ def _trace(topic: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("design", ["v4", "v5"])
 def test_txn_visibility_and_blocking_behind_an_open_txn(client_cp: str, pulsar: PulsarBroker, design: str,
                                                         tmp_path: Path) -> None:
-    rc, events, stderr = _run(client_cp, pulsar, design, _trace(_topic(design)), tmp_path)
+    rows = _trace(_topic(design))
+    rc, events, stderr = _run(client_cp, pulsar, design, rows, tmp_path)
     assert rc == 0, (events[-3:], stderr[-2000:])
     assert events[0]["ev"] == "ready" and events[-1]["ev"] == "done"
     ops = {e["row"]: e for e in events if e["ev"] == "op"}
     assert sorted(ops) == list(range(10))
+    # The clock stopped while the subscribe was waited for: every later row is due that much later.
+    pause = ops[0]["end_us"] - ops[0]["start_us"]
+    assert pause > 0 and events[-1]["paused_us"] == pause and ops[0]["due_us"] == 0
+    assert {r: ops[r]["due_us"] - row["ts_us"] for r, row in enumerate(rows) if r > 0} == {r: pause for r in range(1, 10)}
+    assert ops[1]["start_us"] >= pause  # not sent before it was due
     failed = {r: e["error"] for r, e in ops.items() if not e["ok"]}
     assert not failed, failed
     assert ops[1]["txn_id"] and ops[1]["txn_id"] != ops[2]["txn_id"]

@@ -56,7 +56,7 @@ EVENTS: list[dict[str, Any]] = [
        error="TransactionCoordinatorClientException$InvalidTxnStatusException: txn (0,4) is aborted"),
     op(11, "ack", 5200, 5300, msg="m0"),
     deliver("m0", 6000, redelivery=True),  # after the ack: the checker must call it out
-    {"ev": "done", "t_us": 9000, "rows": 12, "max_lag_us": 40, "drain_ms": 2000},
+    {"ev": "done", "t_us": 9000, "rows": 12, "max_lag_us": 40, "paused_us": 7, "drain_ms": 2000},
 ]
 
 
@@ -105,7 +105,7 @@ def test_deliveries_keep_the_trace_names_and_counts_add_up() -> None:
     assert r.rates["rows"] == 12 and r.rates["offered_rows_per_s"] == 1200.0
     # acks aside (one waits for its message): 10 rows issued from 20 to 5000 µs
     assert r.rates["achieved_rows_per_s"] == round(10 / 0.00498, 1) and r.rates["max_issue_lag_us"] == 0
-    assert r.rates["max_lag_us"] == 40 and r.client == {"t0_epoch_ms": 1, "setup_ms": 5, "client": {"batching": False}}
+    assert r.rates["max_lag_us"] == 40 and r.rates["paused_us"] == 7 and r.client == {"t0_epoch_ms": 1, "setup_ms": 5, "client": {"batching": False}}
     # one commit, answered at 3000 µs, over the txn phase from t0's new_txn issued at 20 µs
     assert r.rates["committed_txns_per_s"] == round(1 / 0.00298, 1)
     assert dict(zip(r.txns["txn"], r.txns["opened_ts_us"])) == {"t0": 20, "t1": 3100, "t2": 4600, "t3": 4800}
