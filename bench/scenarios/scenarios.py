@@ -716,7 +716,7 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
     peak = {d: max((v["achieved"] or 0.0) for v in vals[d].values()) for d in vals}
     findings = [f"highest achieved rate: v4 {peak['v4']:g} txn/s, v5-shipped {peak['v5-shipped']:g} txn/s "
                 f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}; the broker measured 0.27-0.43 in PULSAR.md's first "
-                "runs, 0.21-0.56 on datasets/validation's seven traces (0.31-0.38 in the set before; 0.29-0.48, "
+                "runs, 0.19-0.44 on datasets/validation's seven traces (0.21-0.56 and 0.31-0.38 in the sets before; 0.29-0.48, "
                 "0.29-0.54 and 0.23-0.58 in the sets warmed up by one run instead of four), each on a fresh, warmed-up "
                 "broker, the median of three runs); at "
                 f"{rates[-1]}/s offered, commit-to-visible p50 v4 {vals['v4'][rates[-1]]['p50']} ms, "

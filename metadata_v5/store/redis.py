@@ -1,5 +1,5 @@
-"""``redis://host:port[/db][?prefix=P&stream_maxlen=N&reply_spin_us=US]``: the MetadataStore on a real redis-server
-(>= 7.0) with redis-py.
+"""``redis://host:port[/db][?prefix=P&stream_maxlen=N&reply_spin_us=US]``: the MetadataStore on a
+real redis-server (>= 7.0) with redis-py.
 
 Layout under the key prefix ``P`` (default ``txnbench:``):
 
@@ -361,8 +361,8 @@ def _await_reply(sock: socket.socket, spin_s: float) -> None:
             elif now > deadline:
                 return
             os.sched_yield()
-        except OSError:
-            return  # a broken socket: the read that follows raises it
+        except (OSError, ValueError):
+            return  # a broken or closed socket: the read that follows raises it
 
 
 def _call(conn: Any, command: tuple[Any, ...], spin_s: float = 0.0) -> Any:
