@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from dataclasses import dataclass
+from typing import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -46,6 +48,18 @@ def service_url(name: str) -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return service_url("redis")
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of the test's own on the Redis server, purged after it."""
+    from metadata_v5.store.redis import RedisMetadataStore
+
+    prefix = f"t{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    purger = RedisMetadataStore(redis_url, prefix=prefix)
+    purger.purge()
+    purger.close()
 
 
 @pytest.fixture(scope="session")

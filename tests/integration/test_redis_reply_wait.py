@@ -5,8 +5,6 @@ one command and on a pipeline, with the next command getting its own reply."""
 from __future__ import annotations
 
 import os
-import uuid
-from typing import Iterator
 
 import pytest
 
@@ -19,15 +17,6 @@ pytestmark = pytest.mark.redis
 _SLOW = """local t = redis.call('TIME'); local start = t[1] * 1000000 + t[2]
 repeat local n = redis.call('TIME') until n[1] * 1000000 + n[2] - start >= tonumber(ARGV[1])
 return ARGV[2]"""
-
-
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    prefix = f"t{uuid.uuid4().hex[:12]}:"
-    yield prefix
-    purger = RedisMetadataStore(redis_url, prefix=prefix)
-    purger.purge()
-    purger.close()
 
 
 def _yields(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -43,9 +32,9 @@ def _yields(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("spin_us", [0, 50, 200])
-def test_a_reply_slower_than_the_spin_arrives_whole(redis_url: str, prefix: str, spin_us: int,
+def test_a_reply_slower_than_the_spin_arrives_whole(redis_url: str, redis_prefix: str, spin_us: int,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    store = RedisMetadataStore.from_url(f"{redis_url}/0?prefix={prefix}&reply_spin_us={spin_us}")
+    store = RedisMetadataStore.from_url(f"{redis_url}/0?prefix={redis_prefix}&reply_spin_us={spin_us}")
     try:
         assert store.reply_spin_us == spin_us and store.reopen().reply_spin_us == spin_us
         yields = _yields(monkeypatch)
@@ -63,10 +52,10 @@ def test_a_reply_slower_than_the_spin_arrives_whole(redis_url: str, prefix: str,
         store.close()
 
 
-def test_a_default_handle_polls_and_a_zero_spin_never_does(redis_url: str, prefix: str,
+def test_a_default_handle_polls_and_a_zero_spin_never_does(redis_url: str, redis_prefix: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    default = RedisMetadataStore.from_url(f"{redis_url}/0?prefix={prefix}")
-    off = RedisMetadataStore(redis_url, prefix=prefix, reply_spin_us=0)
+    default = RedisMetadataStore.from_url(f"{redis_url}/0?prefix={redis_prefix}")
+    off = RedisMetadataStore(redis_url, prefix=redis_prefix, reply_spin_us=0)
     try:
         assert default.reply_spin_us == module.DEFAULT_REPLY_SPIN_US > 0
         yields = _yields(monkeypatch)

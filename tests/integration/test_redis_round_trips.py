@@ -3,8 +3,6 @@ per END_TXN in the steady state), and the coherence of what an exclusive handle 
 
 from __future__ import annotations
 
-import uuid
-from typing import Iterator
 
 import pytest
 
@@ -21,15 +19,6 @@ from tests.harness import Combo, Durable, System
 pytestmark = pytest.mark.redis
 
 S = "topic://public/default/s"
-
-
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    prefix = f"t{uuid.uuid4().hex[:12]}:"
-    yield prefix
-    purger = RedisMetadataStore(redis_url, prefix=prefix)
-    purger.purge()
-    purger.close()
 
 
 def _round_trips(handles: list[MetadataStore]) -> int:
@@ -74,8 +63,8 @@ def _script(base: MetadataStore, variant: str) -> tuple[dict[str, int], list[tup
 
 
 @pytest.mark.parametrize("variant", ["shipped", "pip"])
-def test_one_round_trip_per_txn_publish_and_per_end_txn(redis_url: str, prefix: str, variant: str) -> None:
-    meters, calls, msgs = _script(RedisMetadataStore(redis_url, prefix=prefix, exclusive=True), variant)
+def test_one_round_trip_per_txn_publish_and_per_end_txn(redis_url: str, redis_prefix: str, variant: str) -> None:
+    meters, calls, msgs = _script(RedisMetadataStore(redis_url, prefix=redis_prefix, exclusive=True), variant)
     # the steady state, every txn after the first: one per publish; one per END_TXN (the shipped
     # coordinator's listOpsByTxn, chained to its CAS in the call, TransactionCoordinatorV5 L456
     # then L477, goes out in the CAS's pipeline: batch_then_query_records)
@@ -89,10 +78,10 @@ def test_one_round_trip_per_txn_publish_and_per_end_txn(redis_url: str, prefix: 
     assert all(c == ([0, 0, 0], 0) for c in mem_calls)
 
 
-def test_an_exclusive_handle_answers_reads_locally_only_while_current(redis_url: str, prefix: str) -> None:
-    a = RedisMetadataStore(redis_url, prefix=prefix, exclusive=True)
+def test_an_exclusive_handle_answers_reads_locally_only_while_current(redis_url: str, redis_prefix: str) -> None:
+    a = RedisMetadataStore(redis_url, prefix=redis_prefix, exclusive=True)
     b = a.reopen()
-    plain = RedisMetadataStore(redis_url, prefix=prefix)
+    plain = RedisMetadataStore(redis_url, prefix=redis_prefix)
     try:
         a.put("/txn/{1}", {"state": "OPEN"})
         rt = a.stats()["round_trips"]
