@@ -21,10 +21,10 @@ Redis (``metadata_v5.store.redis`` vs redis-py on one connection):
   vs redis-py sending the exact commands that replay sent (captured at the connection, pipelines
   kept at their depth) through its API on one connection in a tight loop, as it is and polling
   for replies as the adapter does (``_await_reply``, ``reply_spin_us``); plus the round trips the
-  replay made per event, per transactional publish and per end-txn (those issued inside the operation; the ones its
-  scheduled follow-ups issued are counted apart) (the run's namespace is ``exclusive=1``: header reads
-  of records the process already knows are answered without a round trip, see
-  ``metadata_v5/store/redis.py``).
+  replay made per event, per transactional publish and per end-txn (those issued inside the
+  operation; the ones its scheduled follow-ups issued are counted apart) (the run's namespace is
+  ``exclusive=1``: header reads of records the process already knows are answered without a
+  round trip, see ``metadata_v5/store/redis.py``).
 
 Kafka (``engine.kafkaledger`` vs kafka-python 3):
 
@@ -342,8 +342,7 @@ def _v5_replay(url: str, trace: Path, client: Any) -> dict[str, Any]:
     # the engine's own time on this machine now: the same replay on the embedded store
     memory_s = Replayer(RunConfig(engine="v5")).run(read_events(trace, validated=True)).wall_seconds
     return {"events": result.events, "replay_s": replay_s, "raw_s": raw_s, "polled_s": polled_s, "spin_us": spin_us,
-            "groups": len(groups),
-            "memory_s": memory_s, "store_s": store_s,
+            "groups": len(groups), "memory_s": memory_s, "store_s": store_s,
             "per_op": {k: steady[k] for k in ("txn publish", "end-txn", "plain publish", "ack", "new_txn")
                        if k in steady}}
 
