@@ -3,7 +3,6 @@ per END_TXN in the steady state), and the coherence of what an exclusive handle 
 
 from __future__ import annotations
 
-
 import pytest
 
 from engine.dispatcher import DispatchMode
