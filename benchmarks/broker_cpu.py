@@ -30,9 +30,9 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+from bench.pulsar.cpu import TICK_S, machine_cpu_s as machine_cpu
 from benchmarks.broker_threads import ROOT, running_broker, txn_phase
 
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 PERIOD_S = 0.02
 MACHINE_BUSY, MACHINE_ALL = " machine busy", " machine all"  # not thread names (those have no leading space)
 _OPS = re.compile(r'^pulsar_metadata_store_ops_latency_ms_(sum|count)\{[^}]*type="(\w+)",status="success"\} (\S+)$',
@@ -63,13 +63,6 @@ def thread_cpu(pid: str) -> dict[str, float]:
         name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
         out[name] += (int(rest[11]) + int(rest[12])) * TICK_S  # utime, stime (fields 14, 15)
     return out
-
-
-def machine_cpu() -> tuple[float, float]:
-    """The machine's CPU seconds so far, over all cores: (busy, all); from ``/proc/stat``."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks) - idle) * TICK_S, sum(ticks) * TICK_S
 
 
 def sample(pid: str, into: list[tuple[float, dict[str, float]]], stop: threading.Event) -> None:

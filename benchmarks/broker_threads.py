@@ -32,6 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from bench.pulsar.cpu import txn_phase as run_txn_phase
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT / "datasets" / "samples" / "small.parquet"
 # a sample whose top frame is one of these is a thread waiting, not working
@@ -58,17 +60,10 @@ def _epoch_ms(iso: str) -> float:
 
 def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
     """The run's txn phase in epoch milliseconds, from the trace client's events."""
-    t0, starts, ends = None, [], []
-    for e in events:
-        if e["ev"] == "ready":
-            t0 = e["t0_epoch_ms"]
-        elif e["ev"] == "op" and e["op"] == "new_txn":
-            starts.append(e["start_us"])
-        elif e["ev"] == "op" and e["op"] in ("commit", "abort"):
-            ends.append(e["end_us"])
-    if t0 is None or not starts or not ends:
+    phase = run_txn_phase(events)
+    if phase is None:
         raise SystemExit("broker_threads: the run's events hold no txn phase (no ready line, new_txn or commit)")
-    return t0 + min(starts) / 1000, t0 + max(ends) / 1000
+    return phase
 
 
 def _thread(sample: dict[str, Any]) -> str:

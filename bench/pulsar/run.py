@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -11,6 +12,7 @@ from typing import Any, Callable
 
 from bench.replay.measure import peak_rss_mb
 from bench.pulsar.client import run_client
+from bench.pulsar.cpu import CpuSampler, broker_pid, txn_phase
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
 from bench.pulsar.rows import MappedRows, new_run_id, write_rows
@@ -77,7 +79,8 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     fold = EventFold(design, rows, back, trace_span_us=span, history=history, ended=frozenset(ended))
     before = Snapshot(target)
     started = time.perf_counter()
-    run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace))
+    with CpuSampler(broker_pid(target.pulsar_dir)) as cpu:
+        run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace))
     wall = time.perf_counter() - started
     folded = fold.finish()
     counts = dict(folded.counts)
@@ -98,8 +101,16 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
         "rates": folded.rates,
         "max_lag_us": folded.done.get("max_lag_us"),
         "drain": {k: folded.done.get(k) for k in ("t_us", "drain_ms")},
+        "cpu": _phase_cpu(cpu, scratch / f"events-{design}.jsonl"),
     }
     return BrokerRun(cfg, result, extra, folded.history)
+
+
+def _phase_cpu(cpu: CpuSampler, events: Path) -> dict[str, Any] | None:
+    """The cores the machine and the broker used over the run's txn phase (bench.pulsar.cpu)."""
+    with events.open() as f:
+        phase = txn_phase(json.loads(line) for line in f if line.strip())
+    return cpu.over(*phase) if phase is not None else None
 
 
 def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, out: str | Path,

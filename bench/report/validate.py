@@ -398,6 +398,10 @@ class Validation:
     # run at the trace's pace, and in each asap run (None where the run exported no sum)
     broker_put_us: tuple[tuple[str, float | None], ...] = ()
     saturation_put_us: tuple[tuple[str, tuple[float | None, ...]], ...] = ()
+    # per design, each asap run's cores over its txn phase (bench.pulsar.cpu): (the machine's busy
+    # cores, the broker process's or None), None where the run recorded none; and the machine's cores
+    saturation_cpu: tuple[tuple[str, tuple[tuple[float, float | None] | None, ...]], ...] = ()
+    cores: int | None = None
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -429,6 +433,9 @@ class Validation:
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
                 "broker_mean_put_us": dict(self.broker_put_us),
                 "broker_saturation_mean_put_us": {d: list(n) for d, n in self.saturation_put_us},
+                "broker_saturation_cpu": {d: [None if c is None else {"machine_busy_cores": c[0], "broker_cores": c[1]}
+                                              for c in n] for d, n in self.saturation_cpu},
+                "cores": self.cores,
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -468,12 +475,17 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     runs: dict[str, list[float]] = {}
     sat_failed: dict[str, list[int]] = {}
     sat_put: dict[str, list[float | None]] = {}
+    sat_cpu: dict[str, list[tuple[float, float | None] | None]] = {}
+    cores = None
     ratios = []  # v5/v4 of each asap set (both designs ran in it, v4 then v5)
     for rs in sat_sets:
         got = {}
         for d, lab in _by_design(rs).items():
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
             sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
+            cpu = rs["manifest"]["runs"][lab].get("cpu")
+            sat_cpu.setdefault(d, []).append(None if not cpu else (cpu["machine_busy_cores"], cpu["broker_cores"]))
+            cores = cpu["cores"] if cpu else cores
             rate = rs["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
             rate = rate if rate is not None else committed_rate(_txns(rs, lab))
             if rate is not None:
@@ -495,7 +507,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(sorted(failed_ops(broker, lab).items()))) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())),
                       tuple((d, mean_put_us(broker["counts"].get(lab, {}))) for d, lab in sorted(blab.items())),
-                      tuple((d, tuple(n)) for d, n in sorted(sat_put.items())))
+                      tuple((d, tuple(n)) for d, n in sorted(sat_put.items())),
+                      tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -557,6 +570,28 @@ def _saturation_runs(runs: tuple[tuple[str, tuple[float, ...]], ...]) -> str:
     return f", {max(len(r) for _, r in runs)} runs, the median per design ({spans})"
 
 
+def _saturation_cpu_note(runs: tuple[tuple[str, tuple[tuple[float, float | None] | None, ...]], ...],
+                         cores: int | None) -> str:
+    """Who used the cores in the asap runs (bench.pulsar.cpu), and which design's rate the broker
+    did not limit: one whose broker process used under half the machine's busy cores, with the
+    machine near full, ran into the trace client sharing the machine."""
+    parts, client_bound = [], []
+    for d, n in runs:
+        seen = [c for c in n if c is not None]
+        parts.append(f"{d} " + ", ".join("-" if c is None else f"{c[0]:g} ({'?' if c[1] is None else f'{c[1]:g}'})"
+                                         for c in n))
+        full = [c for c in seen if c[1] is not None and cores and c[0] >= 0.8 * cores]
+        if full and all(c[1] < c[0] / 2 for c in full):  # type: ignore[operator]
+            client_bound.append(d)
+    note = ("Cores in use over the txn phase of each asap run, the machine's busy (the broker process's) of its "
+            f"{cores if cores else '?'}: " + "; ".join(parts) + ".")
+    if client_bound:
+        note += (f" In {' and '.join(client_bound)} the machine was near full and the broker used under half of it: "
+                 "the rest was the trace client (a JVM started for the run, its JIT included) and this program, "
+                 "so that rate is the client's limit on this machine as much as the broker's.")
+    return note
+
+
 def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str]:
     """The report section: (heading, columns, rows, note); rows are ``row_cls`` (bench.report.report.Row)
     with values {model, broker, error}."""
@@ -595,6 +630,8 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      + ("; in its asap runs: " + "; ".join(f"{d} " + ", ".join("-" if x is None else f"{x:g}" for x in n)
                                                             + " µs" for d, n in sat_puts) if sat_puts else "")
                      + ".")
+    if v.saturation_cpu:
+        notes.append(_saturation_cpu_note(v.saturation_cpu, v.cores))
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

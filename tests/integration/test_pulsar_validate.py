@@ -31,7 +31,7 @@ def _trace(path: Path) -> Path:
         w.add(0, "subscribe", topic=T, subscription="s")
         w.add(1_000, "new_txn", txn="t0")
         w.add(2_000, "publish", txn="t0", topic=T, msg="m0", size=16)
-        w.add(3_000, "commit", txn="t0")
+        w.add(300_000, "commit", txn="t0")  # a txn phase of 0.3 s: CPU samples inside it (bench.pulsar.cpu)
     return path
 
 
@@ -98,7 +98,12 @@ def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: P
     assert not earlier & set(_namespaces(own_broker.admin_url))  # wiped: only this validate's runs are there
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
-    assert json.loads((out / "broker" / "manifest.json").read_text())["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1}}
+    measured = json.loads((out / "broker" / "manifest.json").read_text())
+    assert measured["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1}}
+    for d in ("v4", "v5"):  # the broker's pid from --pulsar-dir: its share of the cores over the txn phase
+        cpu = measured["runs"][d]["cpu"]
+        assert cpu["span_ms"] > 100 and 0 <= cpu["broker_cores"] <= cpu["cores"]
+        assert cpu["machine_busy_cores"] >= cpu["broker_cores"] - 0.1
     doc = json.loads((out / "validation.json").read_text())
     assert doc["broker_state"] == {"fresh": True, "warm_up_runs": 1}
     rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}

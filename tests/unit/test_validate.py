@@ -103,7 +103,7 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
          issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
-         store: dict[str, int] | None = None) -> None:
+         store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None) -> None:
     """A result set of v4 and v5 as bench.replay.runner (model) or bench.pulsar.run (broker) writes it:
     one committed txn per design, ending at ``ends``."""
     labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
@@ -122,7 +122,8 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
         runs = {lab: {"config": {"engine": lab[:2], **({"target": "pulsar"} if broker else {})}, "events": 4,
                       "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": lag_us,
                                                "rates": {"committed_txns_per_s": None,
-                                                         **({"max_issue_lag_us": issue_lag_us} if issue_lag_us is not None else {})}}
+                                                         **({"max_issue_lag_us": issue_lag_us} if issue_lag_us is not None else {})},
+                                               **({"cpu": cpu[lab]} if cpu and lab in cpu else {})}
                                             if broker else {})}
                 for lab in labels}
         manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1"}, "runs": runs}
@@ -265,6 +266,30 @@ def test_the_section_gives_the_brokers_mean_metadata_put(tmp_path: Path) -> None
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "old-asap"],
                tmp_path / "rep").markdown.read_text()
     assert "at the trace's pace: v4 350 µs, v5 350 µs; in its asap runs: v4 500, - µs; v5 500, - µs." in md
+
+
+def test_the_section_says_who_used_the_cores_in_the_asap_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    # v4: the machine full, the broker on 0.4 of its 1.9 busy cores (the client the rest); v5: the
+    # broker on 1.2 of 1.8; the second run recorded no CPU (no broker pid, or a set written before)
+    _set(tmp_path / "asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         cpu={"v4": {"span_ms": 300.0, "cores": 2, "machine_busy_cores": 1.9, "broker_cores": 0.4},
+              "v5": {"span_ms": 900.0, "cores": 2, "machine_busy_cores": 1.8, "broker_cores": 1.2}})
+    _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
+    assert dict(v.saturation_cpu) == {"v4": ((1.9, 0.4), None), "v5": ((1.8, 1.2), None)}
+    assert v.cores == 2
+    assert v.to_json()["broker_saturation_cpu"]["v4"] == [{"machine_busy_cores": 1.9, "broker_cores": 0.4}, None]
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
+               tmp_path / "rep").markdown.read_text()
+    assert "Cores in use over the txn phase of each asap run, the machine's busy (the broker process's) of its 2: " \
+           "v4 1.9 (0.4), -; v5 1.8 (1.2), -." in md
+    assert "In v4 the machine was near full and the broker used under half of it" in md  # v5's broker had 2/3
+    # sets without CPU records say nothing of it
+    none = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap2")])
+    assert none.saturation_cpu == () and none.to_json()["broker_saturation_cpu"] == {}
 
 
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,106 @@
+"""Who used the machine's CPU while the trace client ran: the broker's process against the rest.
+
+On one machine the trace client (a JVM started for each run) shares the cores with the broker, so
+an as-fast-as-possible run is limited by whichever runs out first: the broker, or the client. A
+run records, over its txn phase (the first new_txn issued to the last commit or abort answered,
+as ``bench.replay.measure.committed_rate`` counts the rate), how many cores the machine kept busy
+and how many of them were the broker's process (``/proc/PID/stat``: user + system ticks; the
+broker's pid from ``scripts/pulsar.sh``'s DIR). Sampled every 20 ms by a thread beside the
+client; the ticks are 10 ms, so a phase of a few hundred ms reads to about 10 %.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+PERIOD_S = 0.02
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: str) -> float | None:
+    """CPU seconds (user + system, all threads) of process ``pid`` so far; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime (fields 14 and 15 of proc(5))
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """The machine's CPU seconds so far, over all cores: (busy, all); from ``/proc/stat``."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) * TICK_S, sum(ticks) * TICK_S
+
+
+def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float] | None:
+    """The run's txn phase in epoch milliseconds, from the trace client's events; None without one."""
+    t0, starts, ends = None, [], []
+    for e in events:
+        if e.get("ev") == "ready":
+            t0 = e["t0_epoch_ms"]
+        elif e.get("ev") == "op" and e.get("op") == "new_txn":
+            starts.append(e["start_us"])
+        elif e.get("ev") == "op" and e.get("op") in ("commit", "abort"):
+            ends.append(e["end_us"])
+    if t0 is None or not starts or not ends:
+        return None
+    return t0 + min(starts) / 1000, t0 + max(ends) / 1000
+
+
+class CpuSampler:
+    """Samples (epoch ms, the broker's CPU s or None, machine busy s, machine all s) every
+    :data:`PERIOD_S` from ``start`` to ``stop``; :meth:`over` gives a window's use."""
+
+    def __init__(self, broker_pid: str | None) -> None:
+        self.pid = broker_pid
+        self.samples: list[tuple[float, float | None, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txnbench-cpu", daemon=True)
+
+    def __enter__(self) -> "CpuSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            busy, every = machine_cpu_s()
+            self.samples.append((time.time() * 1000, process_cpu_s(self.pid) if self.pid else None, busy, every))
+            if self._stop.wait(PERIOD_S):
+                return
+
+    def over(self, lo_ms: float, hi_ms: float) -> dict[str, Any] | None:
+        """Cores used over [lo_ms, hi_ms] (the samples inside it): ``machine_busy_cores``,
+        ``broker_cores`` (None without the broker's pid), ``cores`` and ``span_ms``; None when
+        fewer than two samples fall inside."""
+        inside = [s for s in self.samples if lo_ms <= s[0] <= hi_ms]
+        if len(inside) < 2:
+            return None
+        (t0, b0, busy0, all0), (t1, b1, busy1, all1) = inside[0], inside[-1]
+        cores = os.cpu_count() or 1
+        wall_s = (all1 - all0) / cores  # the machine's clock, in the same ticks as the rest
+        if wall_s <= 0:
+            return None
+        return {"span_ms": round(t1 - t0, 1), "cores": cores,
+                "machine_busy_cores": round((busy1 - busy0) / wall_s, 2),
+                "broker_cores": None if b0 is None or b1 is None else round((b1 - b0) / wall_s, 2)}
+
+
+def broker_pid(pulsar_dir: Path | None) -> str | None:
+    """The pid ``scripts/pulsar.sh`` wrote in DIR, if that process is running; else None."""
+    if pulsar_dir is None:
+        return None
+    try:
+        pid = (Path(pulsar_dir) / "pulsar.pid").read_text().strip()
+    except OSError:
+        return None
+    return pid if pid.isdigit() and process_cpu_s(pid) is not None else None
