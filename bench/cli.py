@@ -7,6 +7,7 @@ and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import signal
@@ -272,6 +273,14 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",
                    help="--target: the broker's scripts/pulsar.sh DIR (default $TXNBENCH_PULSAR_DIR), to restart it "
                         "for crash_broker rows")
+    _add_client_warm_up(p)
+
+
+def _add_client_warm_up(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--client-warm-up", action="store_true",
+                   help="--target: the trace client (a JVM started for each run) first runs the trace's rows as fast "
+                        "as possible in a namespace of their own, unmeasured, so that its JIT has compiled them before "
+                        "the measured rows (the broker's counters are read after it; not for traces with crash rows)")
 
 
 def _add_warm_up(p: argparse.ArgumentParser) -> None:
@@ -285,7 +294,8 @@ def _add_warm_up(p: argparse.ArgumentParser) -> None:
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from bench.pulsar.target import parse_target
 
-    return parse_target(args.target, args.admin_url, args.pacing, args.pulsar_dir, args.drain_ms)
+    target = parse_target(args.target, args.admin_url, args.pacing, args.pulsar_dir, args.drain_ms)
+    return dataclasses.replace(target, client_warm_up=bool(getattr(args, "client_warm_up", False)))
 
 
 def _designs(engine: str) -> list[str]:
@@ -777,6 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",
                    help="the broker's as-fast-as-possible runs per design; the section takes the median (default 3)")
     _add_warm_up(p)
+    _add_client_warm_up(p)
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir): "
                         "the runs of earlier traces no longer weigh on this one's")

@@ -70,14 +70,18 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
                on_event: Callable[[dict[str, Any]], None], *, source: str,
-               java: str = "java", extra_args: tuple[str, ...] = ()) -> int:
+               java: str = "java", extra_args: tuple[str, ...] = (), warm_up_rows: Path | None = None,
+               on_warmed: Callable[[], None] = lambda: None) -> int:
     """Run the rows in ``rows`` through the broker; call ``on_event`` with each event in the order
-    read. Returns the program's exit code (0) or raises: a refused row is a TraceError naming
-    ``source`` and the row, a fatal error BackendUnavailable."""
+    read. With ``warm_up_rows`` the program first runs those unreported, then ``on_warmed`` is
+    called before it is told to go on (jvm/PROTOCOL.md, "Warm-up"). Returns the program's exit
+    code (0) or raises: a refused row is a TraceError naming ``source`` and the row, a fatal error
+    BackendUnavailable."""
     cmd = [java, "-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp", class_path(), MAIN_CLASS,
            "--service-url", target.service_url, "--admin-url", target.admin_url, "--design", design,
            "--rows", str(rows), "--pacing", target.pacing, "--drain-ms", str(target.drain_ms),
-           "--quiet-ms", str(target.quiet_ms), *extra_args]
+           "--quiet-ms", str(target.quiet_ms),
+           *(("--warm-up-rows", str(warm_up_rows)) if warm_up_rows is not None else ()), *extra_args]
     log = workdir / f"client-{design}.log"
     refused: dict[str, Any] | None = None
     fatal: str | None = None
@@ -101,6 +105,11 @@ def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
                     continue
                 if kind == "error":
                     fatal = str(ev.get("message"))
+                    continue
+                if kind == "warmed":  # the warm-up's rows are done: the measured ones wait for "go"
+                    on_warmed()
+                    proc.stdin.write(json.dumps({"cmd": "go"}) + "\n")
+                    proc.stdin.flush()
                     continue
                 on_event(ev)
                 if kind == "crash":

@@ -21,7 +21,7 @@ from bench.pulsar.target import DESIGNS, PulsarTarget, probe
 from bench.replay.replay import RunResult
 from bench.replay.results import result_dir
 from bench.trace.trace import read_events, trace_metadata, validate
-from engine.errors import ConfigError
+from engine.errors import BackendUnavailable, ConfigError
 
 TARGET = "pulsar"
 
@@ -77,11 +77,16 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     back = {v: k for k, v in mapped.topics.items()}
     span = mapped.last_ts_us - mapped.first_ts_us if target.pacing == "trace" else 0
     fold = EventFold(design, rows, back, trace_span_us=span, history=history, ended=frozenset(ended))
-    before = Snapshot(target)
+    warm = warm_up_rows(trace, mapped, target, scratch)
+    snap: list[Snapshot] = [] if warm is not None else [Snapshot(target)]  # after the warm-up, if any
     started = time.perf_counter()
     with CpuSampler(broker_pid(target.pulsar_dir)) as cpu:
-        run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace))
+        run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace), warm_up_rows=warm,
+                   on_warmed=lambda: snap.append(Snapshot(target)))
     wall = time.perf_counter() - started
+    if not snap:  # a client that ended without its warmed event failed, and run_client said so
+        raise BackendUnavailable(f"Pulsar trace client ({design}) ended its warm-up without reporting it")
+    before = snap[0]
     folded = fold.finish()
     counts = dict(folded.counts)
     counts.update({"events." + op: n for op, n in mapped.ops.items()})
@@ -104,6 +109,19 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
         "cpu": _phase_cpu(cpu, scratch / f"events-{design}.jsonl"),
     }
     return BrokerRun(cfg, result, extra, folded.history)
+
+
+def warm_up_rows(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scratch: Path) -> Path | None:
+    """With ``target.client_warm_up``, the trace's rows again in a namespace of their own (a new
+    run id: none of the measured run's topics, subscriptions or system topics, whose counts are
+    per namespace), for the client to run first; None without it, or for a trace that restarts the
+    broker (its crash rows are the measured run's)."""
+    if not target.client_warm_up or any(op.startswith("crash_") for op in mapped.ops):
+        return None
+    path = scratch / f"warm-up-{mapped.design}.jsonl"
+    write_rows(read_events(trace, validated=True), path, design=mapped.design, run_id=new_run_id(),
+               restartable=False, source=str(trace))
+    return path
 
 
 def _phase_cpu(cpu: CpuSampler, events: Path) -> dict[str, Any] | None:

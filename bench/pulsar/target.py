@@ -45,6 +45,9 @@ class PulsarTarget:
     pulsar_dir: Path | None = None  # the broker's DIR when scripts/pulsar.sh started it: it can be restarted
     drain_ms: int = 30_000  # the longest the client waits for deliveries after the last row
     quiet_ms: int = 5_000  # ... or until none came for this long
+    # the trace client first runs the trace's rows in a namespace of their own, unmeasured, so that
+    # its JIT has compiled its paths before the measured rows (bench.pulsar.run: the warm-up)
+    client_warm_up: bool = False
 
     @property
     def restartable(self) -> bool:

@@ -119,3 +119,27 @@ def test_fresh_broker_without_its_directory_is_one_line(tmp_path: Path, pulsar: 
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "--fresh-broker needs the broker's scripts/pulsar.sh DIR" in err[0]
     assert not (tmp_path / "v").exists()
+
+
+def test_the_clients_warm_up_is_in_none_of_the_counts(tmp_path: Path, pulsar: PulsarBroker) -> None:
+    """--client-warm-up: the trace's rows run first in a namespace of their own, then the broker's
+    counters are read; the measured run's counts are one txn's, as without it."""
+    out = tmp_path / "v"
+    assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
+                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0",
+                 "--client-warm-up", "--out", str(out)]) == 0
+    doc = json.loads((out / "validation.json").read_text())
+    rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
+    for d in ("v4", "v5"):
+        assert rows[(d, "Counts", "deliveries")]["verdict"] == "exact"
+        assert rows[(d, "Counts", "txns committed")]["broker"] == 1  # the warm-up's txn ran, and is not counted
+        events = [json.loads(line) for line in (out / "broker" / f"pulsar-events-{d}.jsonl").read_text().splitlines()]
+        kinds = [e["ev"] for e in events]
+        assert kinds.index("warmed") < kinds.index("ready") and kinds.count("warmed") == 1
+        assert events[kinds.index("warmed")]["rows"] == 4  # the trace's rows, run first
+        assert sum(1 for e in events if e["ev"] == "op") == 4  # only the measured rows are reported
+    assert rows[("v4", "Counts", "commit/abort markers (v4)")]["verdict"] == "exact"  # not the warm-up's marker
+    # the coordinator's broker-wide counters were read after the warm-up's txn
+    counts = json.loads((out / "broker" / "counts.json").read_text())["v4"]
+    assert counts["pulsar.pulsar_txn_created_total"] == counts["pulsar.pulsar_txn_committed_total"] == 1
+    assert rows[("v4", "Counts", "coordinator log appends (v4)")]["verdict"] in ("exact", "explained")

@@ -11,7 +11,8 @@ final class Args {
     }
 
     private static final Set<String> KNOWN = Set.of("--service-url", "--admin-url", "--design", "--rows", "--pacing",
-            "--drain-ms", "--quiet-ms", "--max-in-flight", "--baseline-produce", "--size", "--topic", "--txn-size");
+            "--drain-ms", "--quiet-ms", "--max-in-flight", "--baseline-produce", "--size", "--topic", "--txn-size",
+            "--warm-up-rows");
 
     final String serviceUrl;
     final String adminUrl;
@@ -26,14 +27,27 @@ final class Args {
     final int size;
     final String topic;
     final int txnSize;
+    /** Rows run first, unreported, to warm the client up (jvm/PROTOCOL.md, "Warm-up"); null: none. */
+    final String warmUpRows;
+    private final Map<String, String> given;
 
     Args(String[] argv) throws Bad {
+        this(parse(argv));
+    }
+
+    private static Map<String, String> parse(String[] argv) throws Bad {
         Map<String, String> m = new HashMap<>();
         for (int i = 0; i < argv.length; i++) {
             if (!KNOWN.contains(argv[i])) throw new Bad("unknown argument " + argv[i]);
             if (i + 1 >= argv.length) throw new Bad(argv[i] + " needs a value");
             m.put(argv[i], argv[++i]);
         }
+        return m;
+    }
+
+    private Args(Map<String, String> m) throws Bad {
+        given = m;
+        warmUpRows = m.get("--warm-up-rows");
         serviceUrl = need(m, "--service-url");
         adminUrl = need(m, "--admin-url");
         design = need(m, "--design");
@@ -56,6 +70,16 @@ final class Args {
             pacing = m.getOrDefault("--pacing", "trace");
             if (!pacing.equals("trace") && !pacing.equals("asap")) throw new Bad("--pacing is trace or asap, not " + pacing);
         }
+    }
+
+    /** The warm-up's settings: its rows, as fast as possible, a short drain. */
+    Args warmUp() throws Bad {
+        Map<String, String> m = new HashMap<>(given);
+        m.remove("--warm-up-rows");
+        m.put("--rows", warmUpRows);
+        m.put("--pacing", "asap");
+        m.put("--quiet-ms", "300");
+        return new Args(m);
     }
 
     private static String need(Map<String, String> m, String k) throws Bad {

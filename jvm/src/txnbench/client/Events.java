@@ -21,12 +21,22 @@ final class Events implements AutoCloseable {
     private final OutputStream out = new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16);
     private final Thread writer = new Thread(this::drain, "txnbench-events");
     private volatile long t0Nanos = System.nanoTime();
+    private final boolean discard;
 
     Events() {
+        this(false);
+    }
+
+    private Events(boolean discard) {
+        this.discard = discard;
+        if (discard) return;
         System.setOut(System.err);
         writer.setDaemon(true);
         writer.start();
     }
+
+    /** A sink that reports nothing: the warm-up's (jvm/PROTOCOL.md, "Warm-up"). */
+    static Events discarding() { return new Events(true); }
 
     /** Starts the run's clock: every later *_us is microseconds since now. */
     void startClock() { t0Nanos = System.nanoTime(); }
@@ -35,7 +45,9 @@ final class Events implements AutoCloseable {
 
     long t0Nanos() { return t0Nanos; }
 
-    void emit(Json.Out event) { queue.add(event.toString()); }
+    void emit(Json.Out event) {
+        if (!discard) queue.add(event.toString());
+    }
 
     private void drain() {
         List<String> batch = new ArrayList<>(1024);
@@ -59,6 +71,7 @@ final class Events implements AutoCloseable {
     /** Writes everything queued so far and stops the writer. */
     @Override
     public void close() {
+        if (discard) return;
         queue.add(STOP);
         try {
             writer.join(10_000);

@@ -46,6 +46,8 @@ public final class TraceClient {
                     ev.emit(Baseline.run(backend, a));
                     return 0;
                 }
+                BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+                if (a.warmUpRows != null && !warmUp(backend, a, ev, stdin)) return 3;
                 long setupStart = System.nanoTime();
                 try {
                     backend.setup(rows);
@@ -58,7 +60,6 @@ public final class TraceClient {
                 ev.startClock();
                 ev.emit(new Json.Out("ready").num("t0_epoch_ms", System.currentTimeMillis()).num("setup_ms", setupMs)
                         .raw("client", backend.settings()));
-                BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
                 new TraceRunner(backend, rows, ev, a, stdin).run();
                 return 0;
             } catch (Exception e) {
@@ -68,5 +69,37 @@ public final class TraceClient {
                 if (backend != null) backend.close();
             }
         }
+    }
+
+    /**
+     * Runs the warm-up rows as fast as possible on the same backend, reporting nothing, so that
+     * the JIT has compiled the client's paths before the measured rows; then reports
+     * {@code warmed} and waits for {@code {"cmd":"go"}} (the caller reads the broker's counters
+     * in between). False when it could not (a fatal error was reported).
+     */
+    private static boolean warmUp(Backend backend, Args a, Events ev, BufferedReader stdin) throws Exception {
+        long start = System.nanoTime();
+        Rows warm;
+        try {
+            warm = Rows.read(Path.of(a.warmUpRows), a.design);
+            backend.setup(warm);
+        } catch (Rows.Refused e) {
+            ev.emit(new Json.Out("error").str("message", "warm-up row " + e.row + " refused: " + e.getMessage())
+                    .bool("fatal", true));
+            return false;
+        } catch (Exception e) {
+            ev.emit(new Json.Out("error").str("message", "warm-up setup failed against " + a.serviceUrl + ": "
+                    + Events.describe(e)).bool("fatal", true));
+            return false;
+        }
+        Events quiet = Events.discarding();
+        new TraceRunner(backend, warm, quiet, a.warmUp(), stdin).run();
+        ev.emit(new Json.Out("warmed").num("rows", warm.rows.size())
+                .num("ms", (System.nanoTime() - start) / 1_000_000));
+        String line = stdin.readLine();
+        if (line == null) throw new IllegalStateException("stdin closed while waiting for {\"cmd\": \"go\"}");
+        Object cmd = Json.parseObject(line).get("cmd");
+        if (!"go".equals(cmd)) throw new IllegalStateException("expected {\"cmd\": \"go\"} on stdin, got " + line);
+        return true;
     }
 }
