@@ -276,9 +276,9 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     _add_client_warm_up(p)
 
 
-def _add_client_warm_up(p: argparse.ArgumentParser) -> None:
+def _add_client_warm_up(p: argparse.ArgumentParser, scope: str = "--target: the trace client") -> None:
     p.add_argument("--client-warm-up", action="store_true",
-                   help="--target: the trace client (a JVM started for each run) first runs the trace's rows as fast "
+                   help=f"{scope} (a JVM started for each run) first runs the trace's rows as fast "
                         "as possible in a namespace of their own, unmeasured, so that its JIT has compiled them before "
                         "the measured rows (the broker's counters are read after it; not for traces with crash rows)")
 
@@ -612,7 +612,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
                         samples=args.samples, out=args.out, name=args.name, command=command,
                         progress=lambda line: print(line, file=sys.stderr, flush=True),
-                        fresh_broker=args.fresh_broker, pulsar_dir=args.pulsar_dir)
+                        fresh_broker=args.fresh_broker, pulsar_dir=args.pulsar_dir,
+                        client_warm_up=args.client_warm_up)
     print("\n".join(summary_lines(profile)))
     return 0
 
@@ -873,6 +874,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir), "
                         "as validate --fresh-broker does: a broker's rates follow its state")
+    _add_client_warm_up(p, "--pulsar: in each of its runs, the trace client")
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")

@@ -313,7 +313,7 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
 def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin_url: str | None,
               samples: int, out: str, name: str | None, command: str,
               progress: Callable[[str], None] = lambda s: None, fresh_broker: bool = False,
-              pulsar_dir: str | None = None) -> LatencyProfile:
+              pulsar_dir: str | None = None, client_warm_up: bool = False) -> LatencyProfile:
     """``fresh_broker``: restart the broker (``scripts/pulsar.sh`` DIR ``pulsar_dir``, else
     ``$TXNBENCH_PULSAR_DIR``) with its data wiped before measuring it, as ``validate
     --fresh-broker`` does before each trace (a broker's rates follow its state); the profile
@@ -342,7 +342,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         if not admin_url:
             raise ConfigError("calibrate --pulsar needs --admin-url")
         measurements.append(measure_pulsar(pulsar, admin_url, samples, progress, fresh=fresh_broker,
-                                           pulsar_dir=pulsar_dir))
+                                           pulsar_dir=pulsar_dir, client_warm_up=client_warm_up))
     default = "-".join(m.backend for m in measurements) + "-local"
     profile = build_profile(name or default, measurements, samples, command)
     sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)
@@ -353,7 +353,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         profile, note = with_resources(profile, sat["committed_txns_per_s"])
         prov = dict(profile.provenance)
         prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
-        prov["broker"] = {"fresh": fresh_broker}
+        prov["broker"] = {"fresh": fresh_broker, "client_warm_up": client_warm_up}
         profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
     return profile.save(out)
 

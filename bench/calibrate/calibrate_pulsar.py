@@ -33,6 +33,7 @@ metric), ``probe`` (the client's calls), ``not measurable``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -279,13 +280,17 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
 
 
 def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[str], None] = lambda s: None, *,
-                   fresh: bool = False, pulsar_dir: str | None = None) -> Measurement:
+                   fresh: bool = False, pulsar_dir: str | None = None, client_warm_up: bool = False) -> Measurement:
     """``fresh``: first restart the broker (``pulsar_dir``, else ``$TXNBENCH_PULSAR_DIR``) with its
-    data wiped, as ``validate --fresh-broker`` does."""
+    data wiped, as ``validate --fresh-broker`` does. ``client_warm_up``: in every run (the latency
+    probes and the saturation runs) the trace client runs the rows first, unmeasured
+    (``bench.pulsar.run.warm_up_rows``): leaving out the probes' first txns (``WARMUP_TXNS``) leaves
+    the client's JIT still compiling through the measured ones."""
     from bench.pulsar.client import fresh_broker
     from bench.pulsar.run import pulsar_replay
 
-    target: PulsarTarget = parse_target(url, admin_url, "trace", pulsar_dir, 5_000)
+    target: PulsarTarget = dataclasses.replace(parse_target(url, admin_url, "trace", pulsar_dir, 5_000),
+                                               client_warm_up=client_warm_up)
     if fresh:
         fresh_broker(target.pulsar_dir)
         progress(f"pulsar: broker restarted with fresh data ({target.pulsar_dir})")
@@ -320,6 +325,7 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         from bench.calibrate import saturation
 
         m.extra["saturation"] = saturation.measure(target, scratch, progress)  # calibrate() fits the resources
+        m.extra["saturation"]["client_warm_up"] = client_warm_up
 
         # The broker's publish summary first: its quantiles are exact over its window, where the
         # topic's buckets put every append of 1-5 ms at an interpolated 3 ms (on this machine: p50

@@ -190,3 +190,20 @@ def test_fresh_broker_needs_the_brokers_dir_and_a_broker(tmp_path: Path, capsys:
                  "--out", str(out)]) == 2
     assert "give --pulsar too" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.calibrate.calibrate_pulsar as cp
+    from engine.errors import ConfigError
+
+    def seen(url: str, admin: str, samples: int, progress: object, **kw: object) -> None:
+        raise ConfigError(f"measure_pulsar got client_warm_up={kw['client_warm_up']}")
+
+    monkeypatch.setattr(cp, "measure_pulsar", seen)
+    base = ["calibrate", "--pulsar", "pulsar://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1",
+            "--out", str(tmp_path / "p.json")]
+    assert main(base + ["--client-warm-up"]) == 2
+    assert "client_warm_up=True" in capsys.readouterr().err
+    assert main(base) == 2
+    assert "client_warm_up=False" in capsys.readouterr().err
