@@ -1,14 +1,15 @@
 """What one metadata store write costs a Pulsar broker, trace by trace: the evidence for the model's
 per-write service time (``resources.metadata`` of a latency profile, issue 17)::
 
-    .venv/bin/python -m benchmarks.broker_cpu --pulsar-dir DIR --trace T [--trace T2 ...]
+    .venv/bin/python -m benchmarks.broker_cpu --pulsar-dir DIR --trace T [--trace T2 ...] [--client-warm-up]
 
 With the broker of ``scripts/pulsar.sh start DIR`` running, each trace is replayed through it as
 fast as possible (``txnbench replay --target ... --pacing asap``, one design) while this program
 reads, every 20 ms, each broker thread's CPU time (``/proc/PID/task/TID/stat``: user + system
 ticks). It prints, over the run's txn phase (as ``bench.replay.measure.committed_rate`` counts
 it), the committed txns per second, the machine's and the broker's CPU use, the busiest broker
-threads' CPU share, and from the broker's
+threads' CPU share, the trace client's (a JVM started for the run; ``--client-warm-up`` warms it
+up first, as ``validate --client-warm-up`` does) with its JIT compiler threads apart, and from the broker's
 ``pulsar_metadata_store_ops_latency_ms`` (``MetadataStoreStats``: the time from ``put()`` to its
 completion, which RocksdbMetadataStore runs on the caller's thread, fsync of its WAL included) the
 mean time of a put, a get and a delete over the whole run. Run it on a warmed-up broker, nothing
@@ -30,11 +31,13 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+from bench.pulsar.client import MAIN_CLASS
 from bench.pulsar.cpu import TICK_S, machine_cpu_s as machine_cpu
 from benchmarks.broker_threads import ROOT, running_broker, txn_phase
 
 PERIOD_S = 0.02
 MACHINE_BUSY, MACHINE_ALL = " machine busy", " machine all"  # not thread names (those have no leading space)
+CLIENT = "client:"  # the trace client's threads, beside the broker's
 _OPS = re.compile(r'^pulsar_metadata_store_ops_latency_ms_(sum|count)\{[^}]*type="(\w+)",status="success"\} (\S+)$',
                   re.M)
 
@@ -65,15 +68,30 @@ def thread_cpu(pid: str) -> dict[str, float]:
     return out
 
 
+def client_pid() -> str | None:
+    """The running trace client's pid (the JVM of ``bench.pulsar.client``), if any."""
+    found = subprocess.run(["pgrep", "-f", MAIN_CLASS], capture_output=True, text=True).stdout.split()
+    return found[0] if found else None
+
+
 def sample(pid: str, into: list[tuple[float, dict[str, float]]], stop: threading.Event) -> None:
+    """Every PERIOD_S: the broker's threads, the trace client's (as ``client:NAME``, once it has
+    started) and the machine's."""
+    client = None
     while not stop.is_set():
         cpu = thread_cpu(pid)
+        client = client or client_pid()
+        if client is not None:
+            try:
+                cpu.update({CLIENT + name: s for name, s in thread_cpu(client).items()})
+            except OSError:  # it ended
+                client = None
         cpu[MACHINE_BUSY], cpu[MACHINE_ALL] = machine_cpu()
         into.append((time.time() * 1000, cpu))
         stop.wait(PERIOD_S)
 
 
-def measure(trace: Path, design: str, pid: str, url: str, admin: str, top: int) -> None:
+def measure(trace: Path, design: str, pid: str, url: str, admin: str, top: int, warm_up: bool = False) -> None:
     series: list[tuple[float, dict[str, float]]] = []
     stop = threading.Event()
     before = store_ops(admin)
@@ -83,7 +101,8 @@ def measure(trace: Path, design: str, pid: str, url: str, admin: str, top: int) 
         try:
             subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(trace), "--engine", design,
                             "--target", url, "--admin-url", admin, "--pacing", "asap", "--out", f"{tmp}/run",
-                            "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+                            "--no-progress", *(["--client-warm-up"] if warm_up else [])],
+                           check=True, stdout=subprocess.DEVNULL)
         finally:
             stop.set()
             sampler.join()
@@ -99,9 +118,15 @@ def measure(trace: Path, design: str, pid: str, url: str, admin: str, top: int) 
     print(f"\n{trace.name}, {design}, as fast as possible: txn phase {hi - lo:.0f} ms, {txns} committed "
           f"({txns / ((hi - lo) / 1000):.1f} txn/s); CPU over {span_s:.2f} s of it")
     busy, every = (c1[k] - c0[k] for k in (MACHINE_BUSY, MACHINE_ALL))
+    broker = [n for n in c1 if not n.startswith((" ", CLIENT))]
+    client = [n for n in c1 if n.startswith(CLIENT)]
     print(f"  machine: {100 * busy / every:.0f} % of its {os.cpu_count()} cores busy; the broker's process "
-          f"{100 * sum(c1[n] - c0.get(n, 0.0) for n in c1 if not n.startswith(' ')) / every:.0f} % of them")
-    shares = sorted(((c1.get(n, 0.0) - c0.get(n, 0.0)) / span_s, n) for n in c1 if not n.startswith(" "))
+          f"{100 * sum(c1[n] - c0.get(n, 0.0) for n in broker) / every:.0f} % of them")
+    if client:  # the JVM started for the run: how much of it is its JIT still compiling
+        used = {n: (c1[n] - c0.get(n, 0.0)) / span_s for n in client}
+        print(f"  trace client: {sum(used.values()):.2f} cores, its compiler threads "
+              f"{sum(v for n, v in used.items() if 'Compiler' in n):.2f}")
+    shares = sorted(((c1.get(n, 0.0) - c0.get(n, 0.0)) / span_s, n) for n in broker)
     for share, name in reversed(shares[-top:]):
         print(f"  {100 * share:5.1f}%  {name}")
     for kind in ("put", "get", "del"):
@@ -116,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", type=Path, action="append", required=True, help="a trace to replay (repeatable)")
     ap.add_argument("--design", choices=("v4", "v5"), default="v5")
     ap.add_argument("--top", type=int, default=6, help="threads shown, the busiest first (default 6)")
+    ap.add_argument("--client-warm-up", action="store_true", help="the trace client runs the trace first, unmeasured")
     args = ap.parse_args(argv)
     pid, url, admin = running_broker(args.pulsar_dir, "broker_cpu")
     for trace in args.trace:
-        measure(trace, args.design, pid, url, admin, args.top)
+        measure(trace, args.design, pid, url, admin, args.top, args.client_warm_up)
     return 0
 
 
