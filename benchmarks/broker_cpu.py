@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.pulsar.client import MAIN_CLASS
-from bench.pulsar.cpu import TICK_S, machine_cpu_s as machine_cpu
+from bench.pulsar.cpu import machine_cpu_s as machine_cpu, stat_cpu_s
 from benchmarks.broker_threads import ROOT, running_broker, txn_phase
 
 PERIOD_S = 0.02
@@ -63,8 +63,7 @@ def thread_cpu(pid: str) -> dict[str, float]:
             stat = (task / "stat").read_text()
         except OSError:
             continue  # the thread ended
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        out[name] += (int(rest[11]) + int(rest[12])) * TICK_S  # utime, stime (fields 14, 15)
+        out[stat[stat.index("(") + 1:stat.rindex(")")]] += stat_cpu_s(stat)
     return out
 
 

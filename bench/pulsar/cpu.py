@@ -21,14 +21,18 @@ PERIOD_S = 0.02
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
+def stat_cpu_s(stat: str) -> float:
+    """User + system CPU seconds from a ``/proc/PID/stat`` or ``/proc/PID/task/TID/stat`` line."""
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime (fields 14 and 15 of proc(5))
+
+
 def process_cpu_s(pid: str) -> float | None:
     """CPU seconds (user + system, all threads) of process ``pid`` so far; None once it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime (fields 14 and 15 of proc(5))
 
 
 def machine_cpu_s() -> tuple[float, float]:

@@ -577,11 +577,11 @@ def _saturation_cpu_note(runs: tuple[tuple[str, tuple[tuple[float, float | None]
     machine near full, ran into the trace client sharing the machine."""
     parts, client_bound = [], []
     for d, n in runs:
-        seen = [c for c in n if c is not None]
         parts.append(f"{d} " + ", ".join("-" if c is None else f"{c[0]:g} ({'?' if c[1] is None else f'{c[1]:g}'})"
                                          for c in n))
-        full = [c for c in seen if c[1] is not None and cores and c[0] >= 0.8 * cores]
-        if full and all(c[1] < c[0] / 2 for c in full):  # type: ignore[operator]
+        full = [(busy, broker) for busy, broker in filter(None, n)
+                if broker is not None and cores and busy >= 0.8 * cores]
+        if full and all(broker < busy / 2 for busy, broker in full):
             client_bound.append(d)
     note = ("Cores in use over the txn phase of each asap run, the machine's busy (the broker process's) of its "
             f"{cores if cores else '?'}: " + "; ".join(parts) + ".")

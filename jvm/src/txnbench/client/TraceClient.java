@@ -92,8 +92,7 @@ public final class TraceClient {
                     + Events.describe(e)).bool("fatal", true));
             return false;
         }
-        Events quiet = Events.discarding();
-        new TraceRunner(backend, warm, quiet, a.warmUp(), stdin).run();
+        new TraceRunner(backend, warm, Events.discarding(), a.warmUp(), stdin).run();
         ev.emit(new Json.Out("warmed").num("rows", warm.rows.size())
                 .num("ms", (System.nanoTime() - start) / 1_000_000));
         String line = stdin.readLine();
