@@ -276,11 +276,24 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     _add_client_warm_up(p)
 
 
-def _add_client_warm_up(p: argparse.ArgumentParser, scope: str = "--target: the trace client") -> None:
-    p.add_argument("--client-warm-up", action="store_true",
+def _add_client_warm_up(p: argparse.ArgumentParser, scope: str = "--target: the trace client", on: bool = False) -> None:
+    """``on``: the default, with ``--no-client-warm-up`` to leave it out (the commands whose figures
+    are judged: a cold client halved the broker's saturated v4 rate, datasets/validation/README.md)."""
+    p.add_argument("--client-warm-up", action=argparse.BooleanOptionalAction if on else "store_true", default=on,
                    help=f"{scope} (a JVM started for each run) first runs the trace's rows as fast "
                         "as possible in a namespace of their own, unmeasured, so that its JIT has compiled them before "
-                        "the measured rows (the broker's counters are read after it; not for traces with crash rows)")
+                        "the measured rows (the broker's counters are read after it; not for traces with crash rows)"
+                        + ("; on by default" if on else ""))
+
+
+def _add_saturation_repeat(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--saturation-repeat", type=_int_in(1, 100), default=None, metavar="N",
+                   help="the as-fast-as-possible runs (the broker's, its later warm-up runs and the model's) replay the "
+                        "trace's rows N times over, each pass with its own txn and message ids (default: per design, as "
+                        "many times as make its txn phase last about 1 s at the rate its first warm-up run measured: one "
+                        "pass of a 2,000-row trace saturated the broker's v4 for 90-520 ms and its rate moved 4.5x run to "
+                        "run, and v5's store slows with the volume it has served); a trace with split, merge or crash "
+                        "rows runs once")
 
 
 def _add_warm_up(p: argparse.ArgumentParser) -> None:
@@ -479,19 +492,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results: list[str | Path] = [tmp / "results"]
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
-            from bench.pulsar.validate_run import broker_saturation, warm_up_broker
+            from bench.pulsar.validate_run import asap_runs, groups, warm_up_broker
 
-            state = warm_up_broker(trace, target, tmp, args.warm_up, False, print)  # a broker's first runs are its JIT's
+            # a broker's first runs are its JIT's; the first one also sets each design's asap trace
+            state, traces = warm_up_broker(trace, target, tmp, args.warm_up, False, print, shown, args.saturation_repeat)
             broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
                 import dataclasses
 
-                results += broker_saturation(trace, target, tmp, say=print, extra_manifest=state)
-                replay_trace(trace, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs],
-                             tmp / "model-asap", shown=shown)  # the models as fast as possible, beside it
-                results.append(tmp / "model-asap")
+                results += asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
+                for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
+                    replay_trace(path, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs
+                                        if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
+                    results.append(tmp / f"model-asap{suffix}")
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")
@@ -515,7 +530,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
-                       fresh_broker=args.fresh_broker, warm_up=args.warm_up)
+                       fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -767,6 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wall_options(p)
     _add_target_options(p)
     _add_warm_up(p)
+    _add_saturation_repeat(p)
     _add_force(p)
     p.set_defaults(fn=cmd_compare)
 
@@ -787,8 +803,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",
                    help="the broker's as-fast-as-possible runs per design; the section takes the median (default 3)")
+    _add_saturation_repeat(p)
     _add_warm_up(p)
-    _add_client_warm_up(p)
+    _add_client_warm_up(p, on=True)
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir): "
                         "the runs of earlier traces no longer weigh on this one's")
@@ -874,7 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir), "
                         "as validate --fresh-broker does: a broker's rates follow its state")
-    _add_client_warm_up(p, "--pulsar: in each of its runs, the trace client")
+    _add_client_warm_up(p, "--pulsar: in each of its runs, the trace client", on=True)
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")

@@ -350,7 +350,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         from bench.calibrate.saturation import with_resources
 
         progress("fitting the model's resources to the broker's saturated rates")
-        profile, note = with_resources(profile, sat["committed_txns_per_s"])
+        profile, note = with_resources(profile, sat["committed_txns_per_s"], sat)
         prov = dict(profile.provenance)
         prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
         prov["broker"] = {"fresh": fresh_broker, "client_warm_up": client_warm_up}
@@ -371,7 +371,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
-    fitted, note = with_resources(profile, sat["committed_txns_per_s"])
+    fitted, note = with_resources(profile, sat["committed_txns_per_s"], sat)  # on the trace the rates were measured on
     prov = dict(profile.provenance)
     notes = str(prov.get("notes", ""))
     # the last fit's note goes: "; resources: ..." as calibrate wrote it, "; resources (re-fitted ...): ..." after a refit

@@ -2,11 +2,16 @@
 turned into the profile's ``resources`` (issue 17, item 3: per shared resource its service time
 and concurrency).
 
-The broker runs :func:`write_trace` (txns of :data:`MESSAGES` messages on one partition, the shape
-of PULSAR.md's first measurements) as fast as possible (``--pacing asap``: every row at once, up
-to the client's in-flight bound), :data:`RUNS` times per design; the medians of its committed txns
-per second are ``R_v4`` and ``R_v5``. Then :func:`fit` searches, replaying the same trace in the
-model as fast as possible, for the resources that give the model those rates:
+The broker runs :func:`write_trace` (:data:`EVENTS` rows of the :data:`MIX` workload, the
+compare default: txns over 4 partitions, a subscription, acks) as fast as possible (``--pacing
+asap``: every row at once, up to the client's in-flight bound), :data:`RUNS` times per design; the
+medians of its committed txns per second are ``R_v4`` and ``R_v5``. Then :func:`fit` searches,
+replaying the same trace in the model as fast as possible, for the resources that give the model
+those rates. Until 2026-11-26 the trace was txns of :data:`MESSAGES` messages on one partition
+and no acks (:func:`write_one_partition_trace`, which ``--refit`` of a profile measured on it
+still replays): the v4 rate fitted there (1,094-1,578 committed txn/s in two calibrations with a
+warm client) gave the model twice the broker's rate on ``small`` (1,184 against 557-616), whose
+deliveries and acks that trace lacks.
 
 - **bookie** (v4's bound: every data entry, marker and coordinator-log entry is an append): one
   for the run (a standalone has one bookie, one journal), each append holding a slot for its own
@@ -37,20 +42,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.trace.trace import TraceWriter
+from bench.trace.trace import TraceWriter, read_events, trace_metadata
 from engine.clock import ResourceSpec
 from engine.profile import LatencyProfile
 
-TOPIC = "persistent://public/default/calib-saturation-partition-0"
-MESSAGES = 10  # per txn
-TXNS = 200
-RUNS = 3  # per design: a saturated broker's rate moves by +-20 % run to run here; the median is fitted
+TOPIC = "persistent://public/default/calib-saturation-partition-0"  # the one-partition trace's
+MESSAGES = 10  # per txn, in the one-partition trace
+MIX = "small"  # the saturation trace's workload (datasets/profiles/small.json)
+# Rows of it, about 600 txns: long enough to measure a rate (a warm broker's v4 ran 200 txns in
+# 140-380 ms, and its rate moved 2.8x from run to run; see bench.trace.repeated)
+EVENTS = 12_000
+SEED = 1
+RUNS = 3  # per design: a saturated broker's rate moves from run to run; the median is fitted
 WRITES = frozenset({"meta.write", "meta.cas"})
 
 
-def write_trace(path: Path, txns: int = TXNS) -> Path:
+def write_trace(path: Path, events: int = EVENTS) -> Path:
+    """``events`` rows of the :data:`MIX` workload (seed :data:`SEED`)."""
+    from bench.trace.workloads import generate, load_profile
+
+    generate(load_profile(MIX), events, SEED, path)
+    return path
+
+
+def write_one_partition_trace(path: Path, txns: int = 200) -> Path:
     """``txns`` txns of :data:`MESSAGES` publishes on one partition, one subscription (its rows
-    100 µs apart: asap pacing ignores them)."""
+    100 µs apart: asap pacing ignores them): the saturation trace of profiles measured before
+    2026-11-26."""
     with TraceWriter(path, metadata={"profile": "calibrate-saturation", "seed": "1"}) as w:
         w.add(0, "subscribe", topic=TOPIC, subscription="sat")
         t = 10_000
@@ -62,6 +80,17 @@ def write_trace(path: Path, txns: int = TXNS) -> Path:
             w.add(t + 100, "commit", txn=f"t{i}")
             t += 200
     return path
+
+
+def trace_of(record: dict[str, Any], path: Path) -> Path:
+    """The saturation trace a measurement (:func:`measure`'s record) ran: the mix, or for a
+    profile measured before it, the one-partition trace of its ``txns``."""
+    if "mix" in record:
+        if record["mix"] != MIX or int(record.get("seed", SEED)) != SEED:
+            raise ValueError(f"a saturation measurement of workload {record['mix']!r} seed {record.get('seed')}: "
+                             f"this version writes {MIX!r} seed {SEED}")
+        return write_trace(path, int(record["events"]))
+    return write_one_partition_trace(path, int(record.get("txns", 200)))
 
 
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
@@ -124,7 +153,12 @@ def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[
     got = model_rates(profile, {"bookie": bookie, "metadata": metadata}, trace)
     if not (got["v4"] and got["v5"]):
         raise RuntimeError(f"calibrate: no resources give the model the broker's saturated rates {rates} ({got})")
-    note = (f"resources fitted to the broker's saturated rates on {TXNS} txns of {MESSAGES} messages (one partition, "
+    events = list(read_events(trace))
+    txns = sum(1 for e in events if e.op == "new_txn")
+    workload = trace_metadata(trace).get("profile", "?")
+    shape = (f"{txns} txns of {MESSAGES} messages (one partition" if workload == "calibrate-saturation" else
+             f"{len(events)} rows of the {workload} workload ({txns} txns")
+    note = (f"resources fitted to the broker's saturated rates on {shape}, "
             f"--pacing asap; the model replaying the same rows 1 µs apart): bookie x{conc} (v4 {r4:.1f} committed txn/s "
             f"on the broker, {got['v4']:.1f} in the model), each append holding a slot for its own latency, one bookie "
             f"per run (a standalone's one journal); metadata writes one at a time per broker thread, {service} µs each "
@@ -151,11 +185,12 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
     from bench.replay.measure import mean_put_us
 
     trace = write_trace(scratch / "saturation.parquet")
+    txns = sum(1 for e in read_events(trace) if e.op == "new_txn")
     runs: dict[str, list[float]] = {"v4": [], "v5": []}
     puts: dict[str, list[float | None]] = {"v4": [], "v5": []}
     for i in range(RUNS):
         for design in ("v4", "v5"):
-            progress(f"pulsar {design}: {TXNS} txns of {MESSAGES} messages as fast as possible "
+            progress(f"pulsar {design}: {EVENTS} rows of {MIX} ({txns} txns) as fast as possible "
                      f"(saturation, run {i + 1} of {RUNS})")
             out = scratch / f"sat-{design}-{i}"
             manifest = pulsar_replay(trace, [design], dataclasses.replace(target, pacing="asap"), out)
@@ -166,12 +201,13 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
             puts[design].append(mean_put_us(json.loads((out / "counts.json").read_text()).get(design, {})))
     # the broker's mean metadata put in each run (MetadataStoreStats): what one write takes at
     # saturation, against the fitted service, which also holds the thread's other work
-    return {"txns": TXNS, "messages_per_txn": MESSAGES, "runs": runs, "mean_put_us": puts,
+    return {"mix": MIX, "events": EVENTS, "seed": SEED, "txns": txns, "runs": runs, "mean_put_us": puts,
             "committed_txns_per_s": {d: statistics.median(r) for d, r in runs.items()}}
 
 
-def with_resources(profile: LatencyProfile, rates: dict[str, float]) -> tuple[LatencyProfile, str]:
-    """``profile`` with the resources :func:`fit` gives for ``rates`` (measured by :func:`measure`)."""
+def with_resources(profile: LatencyProfile, rates: dict[str, float], record: dict[str, Any]) -> tuple[LatencyProfile, str]:
+    """``profile`` with the resources :func:`fit` gives for ``rates``, measured by :func:`measure`
+    on the trace its ``record`` names (:func:`trace_of`)."""
     with tempfile.TemporaryDirectory(prefix="txnbench-saturation-") as tmp:
-        resources, note = fit(profile, rates, write_trace(Path(tmp) / "saturation.parquet"))
+        resources, note = fit(profile, rates, trace_of(record, Path(tmp) / "saturation.parquet"))
     return LatencyProfile(profile.name, profile.provenance, profile.operations, {**profile.resources, **resources}), note

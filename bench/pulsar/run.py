@@ -133,11 +133,13 @@ def _phase_cpu(cpu: CpuSampler, events: Path) -> dict[str, Any] | None:
 
 def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, out: str | Path,
                   progress: Callable[[str], None] | None = None, histories: dict[str, Any] | None = None, *,
-                  force: bool = False, extra_manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+                  force: bool = False, extra_manifest: dict[str, Any] | None = None,
+                  shown: dict[str, str] | None = None) -> dict[str, Any]:
     """Validate the trace, map and refuse rows, check the broker answers, then run each design
     and write one result directory (nothing is written if any of that fails). Returns the
     manifest (with ``extra_manifest`` merged in); ``histories``, if given, receives each design's
-    checker History."""
+    checker History. ``shown``: a staging directory the trace is in, and the path it will have."""
+    from bench.replay.output import shown_path
     from bench.replay.runner import finish_results
 
     rows = validate(trace)
@@ -147,7 +149,7 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
         mapped = prepare(trace, designs, target, scratch)  # rows the broker cannot run: refused first
         broker = probe(target)
         manifest: dict[str, Any] = {
-            "trace": {"path": str(trace), "rows": rows, **meta}, "seed": meta.get("seed"), "runs": {},
+            "trace": {"path": shown_path(trace, shown), "rows": rows, **meta}, "seed": meta.get("seed"), "runs": {},
             "target": {"kind": TARGET, "service_url": target.service_url, "admin_url": target.admin_url,
                        "version": broker["version"], "pacing": target.pacing},
             **(extra_manifest or {}),

@@ -4,7 +4,9 @@ timestamps, then as fast as possible), then the "model vs broker" section (:mod:
 
 Layout of ``--out``: ``model/``, ``model-asap/``, ``broker/``, ``broker-asap/``, ``broker-asap-2/``, ...
 (result sets; the asap ones not with ``--no-saturation``), ``broker-warm-up/`` (``-2``, ...: the
-broker's discarded runs), ``validation.json`` (the section's rows) and ``report/`` (the report with
+broker's discarded runs), ``saturation-trace-xN.parquet`` (the trace's rows N times over, which a
+design's asap runs replay: :data:`TARGET_PHASE_S`; with different N per design, the asap sets are
+one per design: ``model-asap-v4``, ``broker-asap-v4``, ``-2``, ...), ``validation.json`` (the section's rows) and ``report/`` (the report with
 the section). Written in a staging directory that becomes ``--out`` only when complete
 (:mod:`bench.replay.output`).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +35,15 @@ from engine.profile import LatencyProfile, resolve
 # The broker's rate at saturation moves from one run to the next on the same broker (small, v4, five
 # runs in a row: 136-203 committed txn/s): the section takes the median of this many runs per design.
 SATURATION_RUNS = 3
+# Each design's asap runs replay the trace's rows as many times over (bench.trace.repeated) as make
+# its txn phase last this long at the rate the first warm-up run measured, and no more. One pass
+# of small-slow-2000 saturated a warm broker's v4 for 90-520 ms, and its rate moved 4.5x from run
+# to run (174-789 committed txn/s); four passes, 560-630 ms, moved it +-5 % (557-616). v5's one
+# pass lasts 1-1.6 s already, and more volume slows it: its store keeps what each txn leaves
+# (datasets/validation/README.md, "Saturation runs were too short, and v5 slows with volume").
+TARGET_PHASE_S = 1.0
+MAX_REPEAT = 32
+DESIGNS = ("v4", "v5")
 WARM_UP_RUNS = 1  # discarded asap runs before the broker's measured ones (the JIT: see the module docstring)
 
 
@@ -52,45 +64,117 @@ def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None) 
             RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile)]
 
 
+def repeats_for(rates: dict[str, float | None], txns: int, phase_s: float = TARGET_PHASE_S) -> dict[str, int]:
+    """Per design, the passes of a trace of ``txns`` txns whose txn phase lasts ``phase_s`` at
+    ``rates`` (committed txn/s): 1 where the rate is unknown, at most :data:`MAX_REPEAT`."""
+    return {d: 1 if not rates.get(d) or txns < 1 else max(1, min(MAX_REPEAT, math.ceil(phase_s * float(rates[d] or 0) / txns)))
+            for d in DESIGNS}
+
+
+def saturation_traces(trace: str | Path, into: Path, repeats: dict[str, int],
+                      say: Callable[[str], None] = lambda _line: None) -> dict[str, Path]:
+    """Per design, the trace its asap runs replay: ``trace``'s rows ``repeats[d]`` times over,
+    written to ``into/saturation-trace-xN.parquet``; ``trace`` itself for 1, or when a row of it
+    cannot repeat (a split, merge or crash: said)."""
+    from bench.trace.repeated import unrepeatable_row, write_repeated
+
+    if max(repeats.values()) <= 1:
+        return {d: Path(trace) for d in repeats}
+    bad = unrepeatable_row(trace)
+    if bad is not None:
+        say(f"saturation: the trace's rows once (row {bad[0]} is a {bad[1]}, which cannot repeat)")
+        return {d: Path(trace) for d in repeats}
+    made: dict[int, Path] = {1: Path(trace)}
+    for n in sorted(set(repeats.values()) - {1}):
+        made[n] = write_repeated(trace, into / f"saturation-trace-x{n}.parquet", n)
+    return {d: made[n] for d, n in repeats.items()}
+
+
+def groups(traces: dict[str, Path]) -> list[tuple[Path, list[str], str]]:
+    """The runs a set of per-design traces makes: one result set of both designs when they replay
+    the same trace, else one per design (its name's suffix ``-v4``, ``-v5``)."""
+    if len(set(traces.values())) == 1:
+        return [(next(iter(traces.values())), list(traces), "")]
+    return [(path, [d], f"-{d}") for d, path in traces.items()]
+
+
+def trace_txns(trace: str | Path) -> int:
+    from bench.trace.trace import read_events
+
+    return sum(1 for e in read_events(trace) if e.op == "new_txn")
+
+
 def broker_saturation(trace: str | Path, target: Any, into: Path, runs: int = SATURATION_RUNS,
                       say: Callable[[str], None] = lambda _line: None, *, name: str = "broker-asap",
-                      extra_manifest: dict[str, Any] | None = None) -> list[Path]:
-    """The broker's as-fast-as-possible runs of ``trace``, both designs each time (v4 then v5):
-    ``broker-asap``, ``broker-asap-2``, ... (``name``) under ``into``; the section takes each
-    design's median."""
+                      extra_manifest: dict[str, Any] | None = None, shown: dict[str, str] | None = None,
+                      designs: list[str] | None = None) -> list[Path]:
+    """The broker's as-fast-as-possible runs of ``trace``, ``designs`` each time (both, v4 then
+    v5, by default): ``broker-asap``, ``broker-asap-2``, ... (``name``) under ``into``; the
+    section takes each design's median."""
     from bench.pulsar.run import pulsar_replay
 
     out = []
     for i in range(1, runs + 1):
         path = into / (name if i == 1 else f"{name}-{i}")
-        manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="asap"), path,
-                                 extra_manifest=extra_manifest)
+        manifest = pulsar_replay(trace, list(designs or DESIGNS), dataclasses.replace(target, pacing="asap"), path,
+                                 extra_manifest=extra_manifest, shown=shown)
         for label, run in manifest["runs"].items():
-            say(f"broker {label} ({name}, asap pacing, run {i} of {runs}): {run['events']} rows in "
+            say(f"broker {label} ({path.name}, asap pacing, run {i} of {runs}): {run['events']} rows in "
                 f"{run['wall_seconds']} s, {run['rates'].get('committed_txns_per_s')} committed txn/s")
         out.append(path)
     return out
 
 
+def asap_runs(traces: dict[str, Path], target: Any, into: Path, runs: int, say: Callable[[str], None], *,
+                    name: str = "broker-asap", extra_manifest: dict[str, Any] | None = None,
+                    shown: dict[str, str] | None = None) -> list[Path]:
+    """:func:`broker_saturation` of each design on its trace (:func:`groups`), run by run."""
+    out = []
+    for i in range(1, runs + 1):
+        for path, designs, suffix in groups(traces):
+            out += broker_saturation(path, target, into, 1, say, name=name + suffix + ("" if i == 1 else f"-{i}"),
+                                     extra_manifest=extra_manifest, shown=shown, designs=designs)
+    return out
+
+
 def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh: bool,
-                   say: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
-    """``runs`` discarded asap runs of ``trace`` (``broker-warm-up``, ``-2``, ... under ``into``);
-    returns what the measured sets' manifests record of the broker's state."""
+                   say: Callable[[str], None] = lambda _line: None, shown: dict[str, str] | None = None,
+                   repeat: int | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+    """``runs`` discarded asap runs (``broker-warm-up``, ``-2``, ... under ``into``); returns what
+    the measured sets' manifests record of the broker's state, and per design the trace its asap
+    runs replay (:func:`saturation_traces`): the rows ``repeat`` times over, or (``None``) as many
+    times as :func:`repeats_for` gives at the rates the first warm-up run measured on one pass
+    (once, without a warm-up run). The later warm-up runs replay those traces."""
     state = broker_state_manifest(fresh, runs)
+    discarded = lambda line: say(line + " (discarded)")  # noqa: E731
+    rates: dict[str, float | None] = {}
     if runs:
-        broker_saturation(trace, target, into, runs, lambda line: say(line + " (discarded)"), name="broker-warm-up",
-                          extra_manifest=state)
-    return state
+        first = broker_saturation(trace, target, into, 1, discarded, name="broker-warm-up", extra_manifest=state,
+                                  shown=shown)[0]
+        done = json.loads((first / "manifest.json").read_text())["runs"]
+        rates = {d: done[d].get("rates", {}).get("committed_txns_per_s") for d in DESIGNS if d in done}
+    counts = {d: repeat for d in DESIGNS} if repeat is not None else repeats_for(rates, trace_txns(trace))
+    traces = saturation_traces(trace, into, counts, say)
+    if counts != {d: 1 for d in DESIGNS}:
+        say("saturation: " + ", ".join(f"{d} replays the trace's rows {n} time{'s' if n > 1 else ''} over"
+                                       for d, n in counts.items()) + ("" if repeat is not None else
+            f" (a txn phase of about {TARGET_PHASE_S:g} s at the first warm-up run's rates)"))
+    for i in range(2, runs + 1):
+        asap_runs(traces, target, into, 1, discarded, name=f"broker-warm-up-{i}", extra_manifest=state, shown=shown)
+    return state, traces
 
 
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
                  force: bool = False, progress: Callable[[str], None] | None = None,
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
-                 fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS) -> dict[str, Any]:
+                 fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS,
+                 saturation_repeat: int | None = None) -> dict[str, Any]:
     """Run the result sets (``saturation=False``: no asap runs, the section says so), compute the
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
     ``target.pulsar_dir`` names with its data wiped first; ``warm_up``: discarded asap runs of
-    the trace before the measured broker runs."""
+    the trace before the measured broker runs; ``saturation_repeat``: how many times over each
+    design's asap runs (the model's, the broker's and its later warm-up runs) replay the trace's
+    rows, ``None``: per design, from the first warm-up run (:func:`warm_up_broker`)."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
     from bench.replay.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
@@ -113,24 +197,27 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         replay_trace(trace, model_configs(latency, prof), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
                      shown=shown)
         say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
-        model_sets = ["model"]
-        if saturation:
-            replay_trace(trace, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof)],
-                         tmp / "model-asap", extra_manifest={"validate": {"profile_note": note}}, shown=shown)
-            model_sets.append("model-asap")
-            say("model: both designs again as fast as possible (rows 1 µs apart): throughput at saturation")
         if fresh_broker:
             restart_fresh(target.pulsar_dir)
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
-        state = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say)
-        manifest = pulsar_replay(trace, ["v4", "v5"], dataclasses.replace(target, pacing="trace"), tmp / "broker",
+        state, traces = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say, shown, saturation_repeat)
+        manifest = pulsar_replay(trace, list(DESIGNS), dataclasses.replace(target, pacing="trace"), tmp / "broker",
                                  extra_manifest=state)
         for label, run in manifest["runs"].items():
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
-        sets: list[str | Path] = [tmp / name for name in model_sets + ["broker"]]
+        sets: list[str | Path] = [tmp / "model"]
         if saturation:
-            sets += broker_saturation(trace, target, tmp, saturation_runs, say, extra_manifest=state)
+            for path, designs, suffix in groups(traces):
+                replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof)
+                                    if c.engine in designs],
+                             tmp / f"model-asap{suffix}", extra_manifest={"validate": {"profile_note": note}}, shown=shown)
+                sets.append(tmp / f"model-asap{suffix}")
+            say("model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace): "
+                "throughput at saturation")
+        sets.append(tmp / "broker")
+        if saturation:
+            sets += asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown)
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -552,18 +552,18 @@ def _asap(rs: dict[str, Any]) -> bool:
 
 def validation_section(sets: list[dict[str, Any]]) -> tuple[Any, Section] | None:
     """The "model vs broker" section (:mod:`bench.report.validate`): the first model set against the
-    first broker set run at the trace's timestamps and, for saturation, the model's first asap set
-    against every broker set run asap (each design's median rate)."""
+    first broker set run at the trace's timestamps and, for saturation, the model's asap sets (one,
+    or one per design) against every broker set run asap (each design's median rate)."""
     from bench.report.validate import section, validate_sets
 
     model = next((rs for rs in sets if not is_broker(rs) and not _asap(rs)), None)
-    model_asap = next((rs for rs in sets if not is_broker(rs) and _asap(rs)), None)
+    model_asap = [rs for rs in sets if not is_broker(rs) and _asap(rs)]  # one, or one per design
     asap = [rs for rs in sets if is_broker(rs) and _asap(rs)]
     broker = next((rs for rs in sets if is_broker(rs) and not _asap(rs)), asap[0] if asap else None)  # only asap: it is both
-    model = model or model_asap
+    model = model or (model_asap[0] if model_asap else None)
     if model is None or broker is None:
         return None
-    v = validate_sets(model, broker, asap or None, model_saturation=model_asap)
+    v = validate_sets(model, broker, asap or None, model_saturation=model_asap or None)
     return v, section(v, Row)
 
 

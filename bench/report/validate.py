@@ -402,6 +402,10 @@ class Validation:
     # cores, the broker process's or None), None where the run recorded none; and the machine's cores
     saturation_cpu: tuple[tuple[str, tuple[tuple[float, float | None] | None, ...]], ...] = ()
     cores: int | None = None
+    # per design, how many times over its asap runs replayed the trace's rows (bench.trace.repeated),
+    # and their txn phases' shortest and longest span in ms (bench.pulsar.cpu; None: not recorded)
+    saturation_repeat: tuple[tuple[str, int], ...] = ()
+    saturation_span_ms: tuple[float, float] | None = None
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -435,7 +439,8 @@ class Validation:
                 "broker_saturation_mean_put_us": {d: list(n) for d, n in self.saturation_put_us},
                 "broker_saturation_cpu": {d: [None if c is None else {"machine_busy_cores": c[0], "broker_cores": c[1]}
                                               for c in n] for d, n in self.saturation_cpu},
-                "cores": self.cores,
+                "cores": self.cores, "saturation_repeat": dict(self.saturation_repeat),
+                "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -453,7 +458,7 @@ def profile_note(model: dict[str, Any]) -> str:
 
 def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                   saturation: dict[str, Any] | list[dict[str, Any]] | None,
-                  goals: Goals = GOALS, model_saturation: dict[str, Any] | None = None) -> Validation:
+                  goals: Goals = GOALS, model_saturation: dict[str, Any] | list[dict[str, Any]] | None = None) -> Validation:
     """The section's rows from loaded result sets (:func:`bench.replay.results.load`); the model's
     throughput from ``model_saturation`` (its asap replay) when given, else from ``model``; the
     broker's from ``saturation``, one asap set or several (each design's median rate: the broker's
@@ -469,33 +474,39 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
         checks += count_checks(d, model["counts"].get(mlab[d], {}), bc)
         checks += latency_checks(d, model["latency"].get(mlab[d], {}), broker["latency"].get(blab[d], {}), goals)
         unmapped |= {k for k in bc if k.startswith("pulsar.") and k not in mapped}
-    rated = model_saturation if model_saturation is not None else model
-    mrate = {d: committed_rate(_txns(rated, lab)) for d, lab in _by_design(rated).items() if d in ("v4", "v5")}
+    rated_sets = ([model_saturation] if isinstance(model_saturation, dict) else list(model_saturation or [])) or [model]
+    mrate: dict[str, float | None] = {}
+    for rated in rated_sets:  # the first set that ran a design gives its rate
+        for d, lab in _by_design(rated).items():
+            if d in ("v4", "v5") and d not in mrate:
+                mrate[d] = committed_rate(_txns(rated, lab))
     sat_sets = [saturation] if isinstance(saturation, dict) else list(saturation or [])
     runs: dict[str, list[float]] = {}
     sat_failed: dict[str, list[int]] = {}
     sat_put: dict[str, list[float | None]] = {}
     sat_cpu: dict[str, list[tuple[float, float | None] | None]] = {}
     cores = None
-    ratios = []  # v5/v4 of each asap set (both designs ran in it, v4 then v5)
+    spans: list[float] = []
+    repeats: dict[str, int] = {}
     for rs in sat_sets:
-        got = {}
         for d, lab in _by_design(rs).items():
+            repeats.setdefault(d, int(rs["manifest"].get("trace", {}).get("repeated") or 1))
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
             sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
             cpu = rs["manifest"]["runs"][lab].get("cpu")
             sat_cpu.setdefault(d, []).append(None if not cpu else (cpu["machine_busy_cores"], cpu["broker_cores"]))
             cores = cpu["cores"] if cpu else cores
+            if cpu and cpu.get("span_ms"):
+                spans.append(float(cpu["span_ms"]))
             rate = rs["manifest"]["runs"][lab].get("rates", {}).get("committed_txns_per_s")
             rate = rate if rate is not None else committed_rate(_txns(rs, lab))
             if rate is not None:
                 runs.setdefault(d, []).append(rate)
-                got[d] = rate
-        if got.get("v4") and got.get("v5") is not None:
-            ratios.append(got["v5"] / got["v4"])
+    # v5/v4 of each run, the designs' runs paired in order (in one set, or one set per design)
+    ratios = [v5 / v4 for v4, v5 in zip(runs.get("v4", []), runs.get("v5", [])) if v4]
     brate: dict[str, float | None] = {d: statistics.median(rates) for d, rates in runs.items()}
     capacity = any((run.get("config", {}).get("latency_profile") or {}).get("resources")
-                   for run in rated["manifest"].get("runs", {}).values())
+                   for rated in rated_sets for run in rated["manifest"].get("runs", {}).values())
     checks += throughput_checks(mrate, brate, goals, capacity, model_saturation is not None,
                                 (min(ratios), max(ratios)) if len(ratios) > 1 else None)
     lag = tuple((d, _issue_lag(broker["manifest"]["runs"][lab])) for d, lab in blab.items())
@@ -508,7 +519,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(sat_failed.items())),
                       tuple((d, mean_put_us(broker["counts"].get(lab, {}))) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_put.items())),
-                      tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores)
+                      tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores,
+                      tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -562,6 +574,16 @@ def duplicate_deliveries(rs: dict[str, Any], label: str) -> int:
     return sum(1 for n in seen.values() if n > 1)
 
 
+SHORT_PHASE_MS = 500  # an asap run's txn phase below this measures no steady rate (the note says so)
+
+
+def _repeats(repeats: tuple[tuple[str, int], ...]) -> str:
+    """", v4 on the trace's rows 8 times over, v5 once" when a design's runs repeated them."""
+    if all(n == 1 for _, n in repeats):
+        return ""
+    return ", " + ", ".join(f"{d} on the trace's rows " + (f"{n} times over" if n > 1 else "once") for d, n in repeats)
+
+
 def _saturation_runs(runs: tuple[tuple[str, tuple[float, ...]], ...]) -> str:
     """", 3 runs, the median per design (v4 136-203, v5 ...)" when there were several."""
     if not runs or max(len(r) for _, r in runs) < 2:
@@ -605,7 +627,9 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
              "emulates index scans and sequence keys on RocksDB): v5's metadata counts and latencies differ for that "
              "reason too; `txnbench validate` runs the emulated one")
     notes = [f"The same trace through the model (`{v.model_path}`, virtual time, v5 as shipped {store}) and the real broker (`{v.broker_path}` at the trace's timestamps"
-             + ((f"; `{v.saturation_path}` as fast as possible" + _saturation_runs(v.saturation_runs))
+             + ((f"; `{v.saturation_path}` as fast as possible"
+                 + _repeats(v.saturation_repeat)
+                 + _saturation_runs(v.saturation_runs))
                 if v.saturation_path else "; no asap run: no saturation figure")
              + f"; {v.broker_state_note()}). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
              f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
@@ -632,6 +656,12 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      + ".")
     if v.saturation_cpu:
         notes.append(_saturation_cpu_note(v.saturation_cpu, v.cores))
+    if v.saturation_span_ms is not None and v.saturation_span_ms[0] < SHORT_PHASE_MS:
+        lo, hi = v.saturation_span_ms
+        notes.append(f"The broker's asap runs saturated it for {lo:.0f}-{hi:.0f} ms (their txn phases): too short "
+                     "to measure a rate. Over phases of 90-520 ms one trace's v4 rate moved 4.5x from run to run; "
+                     "over 560-630 ms (its rows four times over) +-5 % (`validate` replays them as many times over as "
+                     "make a phase of about 1 s, or `--saturation-repeat N`).")
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

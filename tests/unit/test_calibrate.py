@@ -149,10 +149,11 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
 
     source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
     recorded = source.provenance["extra"]["pulsar.saturation"]["committed_txns_per_s"]
-    asked: list[dict[str, float]] = []
+    record = source.provenance["extra"]["pulsar.saturation"]
+    asked: list[tuple[dict[str, float], dict[str, object]]] = []
 
-    def fit(profile: LatencyProfile, rates: dict[str, float]) -> tuple[LatencyProfile, str]:
-        asked.append(rates)
+    def fit(profile: LatencyProfile, rates: dict[str, float], measured: dict[str, object]) -> tuple[LatencyProfile, str]:
+        asked.append((rates, measured))
         res = {"metadata": ResourceSpec(777, 1, kinds=frozenset({"meta.write"}))}
         return LatencyProfile(profile.name, profile.provenance, profile.operations, res), "the new fit"
 
@@ -160,7 +161,7 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     out = tmp_path / "p.json"
     assert main(["calibrate", "--refit", str(source.path), "--out", str(out)]) == 0
     got = LatencyProfile.load(out)
-    assert asked == [recorded]
+    assert asked == [(recorded, record)]  # the measurement, which names the trace the rates were measured on
     assert got.operations == source.operations and got.resources["metadata"].service_us == 777
     old_notes, notes = source.provenance["notes"], got.provenance["notes"]
     kept = old_notes[:old_notes.rindex("; resources")]  # the measurement's notes stay, the old fit's go
@@ -203,7 +204,7 @@ def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: p
     monkeypatch.setattr(cp, "measure_pulsar", seen)
     base = ["calibrate", "--pulsar", "pulsar://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1",
             "--out", str(tmp_path / "p.json")]
-    assert main(base + ["--client-warm-up"]) == 2
+    assert main(base) == 2  # on by default: a cold client's saturated rates are its JIT's
     assert "client_warm_up=True" in capsys.readouterr().err
-    assert main(base) == 2
+    assert main(base + ["--no-client-warm-up"]) == 2
     assert "client_warm_up=False" in capsys.readouterr().err

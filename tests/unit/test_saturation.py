@@ -18,7 +18,12 @@ from engine.profile import LatencyProfile
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return saturation.write_trace(tmp_path_factory.mktemp("sat") / "sat.parquet", txns=40)
+    return saturation.write_one_partition_trace(tmp_path_factory.mktemp("sat") / "sat.parquet", txns=40)
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return saturation.write_trace(tmp_path_factory.mktemp("mix") / "mix.parquet", events=800)
 
 
 def test_asap_pacing_issues_the_rows_one_microsecond_apart_in_order(trace: Path) -> None:
@@ -127,3 +132,27 @@ def test_a_saturated_runs_latency_answers_say_the_ratio_is_the_runs_not_the_desi
     assert marked[0].text.startswith("v4 wins, 3× lower. Saturated (v5): latencies that grow with the trace's length")
     assert marked[1] == findings[1]
     assert mark_saturated(findings, saturated_runs(rs(2_000))) == findings
+
+
+def test_the_fit_recovers_resources_on_the_mix_calibrate_runs(mix: Path) -> None:
+    """The saturation trace is the small workload's mix (acks, several partitions): the fit finds
+    the resources that gave its rates there too, and says which trace it fitted on."""
+    profile = LatencyProfile.constants()
+    truth = {"bookie": ResourceSpec(None, 2, shared=True),
+             "metadata": ResourceSpec(600, 1, shared=False, kinds=saturation.WRITES)}
+    rates = saturation.model_rates(profile, truth, mix)
+    fitted, note = saturation.fit(profile, rates, mix)
+    assert fitted["bookie"] == truth["bookie"]
+    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.03)
+    rows = sum(1 for _ in read_events(mix))
+    assert f"on {rows} rows of the small workload (" in note
+
+
+def test_a_measurement_names_the_trace_a_refit_replays(tmp_path: Path) -> None:
+    mix = saturation.trace_of({"mix": "small", "events": 300, "seed": 1}, tmp_path / "a.parquet")
+    assert sum(1 for _ in read_events(mix)) >= 300 and any(e.op == "ack" for e in read_events(mix))
+    old = saturation.trace_of({"txns": 30, "messages_per_txn": 10}, tmp_path / "b.parquet")  # before the mix
+    assert sum(1 for e in read_events(old) if e.op == "new_txn") == 30
+    assert {e.topic for e in read_events(old) if e.topic} == {saturation.TOPIC}
+    with pytest.raises(ValueError, match="workload 'omb' seed 1"):
+        saturation.trace_of({"mix": "omb", "events": 300, "seed": 1}, tmp_path / "c.parquet")

@@ -103,39 +103,46 @@ def _latency(samples: dict[str, list[int]]) -> dict[str, object]:
 def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: tuple[int, int] = (1_000_000, 1_000_000),
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
          issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
-         store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None) -> None:
-    """A result set of v4 and v5 as bench.replay.runner (model) or bench.pulsar.run (broker) writes it:
-    one committed txn per design, ending at ``ends``."""
-    labels = ("v4", "v5") if broker else ("v4", "v5-shipped")
+         store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None, repeated: int | None = None,
+         only: str | None = None) -> None:
+    """A result set of v4 and v5 (``only``: of that design) as bench.replay.runner (model) or
+    bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``."""
+    both = ("v4", "v5") if broker else ("v4", "v5-shipped")
+    labels = tuple(lab for lab in both if only is None or lab.startswith(only))
+    ends = tuple(e for lab, e in zip(both, ends) if lab in labels)
+    end_txn_p50 = tuple(e for lab, e in zip(both, end_txn_p50) if lab in labels)
     with result_dir(out) as w:
         # the broker's v4 delivers m1 twice (stored twice or redelivered)
         engines = list(labels) + ([labels[0]] if broker else [])
         w.deliveries({"engine": engines, "topic": [T] * len(engines), "subscription": ["s"] * len(engines),
                       "msg": ["m1"] * len(engines), "delivered_ts_us": [9000] * len(engines),
                       "redelivery": [False] * len(engines)})
-        counts = {labels[0]: {"deliveries": 1, "txns.committed": 1, "tc.log_appends": appends, "meta.reads": 0},
-                  labels[1]: {"deliveries": 1, "txns.committed": 1, "meta.reads": meta_reads}}
-        if broker:
-            counts[labels[0]]["pulsar.some_counter_total"] = 3
+        counts = {both[0]: {"deliveries": 1, "txns.committed": 1, "tc.log_appends": appends, "meta.reads": 0},
+                  both[1]: {"deliveries": 1, "txns.committed": 1, "meta.reads": meta_reads}}
+        counts = {lab: c for lab, c in counts.items() if lab in labels}
+        if broker and "v4" in counts:
+            counts["v4"]["pulsar.some_counter_total"] = 3
             for lab in labels:  # the broker's metadata store counters (bench.pulsar.metrics)
                 counts[lab].update(store or {})
-        runs = {lab: {"config": {"engine": lab[:2], **({"target": "pulsar"} if broker else {})}, "events": 4,
+        runs = {lab: {"config": {"engine": lab[:2], **({"target": "pulsar"} if broker else {"pacing": pacing})}, "events": 4,
                       "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": lag_us,
                                                "rates": {"committed_txns_per_s": None,
                                                          **({"max_issue_lag_us": issue_lag_us} if issue_lag_us is not None else {})},
                                                **({"cpu": cpu[lab]} if cpu and lab in cpu else {})}
                                             if broker else {})}
                 for lab in labels}
-        manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1"}, "runs": runs}
+        manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1",
+                              **({"repeated": str(repeated)} if repeated else {})}, "runs": runs}
         if broker:
             manifest["target"] = {"kind": "pulsar", "version": "5.0.0-M1", "pacing": pacing}
             if state is not None:
                 manifest["validate"] = {"broker": state}
         w.finish(counts=counts, recovery=[],
                  latency={lab: _latency({"end_txn_us": [p50] * 98 + [2 * p50] * 2}) for lab, p50 in zip(labels, end_txn_p50)},
-                 txns={"engine": list(labels), "txn": ["t0"] * 2, "outcome": ["committed"] * 2, "end_ts_us": list(ends),
-                       "visible_ts_us": [e + 10 for e in ends], "commit_requested_ts_us": [e - 100 for e in ends],
-                       "messages": [1, 1], "opened_ts_us": [0, 0]},
+                 txns={"engine": list(labels), "txn": ["t0"] * len(labels), "outcome": ["committed"] * len(labels),
+                       "end_ts_us": list(ends), "visible_ts_us": [e + 10 for e in ends],
+                       "commit_requested_ts_us": [e - 100 for e in ends], "messages": [1] * len(labels),
+                       "opened_ts_us": [0] * len(labels)},
                  manifest=manifest)
 
 
@@ -290,6 +297,53 @@ def test_the_section_says_who_used_the_cores_in_the_asap_runs(tmp_path: Path) ->
     # sets without CPU records say nothing of it
     none = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap2")])
     assert none.saturation_cpu == () and none.to_json()["broker_saturation_cpu"] == {}
+
+
+def test_the_section_says_how_often_the_asap_runs_replayed_the_rows_and_flags_short_phases(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    cpu = lambda v4_ms, v5_ms: {"v4": {"span_ms": v4_ms, "cores": 2, "machine_busy_cores": 1.9, "broker_cores": 1.0},  # noqa: E731
+                                "v5": {"span_ms": v5_ms, "cores": 2, "machine_busy_cores": 1.8, "broker_cores": 1.2}}
+    _set(tmp_path / "short", trace, broker=True, pacing="asap", ends=(20_000, 50_000), cpu=cpu(130.0, 940.0))
+    _set(tmp_path / "long", trace, broker=True, pacing="asap", ends=(20_000, 50_000), cpu=cpu(590.0, 3500.0), repeated=4)
+    once = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "short")])
+    assert (once.saturation_repeat, once.saturation_span_ms) == ((("v4", 1), ("v5", 1)), (130.0, 940.0))
+    four = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "long")])
+    assert four.to_json()["saturation_repeat"] == {"v4": 4, "v5": 4}
+    assert four.to_json()["broker_saturation_span_ms"] == [590.0, 3500.0]
+    short_md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "short"], tmp_path / "r1").markdown.read_text()
+    long_md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "long"], tmp_path / "r2").markdown.read_text()
+    assert "saturated it for 130-940 ms (their txn phases): too short to measure a rate" in short_md
+    assert "too short to measure" not in long_md
+    assert "as fast as possible, v4 on the trace's rows 4 times over, v5 on the trace's rows 4 times over" in long_md
+    assert "times over" not in short_md.split("too short to measure")[0]
+
+
+def test_one_asap_set_per_design_each_on_its_own_trace(tmp_path: Path) -> None:
+    """validate's asap runs, one set per design when the designs replay the rows a different number
+    of times: the model's rate of each design from its own set, the broker's medians from its
+    sets, the v5/v4 ratio of each run pairing the designs' runs in order."""
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    _set(tmp_path / "model-asap-v4", trace, broker=False, pacing="asap", ends=(100_000, 0), repeated=8, only="v4")  # 10 txn/s
+    _set(tmp_path / "model-asap-v5", trace, broker=False, pacing="asap", ends=(0, 500_000), only="v5")  # 2 txn/s
+    for i, (e4, e5) in enumerate(((50_000, 250_000), (25_000, 500_000))):  # v4 20 then 40 txn/s, v5 4 then 2
+        _set(tmp_path / f"broker-asap-v4-{i}", trace, broker=True, pacing="asap", ends=(e4, 0), repeated=8, only="v4")
+        _set(tmp_path / f"broker-asap-v5-{i}", trace, broker=True, pacing="asap", ends=(0, e5), only="v5")
+    names = ["model", "model-asap-v4", "model-asap-v5", "broker"] + [f"broker-asap-{d}-{i}" for i in (0, 1) for d in ("v4", "v5")]
+    rep = build([tmp_path / n for n in names], tmp_path / "rep")
+    doc = rep.summary["validation"]
+    rows = {(c["design"], c["metric"]): c for c in doc["checks"] if c["section"] == "Throughput"}
+    assert rows[("v4", "committed txns per second")]["model"] == 10.0 and rows[("v5", "committed txns per second")]["model"] == 2.0
+    assert doc["broker_saturation_runs"] == {"v4": [20.0, 40.0], "v5": [4.0, 2.0]}
+    ratio = rows[("v5/v4", "v5/v4 committed-rate ratio at saturation")]
+    assert ratio["model"] == pytest.approx(0.2, abs=1e-3) and ratio["broker"] == pytest.approx(3 / 30, abs=1e-3)
+    assert doc["saturation_repeat"] == {"v4": 8, "v5": 1}
+    md = rep.markdown.read_text()
+    assert "v4 on the trace's rows 8 times over, v5 on the trace's rows once" in md
+    assert "its runs one by one giving 0.05-0.20" in ratio["why"]  # 4/20 and 2/40: each run's designs paired
 
 
 def test_latency_profile_missing_file_is_refused(tmp_path: Path) -> None:
