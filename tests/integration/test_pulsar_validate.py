@@ -145,34 +145,42 @@ def test_the_clients_warm_up_is_in_none_of_the_counts(tmp_path: Path, pulsar: Pu
     assert rows[("v4", "Counts", "coordinator log appends (v4)")]["verdict"] in ("exact", "explained")
 
 
-def test_each_designs_asap_runs_replay_the_rows_as_often_as_its_first_warm_up_run_asks(tmp_path: Path,
-                                                                                       pulsar: PulsarBroker) -> None:
-    """By default the first warm-up run (one pass) measures each design's rate; from then on that
-    design's warm-up and asap runs, the model's too, replay the rows as many times over as make a
-    txn phase of about 1 s (bench.pulsar.validate_run.repeats_for), each pass its own txn; the
-    run at the trace's pace replays them once."""
+def test_each_designs_asap_runs_replay_the_rows_as_often_as_its_last_warm_up_run_asks(tmp_path: Path,
+                                                                                      pulsar: PulsarBroker) -> None:
+    """By default the first warm-up run replays the rows once; each later run, and then the
+    measured asap runs (the model's too), replay them as many times over as make a txn phase of
+    about 1 s at the rate the run before measured (bench.pulsar.validate_run.repeats_for), each
+    pass its own txn, in one set per design when the designs' counts differ; the runs at the
+    trace's pace replay them once."""
     from bench.pulsar.validate_run import groups, repeats_for
 
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
                  "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--saturation-runs", "1", "--warm-up", "2",
                  "--no-client-warm-up", "--out", str(out)]) == 0
-    first = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
-    assert first["trace"]["rows"] == 4
-    want = repeats_for({d: first["runs"][d]["rates"]["committed_txns_per_s"] for d in ("v4", "v5")}, 1)
+
+    def suffixes(counts: dict[str, int]) -> dict[str, str]:  # each design's set-name suffix
+        traces = {d: out / f"x{n}" for d, n in counts.items()}
+        return {d: suffix for _, designs, suffix in groups(traces) for d in designs}
+
+    def rates(names: set[str]) -> dict[str, float]:
+        runs = [json.loads((out / n / "manifest.json").read_text())["runs"] for n in names]
+        return {d: r[d]["rates"]["committed_txns_per_s"] for r in runs for d in r}
+
+    second = repeats_for(rates({"broker-warm-up"}), 1)  # the trace has one txn
+    measured = repeats_for(rates({f"broker-warm-up-2{s}" for s in suffixes(second).values()}), 1)
     doc = json.loads((out / "validation.json").read_text())
-    assert doc["saturation_repeat"] == want and all(1 <= n <= 32 for n in want.values())
-    traces = {d: out / (f"saturation-trace-x{n}.parquet" if n > 1 else "") for d, n in want.items()}
-    sets = {d: suffix for _, designs, suffix in groups(traces) for d in designs}  # one set per design if they differ
-    for d, n in want.items():
-        for name in (f"broker-warm-up-2{sets[d]}", f"broker-asap{sets[d]}", f"model-asap{sets[d]}"):
-            manifest = json.loads((out / name / "manifest.json").read_text())
-            counts = json.loads((out / name / "counts.json").read_text())
-            label = next(lab for lab in counts if lab.startswith(d))
-            assert counts[label]["txns.committed"] == n, name
-            assert manifest["trace"]["rows"] == 1 + 3 * n, name  # one subscribe, the rest n times
-            if n > 1:
-                assert manifest["trace"]["path"] == str(traces[d]) and manifest["trace"]["repeated"] == str(n), name
-    for name in ("broker", "model"):  # at the trace's pace: the trace itself
-        assert json.loads((out / name / "counts.json").read_text())["v4"]["txns.committed"] == 1
+    assert doc["saturation_repeat"] == measured and all(1 <= n <= 32 for n in measured.values())
+    runs = [("broker-warm-up", d, 1) for d in ("v4", "v5")]
+    runs += [(f"broker-warm-up-2{suffixes(second)[d]}", d, n) for d, n in second.items()]
+    runs += [(f"{kind}{suffixes(measured)[d]}", d, n) for d, n in measured.items() for kind in ("broker-asap", "model-asap")]
+    runs += [(name, d, 1) for d in ("v4", "v5") for name in ("broker", "model")]  # at the trace's pace: the trace
+    for name, d, n in runs:
+        manifest = json.loads((out / name / "manifest.json").read_text())
+        counts = json.loads((out / name / "counts.json").read_text())
+        assert counts[next(lab for lab in counts if lab.startswith(d))]["txns.committed"] == n, name
+        assert manifest["trace"]["rows"] == 1 + 3 * n, name  # one subscribe, the rest n times
+        if n > 1:
+            assert manifest["trace"]["path"] == str(out / f"saturation-trace-x{n}.parquet"), name
+            assert manifest["trace"]["repeated"] == str(n), name
     assert len(doc["broker_saturation_runs"]["v4"]) == len(doc["broker_saturation_runs"]["v5"]) == 1
