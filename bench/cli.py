@@ -290,9 +290,9 @@ def _add_saturation_repeat(p: argparse.ArgumentParser) -> None:
     p.add_argument("--saturation-repeat", type=_int_in(1, 100), default=None, metavar="N",
                    help="the as-fast-as-possible runs (the broker's, its later warm-up runs and the model's) replay the "
                         "trace's rows N times over, each pass with its own txn and message ids (default: per design, as "
-                        "many times as make its txn phase last about 1 s at the rate its first warm-up run measured: one "
+                        "many times as make its txn phase last about 1 s at the rate its last warm-up run measured: one "
                         "pass of a 2,000-row trace saturated the broker's v4 for 90-520 ms and its rate moved 4.5x run to "
-                        "run, and v5's store slows with the volume it has served); a trace with split, merge or crash "
+                        "run, while v5's one pass lasts about 1 s); a trace with split, merge or crash "
                         "rows runs once")
 
 

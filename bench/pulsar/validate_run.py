@@ -36,11 +36,11 @@ from engine.profile import LatencyProfile, resolve
 # runs in a row: 136-203 committed txn/s): the section takes the median of this many runs per design.
 SATURATION_RUNS = 3
 # Each design's asap runs replay the trace's rows as many times over (bench.trace.repeated) as make
-# its txn phase last this long at the rate the first warm-up run measured, and no more. One pass
+# its txn phase last this long at the rate the last warm-up run measured, and no more. One pass
 # of small-slow-2000 saturated a warm broker's v4 for 90-520 ms, and its rate moved 4.5x from run
 # to run (174-789 committed txn/s); four passes, 560-630 ms, moved it +-5 % (557-616). v5's one
-# pass lasts 1-1.6 s already, and more volume slows it: its store keeps what each txn leaves
-# (datasets/validation/README.md, "Saturation runs were too short, and v5 slows with volume").
+# pass lasts about 1 s already, and on calibrate's one-partition trace its rate fell run after run
+# as the volume grew (datasets/validation/README.md, "Saturation runs were too short").
 TARGET_PHASE_S = 1.0
 MAX_REPEAT = 32
 DESIGNS = ("v4", "v5")
@@ -178,7 +178,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     ``target.pulsar_dir`` names with its data wiped first; ``warm_up``: discarded asap runs of
     the trace before the measured broker runs; ``saturation_repeat``: how many times over each
     design's asap runs (the model's, the broker's and its later warm-up runs) replay the trace's
-    rows, ``None``: per design, from the first warm-up run (:func:`warm_up_broker`)."""
+    rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`)."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
     from bench.replay.output import check_out, staged_dir
     from bench.pulsar.run import pulsar_replay
