@@ -494,7 +494,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             from bench.pulsar.run import pulsar_replay
             from bench.pulsar.validate_run import asap_runs, groups, warm_up_broker
 
-            # a broker's first runs are its JIT's; the first one also sets each design's asap trace
+            # a broker's first runs are its JIT's; the warm-up also sets each design's asap trace
             state, traces = warm_up_broker(trace, target, tmp, args.warm_up, False, print, shown,
                                            args.saturation_repeat if target.pacing == "trace" else 1)
             broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)

@@ -330,7 +330,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         from bench.calibrate import saturation
 
         # calibrate() fits the resources to these rates
-        m.extra["saturation"] = saturation.measure(dataclasses.replace(target, client_warm_up=client_warm_up), scratch, progress)
+        saturating = dataclasses.replace(target, client_warm_up=client_warm_up)
+        m.extra["saturation"] = saturation.measure(saturating, scratch, progress)
         m.extra["saturation"]["client_warm_up"] = client_warm_up
 
         # The broker's publish summary first: its quantiles are exact over its window, where the

@@ -5,10 +5,10 @@ timestamps, then as fast as possible), then the "model vs broker" section (:mod:
 Layout of ``--out``: ``model/``, ``model-asap/``, ``broker/``, ``broker-asap/``, ``broker-asap-2/``, ...
 (result sets; the asap ones not with ``--no-saturation``), ``broker-warm-up/`` (``-2``, ...: the
 broker's discarded runs), ``saturation-trace-xN.parquet`` (the trace's rows N times over, which a
-design's asap runs replay: :data:`TARGET_PHASE_S`; with different N per design, the asap sets are
-one per design: ``model-asap-v4``, ``broker-asap-v4``, ``-2``, ...), ``validation.json`` (the section's rows) and ``report/`` (the report with
-the section). Written in a staging directory that becomes ``--out`` only when complete
-(:mod:`bench.replay.output`).
+design's asap runs replay: :data:`TARGET_PHASE_S`; with a different N per design the asap sets are
+one per design, ``model-asap-v4``, ``broker-asap-v4``, ``broker-asap-v4-2``, ...),
+``validation.json`` (the section's rows) and ``report/`` (the report with the section). Written in
+a staging directory that becomes ``--out`` only when complete (:mod:`bench.replay.output`).
 
 The broker's state moves its figures: a broker just started runs its first traces slower (the
 JIT: v4 asap 121 then 170-305 committed txn/s on one trace's next eight runs), and one that served
@@ -67,8 +67,11 @@ def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None) 
 def repeats_for(rates: dict[str, float | None], txns: int, phase_s: float = TARGET_PHASE_S) -> dict[str, int]:
     """Per design, the passes of a trace of ``txns`` txns whose txn phase lasts ``phase_s`` at
     ``rates`` (committed txn/s): 1 where the rate is unknown, at most :data:`MAX_REPEAT`."""
-    return {d: 1 if not rates.get(d) or txns < 1 else max(1, min(MAX_REPEAT, math.ceil(phase_s * float(rates[d] or 0) / txns)))
-            for d in DESIGNS}
+    out = {}
+    for d in DESIGNS:
+        rate = rates.get(d)
+        out[d] = 1 if not rate or txns < 1 else max(1, min(MAX_REPEAT, math.ceil(phase_s * float(rate) / txns)))
+    return out
 
 
 def saturation_traces(trace: str | Path, into: Path, repeats: dict[str, int],
@@ -126,8 +129,8 @@ def broker_saturation(trace: str | Path, target: Any, into: Path, runs: int = SA
 
 
 def asap_runs(traces: dict[str, Path], target: Any, into: Path, runs: int, say: Callable[[str], None], *,
-                    name: str = "broker-asap", extra_manifest: dict[str, Any] | None = None,
-                    shown: dict[str, str] | None = None) -> list[Path]:
+              name: str = "broker-asap", extra_manifest: dict[str, Any] | None = None,
+              shown: dict[str, str] | None = None) -> list[Path]:
     """:func:`broker_saturation` of each design on its trace (:func:`groups`), run by run."""
     out = []
     for i in range(1, runs + 1):
@@ -162,7 +165,7 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
                                  txns)
             traces = saturation_traces(trace, into, counts, say)
     if counts != {d: 1 for d in DESIGNS}:
-        say("saturation: " + ", ".join(f"{d} replays the trace's rows {n} time{'s' if n > 1 else ''} over"
+        say("saturation: " + ", ".join(f"{d} replays the trace's rows " + (f"{n} times over" if n > 1 else "once")
                                        for d, n in counts.items()) + ("" if repeat is not None else
             f" (a txn phase of about {TARGET_PHASE_S:g} s at the last warm-up run's rates)"))
     return state, traces

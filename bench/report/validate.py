@@ -578,7 +578,8 @@ SHORT_PHASE_MS = 500  # an asap run's txn phase below this measures no steady ra
 
 
 def _repeats(repeats: tuple[tuple[str, int], ...]) -> str:
-    """", v4 on the trace's rows 8 times over, v5 once" when a design's runs repeated them."""
+    """", v4 on the trace's rows 8 times over, v5 on the trace's rows once" when a design's runs
+    repeated them."""
     if all(n == 1 for _, n in repeats):
         return ""
     return ", " + ", ".join(f"{d} on the trace's rows " + (f"{n} times over" if n > 1 else "once") for d, n in repeats)
