@@ -229,8 +229,6 @@ def _run_options(args: argparse.Namespace, engine: str) -> dict[str, object]:
 def _engine_options(engine: str, pairs: list[str]) -> dict[str, object]:
     """``KEY=VALUE`` settings of one engine, typed like the option's default and checked by the
     engine's own options class (a bad one is a ConfigError naming it)."""
-    import dataclasses
-
     from engine.errors import ConfigError
 
     spec = registry.spec(engine)
@@ -501,8 +499,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
-                import dataclasses
-
                 results += asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
                     replay_trace(path, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs

@@ -42,7 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.trace.trace import TraceWriter, read_events, trace_metadata
+from bench.trace.trace import TraceWriter, trace_metadata
+from bench.trace.tracestats import summarize
 from engine.clock import ResourceSpec
 from engine.profile import LatencyProfile
 
@@ -153,11 +154,10 @@ def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[
     got = model_rates(profile, {"bookie": bookie, "metadata": metadata}, trace)
     if not (got["v4"] and got["v5"]):
         raise RuntimeError(f"calibrate: no resources give the model the broker's saturated rates {rates} ({got})")
-    events = list(read_events(trace))
-    txns = sum(1 for e in events if e.op == "new_txn")
+    summary = summarize(trace)
     workload = trace_metadata(trace).get("profile", "?")
-    shape = (f"{txns} txns of {MESSAGES} messages (one partition" if workload == "calibrate-saturation" else
-             f"{len(events)} rows of the {workload} workload ({txns} txns")
+    shape = (f"{summary.txns} txns of {MESSAGES} messages (one partition" if workload == "calibrate-saturation" else
+             f"{summary.rows} rows of the {workload} workload ({summary.txns} txns")
     note = (f"resources fitted to the broker's saturated rates on {shape}, "
             f"--pacing asap; the model replaying the same rows 1 µs apart): bookie x{conc} (v4 {r4:.1f} committed txn/s "
             f"on the broker, {got['v4']:.1f} in the model), each append holding a slot for its own latency, one bookie "
@@ -185,7 +185,7 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
     from bench.replay.measure import mean_put_us
 
     trace = write_trace(scratch / "saturation.parquet")
-    txns = sum(1 for e in read_events(trace) if e.op == "new_txn")
+    txns = summarize(trace).txns
     runs: dict[str, list[float]] = {"v4": [], "v5": []}
     puts: dict[str, list[float | None]] = {"v4": [], "v5": []}
     for i in range(RUNS):

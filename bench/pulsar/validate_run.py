@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from bench.replay.config import DEFAULT_LATENCY_PROFILE, EMULATED_STORE, RunConfig
 from bench.report.validate import broker_state_manifest
+from bench.trace.tracestats import summarize
 from engine.clock import LatencyModel
 from engine.profile import LatencyProfile, resolve
 
@@ -89,7 +90,8 @@ def saturation_traces(trace: str | Path, into: Path, repeats: dict[str, int],
         return {d: Path(trace) for d in repeats}
     made: dict[int, Path] = {1: Path(trace)}
     for n in sorted(set(repeats.values()) - {1}):
-        made[n] = write_repeated(trace, into / f"saturation-trace-x{n}.parquet", n)
+        path = into / f"saturation-trace-x{n}.parquet"  # written once: each warm-up run asks again
+        made[n] = path if path.exists() else write_repeated(trace, path, n)
     return {d: made[n] for d, n in repeats.items()}
 
 
@@ -99,12 +101,6 @@ def groups(traces: dict[str, Path]) -> list[tuple[Path, list[str], str]]:
     if len(set(traces.values())) == 1:
         return [(next(iter(traces.values())), list(traces), "")]
     return [(path, [d], f"-{d}") for d, path in traces.items()]
-
-
-def trace_txns(trace: str | Path) -> int:
-    from bench.trace.trace import read_events
-
-    return sum(1 for e in read_events(trace) if e.op == "new_txn")
 
 
 def broker_saturation(trace: str | Path, target: Any, into: Path, runs: int = SATURATION_RUNS,
@@ -152,7 +148,7 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
     small-slow-2000: 229, 411, 597, 635, then 870-1,033 committed txn/s)."""
     state = broker_state_manifest(fresh, runs)
     discarded = lambda line: say(line + " (discarded)")  # noqa: E731
-    txns = trace_txns(trace)
+    txns = summarize(trace).txns
     counts = {d: 1 if repeat is None else repeat for d in DESIGNS}
     traces = saturation_traces(trace, into, counts, say)
     for i in range(1, runs + 1):

@@ -34,16 +34,17 @@ def write_repeated(src: str | Path, dst: str | Path, times: int) -> Path:
     ``repeated``); raises :class:`TraceError` naming the first row that cannot repeat."""
     if times < 1:
         raise ValueError(f"times must be >= 1, got {times}")
-    bad = unrepeatable_row(src)
+    rows = list(read_events(src))  # read (and validated) once: a saturation trace is thousands of rows
+    bad = next((e for e in rows if e.op in UNREPEATABLE), None)
     if bad is not None:
-        raise TraceError(f"a {bad[1]} row cannot be repeated (it changes the cluster)", row=bad[0], source=str(src))
-    last = max((e.ts_us for e in read_events(src, validated=True)), default=0)
+        raise TraceError(f"a {bad.op} row cannot be repeated (it changes the cluster)", row=bad.row, source=str(src))
+    last = rows[-1].ts_us if rows else 0  # ts_us never goes backwards in a valid trace
     optional = tuple(c for c in OPTIONAL_COLUMNS if c in trace_columns(open_checked(src)))
     meta = {**trace_metadata(src), "repeated": str(times)}
     with TraceWriter(dst, metadata=meta, optional=optional) as w:
         for i in range(times):
             shift, tag = i * (last + 1), f".r{i}" if i else ""
-            for e in read_events(src, validated=True):
+            for e in rows:
                 if i and e.op in ONCE:
                     continue
                 fields = e._asdict()
