@@ -296,10 +296,32 @@ def _add_saturation_repeat(p: argparse.ArgumentParser) -> None:
 
 def _add_warm_up(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-up", type=_int_in(0, 20), default=4, metavar="N",
-                   help="--target: discarded as-fast-as-possible broker runs before the measured ones (default 4: "
-                        "a broker's first runs are its JIT's; END_TXN's path, run once per txn, is still cold after "
-                        "one: v4 end-txn p50 at the trace's pace 6.9 ms after 1, 5.9 ms after 4, 4.7 ms on a broker "
-                        "serving for hours, small-slow-2000)")
+                   help="--target: discarded as-fast-as-possible broker runs before the measured ones, at least "
+                        "(default 4: a broker's first runs are its JIT's; END_TXN's path, run once per txn, is still "
+                        "cold after one: v4 end-txn p50 at the trace's pace 6.9 ms after 1, 5.9 ms after 4, 4.7 ms on "
+                        "a broker serving for hours, small-slow-2000)")
+    _add_warm_up_txns(p, "--target: and")
+
+
+def _add_warm_up_txns(p: argparse.ArgumentParser, scope: str) -> None:
+    p.add_argument("--warm-up-txns", action="append", type=_design_count, default=[], metavar="DESIGN=N",
+                   help=f"{scope} a design's discarded runs go on until their rows have held N txns, "
+                        "at most 16 runs (default v4=6000 v5=300: a fresh broker's v4 rate rose 2.5x over its "
+                        "first 5,000 txns, then held; 0 for none); repeatable")
+
+
+def _design_count(text: str) -> tuple[str, int]:
+    design, eq, n = text.partition("=")
+    if not eq or design not in ("v4", "v5"):
+        raise argparse.ArgumentTypeError(f"expected DESIGN=N with DESIGN v4 or v5, got {text!r}")
+    return design, _int_in(0, 10_000_000)(n)
+
+
+def _warm_up_txns(args: argparse.Namespace) -> dict[str, int]:
+    """--warm-up-txns over the defaults (bench.pulsar.validate_run.WARM_UP_TXNS)."""
+    from bench.pulsar.validate_run import WARM_UP_TXNS
+
+    return {**WARM_UP_TXNS, **dict(args.warm_up_txns)}
 
 
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -494,7 +516,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
             # a broker's first runs are its JIT's; the warm-up also sets each design's asap trace
             state, traces = warm_up_broker(trace, target, tmp, args.warm_up, False, print, shown,
-                                           args.saturation_repeat if target.pacing == "trace" else 1)
+                                           args.saturation_repeat if target.pacing == "trace" else 1,
+                                           _warm_up_txns(args))
             broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)
             _print_broker_runs(broker)
             results.append(tmp / "broker")
@@ -527,7 +550,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
-                       fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat)
+                       fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat,
+                       warm_up_txns=_warm_up_txns(args))
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -625,7 +649,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                         samples=args.samples, out=args.out, name=args.name, command=command,
                         progress=lambda line: print(line, file=sys.stderr, flush=True),
                         fresh_broker=args.fresh_broker, pulsar_dir=args.pulsar_dir,
-                        client_warm_up=args.client_warm_up)
+                        client_warm_up=args.client_warm_up, warm_up_txns=_warm_up_txns(args))
     print("\n".join(summary_lines(profile)))
     return 0
 
@@ -889,6 +913,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir), "
                         "as validate --fresh-broker does: a broker's rates follow its state")
     _add_client_warm_up(p, "--pulsar: in each of its runs, the trace client", on=True)
+    _add_warm_up_txns(p, "--pulsar: first, discarded as-fast-as-possible runs of the saturation trace warm the "
+                         "broker as validate warms it: at least one, and")
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")

@@ -313,11 +313,13 @@ def build_profile(name: str, measurements: Sequence[Measurement], samples: int, 
 def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin_url: str | None,
               samples: int, out: str, name: str | None, command: str,
               progress: Callable[[str], None] = lambda s: None, fresh_broker: bool = False,
-              pulsar_dir: str | None = None, client_warm_up: bool = False) -> LatencyProfile:
+              pulsar_dir: str | None = None, client_warm_up: bool = False,
+              warm_up_txns: dict[str, int] | None = None) -> LatencyProfile:
     """``fresh_broker``: restart the broker (``scripts/pulsar.sh`` DIR ``pulsar_dir``, else
     ``$TXNBENCH_PULSAR_DIR``) with its data wiped before measuring it, as ``validate
-    --fresh-broker`` does before each trace (a broker's rates follow its state); the profile
-    records which (``provenance["broker"]``)."""
+    --fresh-broker`` does before each trace (a broker's rates follow its state); then warm it as
+    validate does (``warm_up_txns``: bench.calibrate.calibrate_pulsar.measure_pulsar); the profile
+    records both (``provenance["broker"]``)."""
     if not (redis or kafka or pulsar):
         raise ConfigError("calibrate: give at least one of --redis, --kafka, --pulsar")
     if samples < 10:
@@ -342,7 +344,8 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         if not admin_url:
             raise ConfigError("calibrate --pulsar needs --admin-url")
         measurements.append(measure_pulsar(pulsar, admin_url, samples, progress, fresh=fresh_broker,
-                                           pulsar_dir=pulsar_dir, client_warm_up=client_warm_up))
+                                           pulsar_dir=pulsar_dir, client_warm_up=client_warm_up,
+                                           warm_up_txns=warm_up_txns))
     default = "-".join(m.backend for m in measurements) + "-local"
     profile = build_profile(name or default, measurements, samples, command)
     sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)
@@ -353,7 +356,9 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         profile, note = with_resources(profile, sat["committed_txns_per_s"], sat)
         prov = dict(profile.provenance)
         prov["notes"] = (prov.get("notes", "") + "; " if prov.get("notes") else "") + "resources: " + note
-        prov["broker"] = {"fresh": fresh_broker, "client_warm_up": client_warm_up}
+        warmed = next((m.extra["broker_warm_up"] for m in measurements if "broker_warm_up" in m.extra), None)
+        prov["broker"] = {"fresh": fresh_broker, "client_warm_up": client_warm_up,
+                          **({"warm_up": warmed} if warmed is not None else {})}
         profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
     return profile.save(out)
 

@@ -8,8 +8,8 @@ end-txn, commit-to-visible, dispatch) is recorded in ``provenance.extra``; the o
 mapped from the broker's metrics where one means the same thing:
 
 - ``ledger.append``: ``pulsar_broker_publish_latency`` (a Summary of the broker's send ->
-  add-complete over a sliding window of its recent publishes, earlier runs' included: p0, p50,
-  p95, p99, p999, max), else the v4 run's topic's ``pulsar_storage_write_latency_le_*`` buckets
+  add-complete over the interval between the broker's last two stats updates, a minute by
+  default: p0, p50, p95, p99, p999, max), else the v4 run's topic's ``pulsar_storage_write_latency_le_*`` buckets
   (that topic's add-entry latency; p50/p90/p99 interpolated in buckets of 0.5/1/5/10 ms, which
   puts appends of 1-5 ms at about 3 ms: 1.8x the summary's p50 here);
 - ``rpc``, ``consumer.deliver``, ``ledger.read``: probes, the client's plain publishes and their
@@ -24,6 +24,12 @@ mapped from the broker's metrics where one means the same thing:
 Then both designs run :mod:`bench.calibrate.saturation`'s trace as fast as possible; ``calibrate``
 fits the profile's ``resources`` (the bookie's concurrency, the metadata writes' service time) so
 that the model saturates at the broker's rates on it.
+
+Before all of it the broker is warmed as ``validate`` warms it before its measured runs
+(``bench.pulsar.validate_run.warm_up_broker``, on the saturation trace): a fresh broker's v4 rate
+rose 2.5x over its first 5,000 txns, and the probes' latencies and the saturated rates are to be
+the ones validate's measured runs meet. The saturation runs replay the rows as many times over
+as that warm-up's last run asks, as validate's do.
 
 The rest (cursor.empty_read, meta.pipelined, meta.watch) cannot be measured from outside the broker
 (:data:`UNMEASURABLE` says why, kind by kind): kept from the constants, said so in
@@ -53,6 +59,10 @@ SPACING_US = 40_000  # between txns: an unloaded broker (and a client that keeps
 # publish and store figures the probes read would hold its queueing)
 WARMUP_TXNS = 200
 STATS_WAIT_S = 90  # longest wait for the v4 topic's write buckets after its run
+# The publish Summary's quantiles are those of the interval between the broker's last two stats
+# updates (BrokerService.updateRates -> Summary.rotateLatencyCollection, DataSketchesSummaryLogger;
+# statsUpdateFrequencyInSecs, 60 s by default): wait up to two of them and a margin
+STATS_UPDATE_WAIT_S = 125
 MAX_LAG_US = 100_000  # a client further behind than this measured its own queue, not the broker
 TOPIC = "persistent://public/default/calib-partition-0"
 META = "pulsar_metadata_store_ops_latency_ms"
@@ -248,8 +258,8 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
       connection (taken = rpc), so per message ``ledger.read = delivered - publish answered``.
 
     Publishes the client issued late (more than MAX_LAG_US) include its own queue and are left out;
-    when that leaves fewer than half, or the broker's append summary (a sliding 10-minute window
-    that may hold earlier, slower runs) is not below the client's publish at p50, rpc (and so
+    when that leaves fewer than half, or the broker's append summary (the interval between its last
+    two stats updates, which may hold an earlier, slower run) is not below the client's publish at p50, rpc (and so
     consumer.deliver) is the broker's lookup latency
     (``pulsar_broker_lookup``, a request the broker answers from its ownership cache without
     storage), said so in the note."""
@@ -267,7 +277,7 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
         m.notes["rpc"] = (f"{LOOKUP} quantiles (a lookup the broker answers from its ownership cache, no storage), "
                           f"scraped after the v4 run: the probe did not apply (client's plain publish {publish} µs, "
                           f"{len(samples)} of {len(reads)} issued on time, up to {lag_us / 1000:.0f} ms late; the broker's "
-                          "append summary, a 10-minute window, not below the client's publish at p50)")
+                          "append summary, its last stats interval, not below the client's publish at p50)")
     if "p50" in rpc:
         m.operations["rpc"] = m.operations["consumer.deliver"] = rpc
         m.notes["consumer.deliver"] = "one hop broker -> consumer on the client's connection, taken = rpc (see rpc)"
@@ -282,18 +292,38 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
         m.unmeasurable["ledger.read"] = "no measured plain message was published and delivered in the v4 run"
 
 
+def await_stats_update(target: PulsarTarget, limit_s: float = STATS_UPDATE_WAIT_S) -> float | None:
+    """Seconds until the broker's publish Summary shows a new interval (its quantiles change), or
+    None after ``limit_s`` without: the first stats update after what ran before, whose publishes
+    the next interval then holds none of."""
+    first = summary_quantiles(scrape(target), PUBLISH)
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        time.sleep(2)
+        if summary_quantiles(scrape(target), PUBLISH) != first:
+            return round(time.monotonic() - started, 1)
+    return None
+
+
 def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[str], None] = lambda s: None, *,
-                   fresh: bool = False, pulsar_dir: str | None = None, client_warm_up: bool = False) -> Measurement:
+                   fresh: bool = False, pulsar_dir: str | None = None, client_warm_up: bool = False,
+                   warm_up_txns: dict[str, int] | None = None) -> Measurement:
     """``fresh``: first restart the broker (``pulsar_dir``, else ``$TXNBENCH_PULSAR_DIR``) with its
-    data wiped, as ``validate --fresh-broker`` does. ``client_warm_up``: in the saturation runs
+    data wiped, as ``validate --fresh-broker`` does. Then the broker is warmed as ``validate``
+    warms it (``bench.pulsar.validate_run.warm_up_broker`` on the saturation trace, until each
+    design's discarded runs held ``warm_up_txns``), so that the probes and the saturation runs
+    meet a broker as warm as validate's measured runs do; the probes wait for the broker's next
+    stats update first (:func:`await_stats_update`), so that the publish Summary they read holds
+    none of the warm-up's queued publishes. ``client_warm_up``: in the warm-up and saturation runs
     the trace client runs the rows first, unmeasured and as fast as possible
-    (``bench.pulsar.run.warm_up_rows``). Not in the latency probes: ``pulsar_broker_publish_latency``
-    (a broker-wide Summary over 10 minutes) and the store's histograms would count that run's
-    queued publishes and writes (with it, append p95 4,972 µs against 2,213 and put p99 3,342
-    against 938: the probes' ``rpc`` fell to 13 µs); their first ``WARMUP_TXNS`` txns, at the
-    probes' pace, warm the client instead."""
+    (``bench.pulsar.run.warm_up_rows``). Not in the latency probes: the publish Summary and the
+    store's histograms would count that run's queued publishes and writes (with it, append p95
+    4,972 µs against 2,213 and put p99 3,342 against 938: the probes' ``rpc`` fell to 13 µs); their
+    first ``WARMUP_TXNS`` txns, at the probes' pace, warm the client instead."""
+    from bench.calibrate import saturation
     from bench.pulsar.client import fresh_broker
     from bench.pulsar.run import pulsar_replay
+    from bench.pulsar.validate_run import warm_up_broker
 
     target: PulsarTarget = parse_target(url, admin_url, "trace", pulsar_dir, 5_000)
     if fresh:
@@ -304,6 +334,16 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
     m = Measurement("pulsar", version)
     scratch = Path(tempfile.mkdtemp(prefix="txnbench-calib-pulsar-"))
     try:
+        saturating = dataclasses.replace(target, client_warm_up=client_warm_up)
+        warming = scratch / "warm-up"
+        warming.mkdir()
+        state, sat_traces = warm_up_broker(saturation.write_trace(warming / "saturation.parquet"), saturating, warming,
+                                           1, fresh, progress, goal=warm_up_txns)
+        m.extra["broker_warm_up"] = state["validate"]["broker"]
+        waited = await_stats_update(target)
+        m.extra["broker_warm_up"]["stats_update_wait_s"] = waited
+        progress("pulsar: the broker's next stats update " + (f"after {waited} s" if waited is not None else
+                                                              f"not seen in {STATS_UPDATE_WAIT_S} s"))
         trace = write_trace(scratch / "calib.parquet", samples)
         observed: dict[str, Any] = {}
         scraped: dict[str, tuple[Samples, Samples]] = {}
@@ -327,11 +367,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
                                 for k, s in lat.items()}
         m.extra["client_observed_us"] = observed
         m.extra["client_max_issue_lag_us"] = lags
-        from bench.calibrate import saturation
-
         # calibrate() fits the resources to these rates
-        saturating = dataclasses.replace(target, client_warm_up=client_warm_up)
-        m.extra["saturation"] = saturation.measure(saturating, scratch, progress)
+        m.extra["saturation"] = saturation.measure(saturating, scratch, progress, sat_traces)
         m.extra["saturation"]["client_warm_up"] = client_warm_up
 
         # The broker's publish summary first: its quantiles are exact over its window, where the
@@ -343,8 +380,9 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
             append = summary
             m.operations["ledger.append"] = append
             m.notes["ledger.append"] = (f"{PUBLISH} quantiles (PersistentTopic's send -> add-complete of every publish, "
-                                        "a Summary over a sliding 10-minute window: the v4 run's txn and plain publishes, "
-                                        "earlier publishes on this broker included) scraped after the v4 run"
+                                        "a Summary over the interval between the broker's last two stats updates, "
+                                        "BrokerService.updateRates: the v4 run's txn and plain publishes, after a stats "
+                                        "update that followed the warm-up) scraped at the first update after the v4 run"
                                         + (f"; the topic's own {WRITE}_le_* buckets, interpolated, gave {_monotone(buckets)} "
                                            f"over {n_appends} appends" if "p50" in buckets else ""))
         elif "p50" in buckets:

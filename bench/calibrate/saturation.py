@@ -94,6 +94,21 @@ def trace_of(record: dict[str, Any], path: Path) -> Path:
     return write_one_partition_trace(path, int(record.get("txns", 200)))
 
 
+def traces_of(record: dict[str, Any], into: Path) -> dict[str, Path]:
+    """Per design, the rows its saturation runs replayed (:func:`trace_of`), ``record["repeat"][d]``
+    times over (bench.trace.repeated; once where the record has no count: measured before
+    2026-11-26 evening), written under ``into``."""
+    from bench.trace.repeated import write_repeated
+
+    base = trace_of(record, into / "saturation.parquet")
+    out = {}
+    for d in ("v4", "v5"):
+        n = int((record.get("repeat") or {}).get(d, 1))
+        path = into / f"saturation-x{n}.parquet"
+        out[d] = base if n == 1 else path if path.exists() else write_repeated(base, path, n)
+    return out
+
+
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
                 designs: tuple[str, ...] = ("v4", "v5")) -> dict[str, float]:
     """Committed txns per second of each design's model replaying ``trace`` as fast as possible
@@ -119,10 +134,14 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
     return out
 
 
-def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[dict[str, ResourceSpec], str]:
+def fit(profile: LatencyProfile, rates: dict[str, float],
+        traces: Path | dict[str, Path]) -> tuple[dict[str, ResourceSpec], str]:
     """The resources that give the model the broker's saturated ``rates`` (committed txn/s per
-    design) on ``trace``, searched by replaying it: the bookie's concurrency on v4, then the
-    metadata writes' service time on v5 (whose appends go through the same bookie)."""
+    design) on ``traces`` (per design, or one for both), searched by replaying them: the bookie's
+    concurrency on v4, then the metadata writes' service time on v5 (whose appends go through
+    the same bookie)."""
+    by = traces if isinstance(traces, dict) else {"v4": traces, "v5": traces}
+    trace = by["v4"]
     r4, r5 = rates["v4"], rates["v5"]
     bookie_at = lambda c: {"bookie": ResourceSpec(None, c, shared=True)}  # noqa: E731
     tried: dict[int, float] = {}
@@ -141,7 +160,7 @@ def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[
     bookie = ResourceSpec(None, conc, shared=True)
 
     def v5_at(service: int) -> float:
-        return model_rates(profile, {"bookie": bookie, "metadata": _metadata(service)}, trace, ("v5",))["v5"]
+        return model_rates(profile, {"bookie": bookie, "metadata": _metadata(service)}, by["v5"], ("v5",))["v5"]
 
     s_lo, s_hi = 1, 1_000
     while v5_at(s_hi) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
@@ -151,13 +170,17 @@ def fit(profile: LatencyProfile, rates: dict[str, float], trace: Path) -> tuple[
         s_lo, s_hi = (mid, s_hi) if v5_at(mid) > r5 else (s_lo, mid)
     service = s_hi
     metadata = _metadata(service)
-    got = model_rates(profile, {"bookie": bookie, "metadata": metadata}, trace)
+    got = {d: model_rates(profile, {"bookie": bookie, "metadata": metadata}, by[d], (d,))[d] for d in ("v4", "v5")}
     if not (got["v4"] and got["v5"]):
         raise RuntimeError(f"calibrate: no resources give the model the broker's saturated rates {rates} ({got})")
-    summary = summarize(trace)
+    summaries = {d: summarize(p) for d, p in by.items()}
+    summary = min(summaries.values(), key=lambda s: s.txns)  # the rows once
     workload = trace_metadata(trace).get("profile", "?")
     shape = (f"{summary.txns} txns of {MESSAGES} messages (one partition" if workload == "calibrate-saturation" else
              f"{summary.rows} rows of the {workload} workload ({summary.txns} txns")
+    if any(s.txns != summary.txns for s in summaries.values()):
+        shape += "; " + ", ".join(f"{d} replaying them " + (f"{s.txns // summary.txns} times over" if s.txns > summary.txns
+                                                            else "once") for d, s in summaries.items())
     note = (f"resources fitted to the broker's saturated rates on {shape}, "
             f"--pacing asap; the model replaying the same rows 1 µs apart): bookie x{conc} (v4 {r4:.1f} committed txn/s "
             f"on the broker, {got['v4']:.1f} in the model), each append holding a slot for its own latency, one bookie "
@@ -174,9 +197,11 @@ def _metadata(service: int) -> ResourceSpec:
     return ResourceSpec(service, 1, shared=False, kinds=WRITES)
 
 
-def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[str, Any]:
+def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
+            traces: dict[str, Path] | None = None) -> dict[str, Any]:
     """The broker's committed txn/s per design on :func:`write_trace`, as fast as possible: the
-    median of :data:`RUNS` runs (each run's in ``runs``)."""
+    median of :data:`RUNS` runs (each run's in ``runs``). ``traces``: per design, its rows
+    repeated (bench.pulsar.validate_run.warm_up_broker's), recorded as ``repeat``."""
     import dataclasses
     import json
     import statistics
@@ -186,14 +211,17 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
 
     trace = write_trace(scratch / "saturation.parquet")
     txns = summarize(trace).txns
+    by = traces or {"v4": trace, "v5": trace}
+    repeat = {d: summarize(p).txns // txns for d, p in by.items()}
     runs: dict[str, list[float]] = {"v4": [], "v5": []}
     puts: dict[str, list[float | None]] = {"v4": [], "v5": []}
     for i in range(RUNS):
         for design in ("v4", "v5"):
-            progress(f"pulsar {design}: {EVENTS} rows of {MIX} ({txns} txns) as fast as possible "
+            times = f", {repeat[design]} times over" if repeat[design] > 1 else ""
+            progress(f"pulsar {design}: {EVENTS} rows of {MIX} ({txns} txns{times}) as fast as possible "
                      f"(saturation, run {i + 1} of {RUNS})")
             out = scratch / f"sat-{design}-{i}"
-            manifest = pulsar_replay(trace, [design], dataclasses.replace(target, pacing="asap"), out)
+            manifest = pulsar_replay(by[design], [design], dataclasses.replace(target, pacing="asap"), out)
             rate = manifest["runs"][design].get("rates", {}).get("committed_txns_per_s")
             if not rate:
                 raise RuntimeError(f"calibrate: the broker committed no txn of the saturation trace ({design})")
@@ -201,7 +229,7 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None) -> dict[
             puts[design].append(mean_put_us(json.loads((out / "counts.json").read_text()).get(design, {})))
     # the broker's mean metadata put in each run (MetadataStoreStats): what one write takes at
     # saturation, against the fitted service, which also holds the thread's other work
-    return {"mix": MIX, "events": EVENTS, "seed": SEED, "txns": txns, "runs": runs, "mean_put_us": puts,
+    return {"mix": MIX, "events": EVENTS, "seed": SEED, "txns": txns, "repeat": repeat, "runs": runs, "mean_put_us": puts,
             "committed_txns_per_s": {d: statistics.median(r) for d, r in runs.items()}}
 
 
@@ -209,5 +237,5 @@ def with_resources(profile: LatencyProfile, rates: dict[str, float], record: dic
     """``profile`` with the resources :func:`fit` gives for ``rates``, measured by :func:`measure`
     on the trace its ``record`` names (:func:`trace_of`)."""
     with tempfile.TemporaryDirectory(prefix="txnbench-saturation-") as tmp:
-        resources, note = fit(profile, rates, trace_of(record, Path(tmp) / "saturation.parquet"))
+        resources, note = fit(profile, rates, traces_of(record, Path(tmp)))
     return LatencyProfile(profile.name, profile.provenance, profile.operations, {**profile.resources, **resources}), note

@@ -46,6 +46,15 @@ TARGET_PHASE_S = 1.0
 MAX_REPEAT = 32
 DESIGNS = ("v4", "v5")
 WARM_UP_RUNS = 1  # discarded asap runs before the broker's measured ones (the JIT: see the module docstring)
+# ... and more of them, per design, until their rows have held this many txns: a fresh broker's
+# v4 ran small-slow-2000's rows 12 times over (1,284 txns a run, client warm-up on) at 583, 806, 773,
+# 654, then 1,592, 1,436, 1,473, 1,662, 1,579, 1,536, 1,746, 1,469, 1,937, 1,255 committed txn/s:
+# it settled after about 5,000 txns. A restart that kept the data started it over (659, 697, 1,179,
+# 1,138): the broker process's warmth (its JIT), not its data. v5 ran 90, then 111-130, from its
+# second run of 107 txns on.
+WARM_UP_TXNS = {"v4": 6_000, "v5": 300}
+MAX_WARM_UP_RUNS = 16  # a trace whose rows hold few txns stops there, short of the goal (said so)
+WARM_UP_PHASE_S = 2.0  # each warm-up run's txn phase, at the last one's rate: fewer, longer runs
 
 
 def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:
@@ -138,44 +147,64 @@ def asap_runs(traces: dict[str, Path], target: Any, into: Path, runs: int, say: 
 
 def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh: bool,
                    say: Callable[[str], None] = lambda _line: None, shown: dict[str, str] | None = None,
-                   repeat: int | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
-    """``runs`` discarded asap runs (``broker-warm-up``, ``-2``, ... under ``into``); returns what
-    the measured sets' manifests record of the broker's state, and per design the trace its asap
-    runs replay (:func:`saturation_traces`): the rows ``repeat`` times over, or (``None``) as many
-    times as :func:`repeats_for` gives at the rates the last warm-up run measured (once, without
-    a warm-up run). Then the first warm-up run replays the rows once, each later one as many
-    times over as the run before it asks: a fresh broker's rate rises through its warm-up (v4 on
-    small-slow-2000: 229, 411, 597, 635, then 870-1,033 committed txn/s)."""
-    state = broker_state_manifest(fresh, runs)
+                   repeat: int | None = None,
+                   goal: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Discarded asap runs (``broker-warm-up``, ``-2``, ... under ``into``): at least ``runs`` of
+    both designs, and a design's more until their rows have held ``goal[d]`` txns
+    (:data:`WARM_UP_TXNS`; at most :data:`MAX_WARM_UP_RUNS` runs). Returns what the measured
+    sets' manifests record of the broker's state, and per design the trace its asap runs replay
+    (:func:`saturation_traces`): the rows ``repeat`` times over, or (``None``) as many times as
+    :func:`repeats_for` gives at the rate the design's last warm-up run measured (once, without
+    one). Then the first warm-up run replays the rows once and each later one as many times over
+    as make a txn phase of :data:`WARM_UP_PHASE_S` at the rate of the run before it: a fresh
+    broker's rate rises through its warm-up (see :data:`WARM_UP_TXNS`)."""
+    from bench.trace.repeated import unrepeatable_row
+
+    goal = dict(WARM_UP_TXNS if goal is None else goal)
     discarded = lambda line: say(line + " (discarded)")  # noqa: E731
     txns = summarize(trace).txns
-    counts = {d: 1 if repeat is None else repeat for d in DESIGNS}
+    bad = unrepeatable_row(trace)
+    if bad is not None:
+        say(f"saturation: the trace's rows once (row {bad[0]} is a {bad[1]}, which cannot repeat)")
+    fixed = {d: 1 if repeat is None or bad is not None else repeat for d in DESIGNS}
+    counts, passes = dict(fixed), dict(fixed)
+    held = {d: 0 for d in DESIGNS}
+    done = 0
+    while True:
+        need = [d for d in DESIGNS if done < runs or (txns and held[d] < goal.get(d, 0))]
+        if not need:
+            break
+        if done == MAX_WARM_UP_RUNS:
+            say(f"warm-up: stopped after {done} runs, short of " + ", ".join(
+                f"{goal[d]:,} {d} txns ({held[d]:,})" for d in need if held[d] < goal.get(d, 0)))
+            break
+        done += 1
+        traces = saturation_traces(trace, into, {d: passes[d] for d in need}, say)
+        for path in asap_runs(traces, target, into, 1, discarded, name=f"broker-warm-up{'' if done == 1 else f'-{done}'}",
+                              extra_manifest=broker_state_manifest(fresh, done - 1, held), shown=shown):
+            for d, run in json.loads((path / "manifest.json").read_text())["runs"].items():
+                held[d] += txns * passes[d]
+                if repeat is None and bad is None:
+                    rate = {d: run.get("rates", {}).get("committed_txns_per_s")}
+                    counts[d] = repeats_for(rate, txns)[d]
+                    passes[d] = repeats_for(rate, txns, WARM_UP_PHASE_S)[d]
     traces = saturation_traces(trace, into, counts, say)
-    for i in range(1, runs + 1):
-        done: dict[str, Any] = {}
-        for path in asap_runs(traces, target, into, 1, discarded, name=f"broker-warm-up{'' if i == 1 else f'-{i}'}",
-                              extra_manifest=state, shown=shown):
-            done.update(json.loads((path / "manifest.json").read_text())["runs"])
-        if repeat is None:
-            counts = repeats_for({d: done[d].get("rates", {}).get("committed_txns_per_s") for d in DESIGNS if d in done},
-                                 txns)
-            traces = saturation_traces(trace, into, counts, say)
     if counts != {d: 1 for d in DESIGNS}:
         say("saturation: " + ", ".join(f"{d} replays the trace's rows " + (f"{n} times over" if n > 1 else "once")
                                        for d, n in counts.items()) + ("" if repeat is not None else
-            f" (a txn phase of about {TARGET_PHASE_S:g} s at the last warm-up run's rates)"))
-    return state, traces
+            f" (a txn phase of about {TARGET_PHASE_S:g} s at its last warm-up run's rate)"))
+    return broker_state_manifest(fresh, done, {d: n for d, n in held.items() if n}), traces
 
 
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
                  force: bool = False, progress: Callable[[str], None] | None = None,
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
                  fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS,
-                 saturation_repeat: int | None = None) -> dict[str, Any]:
+                 saturation_repeat: int | None = None, warm_up_txns: dict[str, int] | None = None) -> dict[str, Any]:
     """Run the result sets (``saturation=False``: no asap runs, the section says so), compute the
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
-    ``target.pulsar_dir`` names with its data wiped first; ``warm_up``: discarded asap runs of
-    the trace before the measured broker runs; ``saturation_repeat``: how many times over each
+    ``target.pulsar_dir`` names with its data wiped first; ``warm_up``, ``warm_up_txns``: discarded
+    asap runs of the trace before the measured broker runs (:func:`warm_up_broker`); ``saturation_repeat``: how many times over each
     design's asap runs (the model's, the broker's and its later warm-up runs) replay the trace's
     rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`)."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
@@ -203,7 +232,8 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         if fresh_broker:
             restart_fresh(target.pulsar_dir)
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
-        state, traces = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say, shown, saturation_repeat)
+        state, traces = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say, shown, saturation_repeat,
+                                       warm_up_txns)
         manifest = pulsar_replay(trace, list(DESIGNS), dataclasses.replace(target, pacing="trace"), tmp / "broker",
                                  extra_manifest=state)
         for label, run in manifest["runs"].items():

@@ -387,8 +387,9 @@ class Validation:
     model_store: str = ""  # the model's v5 metadata store URL
     saturation_runs: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per design: the broker's asap rates
     # the broker's state when its runs began (bench.pulsar.validate_run): restarted with fresh data,
-    # discarded warm-up runs; None: not recorded (sets written before validate recorded it)
-    broker_state: tuple[bool, int] | None = None
+    # discarded warm-up runs, per design the txns their rows held (empty: not recorded, sets written
+    # before it was); None: none of it recorded (sets written before validate recorded it)
+    broker_state: tuple[bool, int, tuple[tuple[str, int], ...]] | None = None
     # operations the broker's client saw fail, by error class: per design, in the run at the
     # trace's pace; and per design, the count in each asap run (a lost connection, a txn the
     # coordinator did not know: the run's counts and rate are then partly that run's trouble)
@@ -410,11 +411,12 @@ class Validation:
     def broker_state_note(self) -> str:
         if self.broker_state is None:
             return "the broker's state before its runs was not recorded"
-        fresh, warm = self.broker_state
+        fresh, warm, txns = self.broker_state
+        held = " and ".join(f"{n:,} {d} txns" for d, n in txns if n)
         return ("the broker restarted with its data wiped before this trace" if fresh else
                 "the broker as earlier runs left it (no --fresh-broker)") + (
-                f", then {warm} discarded as-fast-as-possible run{'s' if warm != 1 else ''} of the trace" if warm else
-                ", no warm-up run")
+                f", then {warm} discarded as-fast-as-possible run{'s' if warm != 1 else ''} of the trace"
+                + (f" (their rows held {held})" if held else "") if warm else ", no warm-up run")
 
     def missed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict in ("missed", "differs")]
@@ -432,7 +434,8 @@ class Validation:
                 "broker_lag_us": dict(self.broker_lag_us), "broker_duplicate_deliveries": dict(self.duplicates),
                 "broker_saturation_runs": {d: list(r) for d, r in self.saturation_runs},
                 "broker_state": None if self.broker_state is None else {"fresh": self.broker_state[0],
-                                                                         "warm_up_runs": self.broker_state[1]},
+                                                                         "warm_up_runs": self.broker_state[1],
+                                                                         "warm_up_txns": dict(self.broker_state[2])},
                 "broker_failed_ops": {d: dict(f) for d, f in self.broker_failures},
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
                 "broker_mean_put_us": dict(self.broker_put_us),
@@ -544,14 +547,19 @@ def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
     return out
 
 
-def broker_state_manifest(fresh: bool, warm_up_runs: int) -> dict[str, Any]:
-    """What a broker set's manifest records of the broker's state (read back by :func:`validate_sets`)."""
-    return {"validate": {"broker": {"fresh": fresh, "warm_up_runs": warm_up_runs}}}
+def broker_state_manifest(fresh: bool, warm_up_runs: int, warm_up_txns: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What a broker set's manifest records of the broker's state (read back by :func:`validate_sets`):
+    ``warm_up_txns``, per design the txns the discarded runs' rows held."""
+    return {"validate": {"broker": {"fresh": fresh, "warm_up_runs": warm_up_runs,
+                                    "warm_up_txns": dict(sorted((warm_up_txns or {}).items()))}}}
 
 
-def _broker_state(broker: dict[str, Any]) -> tuple[bool, int] | None:
+def _broker_state(broker: dict[str, Any]) -> tuple[bool, int, tuple[tuple[str, int], ...]] | None:
     state = broker["manifest"].get("validate", {}).get("broker")
-    return None if not isinstance(state, dict) else (bool(state.get("fresh")), int(state.get("warm_up_runs") or 0))
+    if not isinstance(state, dict):
+        return None
+    txns = state.get("warm_up_txns") or {}
+    return bool(state.get("fresh")), int(state.get("warm_up_runs") or 0), tuple(sorted((d, int(n)) for d, n in txns.items()))
 
 
 def _issue_lag(run: Mapping[str, Any]) -> int:

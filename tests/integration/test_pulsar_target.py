@@ -25,6 +25,7 @@ from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target
 from bench.replay.runner import replay_trace
 from bench.trace.trace import TraceWriter
+from bench.trace.tracestats import summarize
 from tests.conftest import PulsarBroker
 
 pytestmark = pytest.mark.pulsar
@@ -183,14 +184,17 @@ def test_compare_against_the_broker_warms_it_up_and_says_so(tmp_path: Path, puls
     out = tmp_path / "cmp"
     code = main(["compare", "--profile", "small", "--events", "60", "--target", pulsar.url, "--admin-url", pulsar.admin_url,
                  "--pacing", "asap", "--drain-ms", "8000", "--no-scenarios", "--no-progress", "--warm-up", "2",
+                 "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0",
                  "--out", str(out)])
     assert code == 0
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
     measured = json.loads((out / "broker" / "manifest.json").read_text())
-    assert measured["validate"] == {"broker": {"fresh": False, "warm_up_runs": 2}}
+    txns = summarize(out / "trace.parquet").txns
+    held = {"v4": 2 * txns, "v5": 2 * txns}  # 2 runs of the rows once
+    assert measured["validate"] == {"broker": {"fresh": False, "warm_up_runs": 2, "warm_up_txns": held}}
     assert not (out / "broker-asap").exists()  # saturation runs follow a run at the trace's pace only
     summary = json.loads((out / "report" / "summary.json").read_text())
-    assert summary["validation"]["broker_state"] == {"fresh": False, "warm_up_runs": 2}
+    assert summary["validation"]["broker_state"] == {"fresh": False, "warm_up_runs": 2, "warm_up_txns": held}
     assert (out / "broker-warm-up-2" / "manifest.json").exists() and not (out / "broker-warm-up-3").exists()
     assert "the broker as earlier runs left it (no --fresh-broker), then 2 discarded" in (out / "report" / "report.md").read_text()

@@ -39,7 +39,7 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "v"
     code = main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
-                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0", "--out", str(out)])
+                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--out", str(out)])
     assert code == 0
     assert "model vs broker, against the goals: " in capsys.readouterr().out
     doc = json.loads((out / "validation.json").read_text())
@@ -58,7 +58,7 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
     md = (out / "report" / "report.md").read_text()
     assert "## Model vs broker — model vs broker" in md and "no asap run" in md
     assert not (out / "broker-asap").exists() and not (out / "broker-warm-up").exists()
-    assert doc["broker_state"] == {"fresh": False, "warm_up_runs": 0}
+    assert doc["broker_state"] == {"fresh": False, "warm_up_runs": 0, "warm_up_txns": {}}
 
 
 def _namespaces(admin_url: str) -> list[str]:
@@ -94,18 +94,18 @@ def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: P
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(trace), "--target", own_broker.url, "--admin-url", own_broker.admin_url,
                  "--pulsar-dir", str(own_broker.dir), "--drain-ms", "8000", "--no-saturation", "--fresh-broker",
-                 "--warm-up", "1", "--out", str(out)]) == 0
+                 "--warm-up", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--out", str(out)]) == 0
     assert not earlier & set(_namespaces(own_broker.admin_url))  # wiped: only this validate's runs are there
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
     measured = json.loads((out / "broker" / "manifest.json").read_text())
-    assert measured["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1}}
+    assert measured["validate"] == {"broker": {"fresh": True, "warm_up_runs": 1, "warm_up_txns": {"v4": 1, "v5": 1}}}
     for d in ("v4", "v5"):  # the broker's pid from --pulsar-dir: its share of the cores over the txn phase
         cpu = measured["runs"][d]["cpu"]
         assert cpu["span_ms"] > 100 and 0 <= cpu["broker_cores"] <= cpu["cores"]
         assert cpu["machine_busy_cores"] >= cpu["broker_cores"] - 0.1
     doc = json.loads((out / "validation.json").read_text())
-    assert doc["broker_state"] == {"fresh": True, "warm_up_runs": 1}
+    assert doc["broker_state"] == {"fresh": True, "warm_up_runs": 1, "warm_up_txns": {"v4": 1, "v5": 1}}
     rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
     assert rows[("v4", "Counts", "txns committed")]["broker"] == 1  # the warm-up's txn is not counted
     assert "the broker restarted with its data wiped before this trace, then 1 discarded" in (out / "report" / "report.md").read_text()
@@ -127,7 +127,7 @@ def test_the_clients_warm_up_is_in_none_of_the_counts(tmp_path: Path, pulsar: Pu
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
                  "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0",
-                 "--client-warm-up", "--out", str(out)]) == 0
+                 "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--client-warm-up", "--out", str(out)]) == 0
     doc = json.loads((out / "validation.json").read_text())
     rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
     for d in ("v4", "v5"):
@@ -147,32 +147,39 @@ def test_the_clients_warm_up_is_in_none_of_the_counts(tmp_path: Path, pulsar: Pu
 
 def test_each_designs_asap_runs_replay_the_rows_as_often_as_its_last_warm_up_run_asks(tmp_path: Path,
                                                                                       pulsar: PulsarBroker) -> None:
-    """By default the first warm-up run replays the rows once; each later run, and then the
-    measured asap runs (the model's too), replay them as many times over as make a txn phase of
-    about 1 s at the rate the run before measured (bench.pulsar.validate_run.repeats_for), each
-    pass its own txn, in one set per design when the designs' counts differ; the runs at the
-    trace's pace replay them once."""
-    from bench.pulsar.validate_run import groups, repeats_for
+    """By default the first warm-up run replays the rows once; a design's later warm-up runs (here
+    v4's, until its rows held 3 txns: v5's goal is met by the first) replay them as many times
+    over as make a txn phase of 2 s at the rate the run before measured, the measured asap runs
+    (the model's too) of 1 s (bench.pulsar.validate_run.repeats_for), each pass its own txn, in
+    one set per design when the designs' counts differ; the runs at the trace's pace replay them once."""
+    from bench.pulsar.validate_run import WARM_UP_PHASE_S, groups, repeats_for
 
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
-                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--saturation-runs", "1", "--warm-up", "2",
-                 "--no-client-warm-up", "--out", str(out)]) == 0
+                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--saturation-runs", "1", "--warm-up", "1",
+                 "--warm-up-txns", "v4=3", "--warm-up-txns", "v5=0", "--no-client-warm-up", "--out", str(out)]) == 0
 
     def suffixes(counts: dict[str, int]) -> dict[str, str]:  # each design's set-name suffix
         traces = {d: out / f"x{n}" for d, n in counts.items()}
         return {d: suffix for _, designs, suffix in groups(traces) for d in designs}
 
-    def rates(names: set[str]) -> dict[str, float]:
-        runs = [json.loads((out / n / "manifest.json").read_text())["runs"] for n in names]
-        return {d: r[d]["rates"]["committed_txns_per_s"] for r in runs for d in r}
+    def rate(name: str, d: str) -> float:
+        return json.loads((out / name / "manifest.json").read_text())["runs"][d]["rates"]["committed_txns_per_s"]
 
-    second = repeats_for(rates({"broker-warm-up"}), 1)  # the trace has one txn
-    measured = repeats_for(rates({f"broker-warm-up-2{s}" for s in suffixes(second).values()}), 1)
-    doc = json.loads((out / "validation.json").read_text())
-    assert doc["saturation_repeat"] == measured and all(1 <= n <= 32 for n in measured.values())
+    # the warm-up, from the rates its runs measured (the trace has one txn)
     runs = [("broker-warm-up", d, 1) for d in ("v4", "v5")]
-    runs += [(f"broker-warm-up-2{suffixes(second)[d]}", d, n) for d, n in second.items()]
+    v4 = [1, repeats_for({"v4": rate("broker-warm-up", "v4")}, 1, WARM_UP_PHASE_S)["v4"]]
+    runs.append(("broker-warm-up-2", "v4", v4[1]))
+    while sum(v4) < 3:  # a 1-txn run at 2 s of its rate: never more than one more
+        v4.append(repeats_for({"v4": rate(f"broker-warm-up-{len(v4)}", "v4")}, 1, WARM_UP_PHASE_S)["v4"])
+        runs.append((f"broker-warm-up-{len(v4)}", "v4", v4[-1]))
+    assert not (out / f"broker-warm-up-{len(v4) + 1}").exists()
+    assert set(json.loads((out / "broker-warm-up-2" / "manifest.json").read_text())["runs"]) == {"v4"}
+    measured = {"v4": repeats_for({"v4": rate(runs[-1][0], "v4")}, 1)["v4"],
+                "v5": repeats_for({"v5": rate("broker-warm-up", "v5")}, 1)["v5"]}
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["broker_state"] == {"fresh": False, "warm_up_runs": len(v4), "warm_up_txns": {"v4": sum(v4), "v5": 1}}
+    assert doc["saturation_repeat"] == measured and all(1 <= n <= 32 for n in measured.values())
     runs += [(f"{kind}{suffixes(measured)[d]}", d, n) for d, n in measured.items() for kind in ("broker-asap", "model-asap")]
     runs += [(name, d, 1) for d in ("v4", "v5") for name in ("broker", "model")]  # at the trace's pace: the trace
     for name, d, n in runs:

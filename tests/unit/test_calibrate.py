@@ -199,7 +199,7 @@ def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: p
     from engine.errors import ConfigError
 
     def seen(url: str, admin: str, samples: int, progress: object, **kw: object) -> None:
-        raise ConfigError(f"measure_pulsar got client_warm_up={kw['client_warm_up']}")
+        raise ConfigError(f"measure_pulsar got client_warm_up={kw['client_warm_up']} warm_up_txns={kw['warm_up_txns']}")
 
     monkeypatch.setattr(cp, "measure_pulsar", seen)
     base = ["calibrate", "--pulsar", "pulsar://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1",
@@ -208,3 +208,28 @@ def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: p
     assert "client_warm_up=True" in capsys.readouterr().err
     assert main(base + ["--no-client-warm-up"]) == 2
     assert "client_warm_up=False" in capsys.readouterr().err
+    # the broker's warm-up: validate's goal unless told (bench.pulsar.validate_run.WARM_UP_TXNS)
+    main(base)
+    assert "warm_up_txns={'v4': 6000, 'v5': 300}" in capsys.readouterr().err
+    main(base + ["--warm-up-txns", "v4=10"])
+    assert "warm_up_txns={'v4': 10, 'v5': 300}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(base + ["--warm-up-txns", "v6=10"])
+    assert "expected DESIGN=N with DESIGN v4 or v5, got 'v6=10'" in capsys.readouterr().err
+
+
+def test_the_probes_wait_for_the_brokers_next_stats_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publish Summary's quantiles change only at the broker's stats update (a new interval):
+    the wait ends at the first scrape whose quantiles differ, and gives up at its limit."""
+    from bench.calibrate import calibrate_pulsar as cp
+
+    def summary(p50_ms: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(cp.PUBLISH, (("quantile", "0.5"),)): p50_ms, (cp.PUBLISH + "_count", ()): 1.0}
+
+    scrapes = iter([summary(1.5), summary(1.5), summary(1.5), summary(0.9)])
+    monkeypatch.setattr(cp, "scrape", lambda target: next(scrapes))
+    monkeypatch.setattr(cp.time, "sleep", lambda s: None)
+    assert cp.await_stats_update(object(), limit_s=60) is not None  # type: ignore[arg-type]
+    assert next(scrapes, None) is None  # the fourth scrape ended it
+    monkeypatch.setattr(cp, "scrape", lambda target: summary(1.5) | {(cp.PUBLISH + "_count", ()): 2.0})
+    assert cp.await_stats_update(object(), limit_s=0.05) is None  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from bench.calibrate import saturation
 from bench.replay.config import RunConfig
 from bench.replay.replay import Replayer
 from bench.trace.trace import read_events
+from bench.trace.tracestats import summarize
 from engine.clock import LatencyModel, ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -156,3 +157,16 @@ def test_a_measurement_names_the_trace_a_refit_replays(tmp_path: Path) -> None:
     assert {e.topic for e in read_events(old) if e.topic} == {saturation.TOPIC}
     with pytest.raises(ValueError, match="workload 'omb' seed 1"):
         saturation.trace_of({"mix": "omb", "events": 300, "seed": 1}, tmp_path / "c.parquet")
+
+
+def test_each_designs_rows_as_often_over_as_its_runs_replayed_them(tmp_path: Path) -> None:
+    """A measurement records how many times over each design replayed the mix (``repeat``);
+    ``--refit`` replays the same; a record without it (measured before) replays them once."""
+    record = {"mix": "small", "events": 300, "seed": 1, "repeat": {"v4": 3, "v5": 1}}
+    traces = saturation.traces_of(record, tmp_path)
+    once = summarize(traces["v5"]).txns
+    assert once > 0 and summarize(traces["v4"]).txns == 3 * once
+    assert traces["v5"] == tmp_path / "saturation.parquet"
+    (tmp_path / "older").mkdir()
+    older = saturation.traces_of({"mix": "small", "events": 300, "seed": 1}, tmp_path / "older")
+    assert older["v4"] == older["v5"] and summarize(older["v4"]).txns == once

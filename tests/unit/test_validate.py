@@ -213,12 +213,19 @@ def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_
 def test_the_section_says_what_state_the_broker_was_in(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     _set(tmp_path / "model", trace, broker=False)
-    _set(tmp_path / "fresh", trace, broker=True, state={"fresh": True, "warm_up_runs": 2})
+    _set(tmp_path / "fresh", trace, broker=True, state={"fresh": True, "warm_up_runs": 2,
+                                                         "warm_up_txns": {"v5": 300, "v4": 6420}})
     _set(tmp_path / "as-left", trace, broker=True, state={"fresh": False, "warm_up_runs": 0})
+    _set(tmp_path / "before", trace, broker=True, state={"fresh": True, "warm_up_runs": 2})  # written before the volume was
     fresh = validate_sets(load(tmp_path / "model"), load(tmp_path / "fresh"), None)
-    assert fresh.broker_state == (True, 2) and fresh.to_json()["broker_state"] == {"fresh": True, "warm_up_runs": 2}
+    assert fresh.broker_state == (True, 2, (("v4", 6420), ("v5", 300)))
+    assert fresh.to_json()["broker_state"] == {"fresh": True, "warm_up_runs": 2, "warm_up_txns": {"v4": 6420, "v5": 300}}
     assert fresh.broker_state_note() == ("the broker restarted with its data wiped before this trace, then 2 discarded "
-                                         "as-fast-as-possible runs of the trace")
+                                         "as-fast-as-possible runs of the trace (their rows held 6,420 v4 txns and "
+                                         "300 v5 txns)")
+    before = validate_sets(load(tmp_path / "model"), load(tmp_path / "before"), None)
+    assert before.broker_state == (True, 2, ()) and before.to_json()["broker_state"]["warm_up_txns"] == {}
+    assert before.broker_state_note().endswith("then 2 discarded as-fast-as-possible runs of the trace")
     left = validate_sets(load(tmp_path / "model"), load(tmp_path / "as-left"), None)
     assert left.broker_state_note() == "the broker as earlier runs left it (no --fresh-broker), no warm-up run"
     md = build([tmp_path / "model", tmp_path / "fresh"], tmp_path / "rep").markdown.read_text()
