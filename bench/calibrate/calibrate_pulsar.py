@@ -9,11 +9,12 @@ mapped from the broker's metrics where one means the same thing:
 
 - ``ledger.append``: ``pulsar_broker_publish_latency`` (a Summary of the broker's send ->
   add-complete over the interval between the broker's last two stats updates, a minute by
-  default: p0, p50, p95, p99, p999, max), else the v4 run's topic's ``pulsar_storage_write_latency_le_*`` buckets
+  default; read after a v4 run of plain publishes alone in one such interval: p0, p50, p95,
+  p99, p999, max), else the v4 txn run's topic's ``pulsar_storage_write_latency_le_*`` buckets
   (that topic's add-entry latency; p50/p90/p99 interpolated in buckets of 0.5/1/5/10 ms, which
   puts appends of 1-5 ms at about 3 ms: 1.8x the summary's p50 here);
 - ``rpc``, ``consumer.deliver``, ``ledger.read``: probes, the client's plain publishes and their
-  deliveries in the v4 run read through the model's billing of those calls (:func:`_client_kinds`);
+  deliveries in the plain v4 run read through the model's billing of those calls (:func:`_client_kinds`);
 - ``meta.read`` / ``meta.list``: ``pulsar_metadata_store_ops_latency_ms`` type ``get`` during the
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
@@ -81,6 +82,16 @@ def write_trace(path: Path, txns: int) -> Path:
             w.add(t + 1_000, "publish", txn=f"t{i}", topic=TOPIC, msg=f"x{i}", size=100)
             w.add(t + 2_000, "publish", topic=TOPIC, msg=f"p{i}", size=100)
             w.add(t + 3_000, "commit", txn=f"t{i}")
+    return path
+
+
+def write_plain_trace(path: Path, messages: int) -> Path:
+    """``WARMUP_TXNS`` + ``messages`` plain publishes ``p{i}`` on :data:`TOPIC`, :data:`SPACING_US`
+    apart, no txn: the v4 run whose stats interval holds only plain appends (:func:`measure_pulsar`)."""
+    with TraceWriter(path, metadata={"profile": "calibrate-plain", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=TOPIC, subscription="calib")
+        for i in range(WARMUP_TXNS + messages):
+            w.add(10_000 + i * SPACING_US, "publish", topic=TOPIC, msg=f"p{i}", size=100)
     return path
 
 
@@ -248,7 +259,7 @@ def _pcts(samples: list[int]) -> dict[str, int]:
 
 def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: Samples) -> None:
     """rpc, consumer.deliver and ledger.read from the client's plain publishes and their deliveries
-    in the v4 run (the probes; warm-up txns skipped), by the model's own billing of those calls:
+    in the plain v4 run (the probes; the first WARMUP_TXNS skipped), by the model's own billing of those calls:
 
     - a plain publish is ``rpc + ledger.append + rpc`` (engine/broker.py), so
       ``rpc = (publish - append) / 2`` per percentile (the append is the broker's summary);
@@ -275,7 +286,7 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
         rpc = _monotone(summary_quantiles(after, LOOKUP))
         m.how.update({"rpc": "metric", "consumer.deliver": "metric"} if "p50" in rpc else {})
         m.notes["rpc"] = (f"{LOOKUP} quantiles (a lookup the broker answers from its ownership cache, no storage), "
-                          f"scraped after the v4 run: the probe did not apply (client's plain publish {publish} µs, "
+                          f"scraped after the v4 txn run: the probe did not apply (client's plain publish {publish} µs, "
                           f"{len(samples)} of {len(reads)} issued on time, up to {lag_us / 1000:.0f} ms late; the broker's "
                           "append summary, its last stats interval, not below the client's publish at p50)")
     if "p50" in rpc:
@@ -289,7 +300,7 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
                                   "the dispatcher's read of the just-added entry, the push taken as consumer.deliver "
                                   "= rpc cancelling the publish's answer hop)")
     else:
-        m.unmeasurable["ledger.read"] = "no measured plain message was published and delivered in the v4 run"
+        m.unmeasurable["ledger.read"] = "no measured plain message was published and delivered in the plain v4 run"
 
 
 def await_stats_update(target: PulsarTarget, limit_s: float = STATS_UPDATE_WAIT_S) -> float | None:
@@ -344,6 +355,14 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         m.extra["broker_warm_up"]["stats_update_wait_s"] = waited
         progress("pulsar: the broker's next stats update " + (f"after {waited} s" if waited is not None else
                                                               f"not seen in {STATS_UPDATE_WAIT_S} s"))
+        # plain publishes alone in one stats interval: the publish Summary then holds their appends
+        # only (a txn publish's adds the transaction buffer's work; with both, its p50 came out
+        # above the plain publishes' own at the client on a warm broker)
+        progress(f"pulsar v4: {WARMUP_TXNS} + {samples} plain publishes, {SPACING_US // 1000} ms apart")
+        pulsar_replay(write_plain_trace(scratch / "plain.parquet", samples), ["v4"], target, scratch / "plain")
+        waited = await_stats_update(target)
+        plain_after = scrape(target)
+        m.extra["broker_warm_up"]["plain_stats_update_wait_s"] = waited
         trace = write_trace(scratch / "calib.parquet", samples)
         observed: dict[str, Any] = {}
         scraped: dict[str, tuple[Samples, Samples]] = {}
@@ -375,16 +394,16 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         # topic's buckets put every append of 1-5 ms at an interpolated 3 ms (on this machine: p50
         # 1,627 µs from the summary against 2,994 from the buckets, for the same run)
         buckets, n_appends, topic = topic_write_quantiles(*scraped["v4"])
-        summary = _monotone(summary_quantiles(scraped["v4"][1], PUBLISH))
+        summary = _monotone(summary_quantiles(plain_after, PUBLISH)) if waited is not None else {}
         if "p50" in summary:
             append = summary
             m.operations["ledger.append"] = append
             m.notes["ledger.append"] = (f"{PUBLISH} quantiles (PersistentTopic's send -> add-complete of every publish, "
                                         "a Summary over the interval between the broker's last two stats updates, "
-                                        "BrokerService.updateRates: the v4 run's txn and plain publishes, after a stats "
-                                        "update that followed the warm-up) scraped at the first update after the v4 run"
-                                        + (f"; the topic's own {WRITE}_le_* buckets, interpolated, gave {_monotone(buckets)} "
-                                           f"over {n_appends} appends" if "p50" in buckets else ""))
+                                        "BrokerService.updateRates) scraped at the first update after a v4 run of "
+                                        f"{WARMUP_TXNS} + {samples} plain publishes alone in that interval"
+                                        + (f"; the v4 txn run's topic's own {WRITE}_le_* buckets, interpolated, gave "
+                                           f"{_monotone(buckets)} over {n_appends} appends" if "p50" in buckets else ""))
         elif "p50" in buckets:
             append = _monotone(buckets)
             m.operations["ledger.append"] = append
@@ -396,7 +415,7 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
             m.unmeasurable["ledger.append"] = (f"{PUBLISH} not exported yet (absent on a broker up for less than "
                                                "about a minute): calibrate on a broker that has run a while")
         m.how["ledger.append"] = "metric"
-        _client_kinds(m, scratch / "v4" / "pulsar-events-v4.jsonl", append, scraped["v4"][1])
+        _client_kinds(m, scratch / "plain" / "pulsar-events-v4.jsonl", append, scraped["v4"][1])
         before, after = scraped["v5"]
         for mtype, kinds in (("get", ("meta.read", "meta.list")), ("put", ("meta.write", "meta.cas"))):
             q, n = histogram_quantiles(before, after, META, {"type": mtype, "status": "success"}, lowest_from_sum=True)

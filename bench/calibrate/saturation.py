@@ -208,6 +208,7 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
 
     from bench.pulsar.run import pulsar_replay
     from bench.replay.measure import mean_put_us
+    from bench.report.validate import txns_before
 
     trace = write_trace(scratch / "saturation.parquet")
     txns = summarize(trace).txns
@@ -215,6 +216,7 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
     repeat = {d: summarize(p).txns // txns for d, p in by.items()}
     runs: dict[str, list[float]] = {"v4": [], "v5": []}
     puts: dict[str, list[float | None]] = {"v4": [], "v5": []}
+    before: dict[str, list[int | None]] = {"v4": [], "v5": []}  # the txns each design's coordinator had created
     for i in range(RUNS):
         for design in ("v4", "v5"):
             times = f", {repeat[design]} times over" if repeat[design] > 1 else ""
@@ -227,9 +229,13 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
                 raise RuntimeError(f"calibrate: the broker committed no txn of the saturation trace ({design})")
             runs[design].append(float(rate))
             puts[design].append(mean_put_us(json.loads((out / "counts.json").read_text()).get(design, {})))
+            before[design].append(txns_before({"path": out}, design))
     # the broker's mean metadata put in each run (MetadataStoreStats): what one write takes at
     # saturation, against the fitted service, which also holds the thread's other work
+    # and how many txns each run's coordinator had created before it (on a RocksDB store v5's rate
+    # falls with them: bench.report.validate.txns_before)
     return {"mix": MIX, "events": EVENTS, "seed": SEED, "txns": txns, "repeat": repeat, "runs": runs, "mean_put_us": puts,
+            "txns_before": before,
             "committed_txns_per_s": {d: statistics.median(r) for d, r in runs.items()}}
 
 

@@ -407,6 +407,9 @@ class Validation:
     # and their txn phases' shortest and longest span in ms (bench.pulsar.cpu; None: not recorded)
     saturation_repeat: tuple[tuple[str, int], ...] = ()
     saturation_span_ms: tuple[float, float] | None = None
+    # per design, the txns its coordinator had created before each asap run (:func:`txns_before`;
+    # None where the run recorded no txn id): on a RocksDB store v5's rate falls with them
+    saturation_txns_before: tuple[tuple[str, tuple[int | None, ...]], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -444,6 +447,7 @@ class Validation:
                                               for c in n] for d, n in self.saturation_cpu},
                 "cores": self.cores, "saturation_repeat": dict(self.saturation_repeat),
                 "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
+                "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
@@ -491,9 +495,11 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     cores = None
     spans: list[float] = []
     repeats: dict[str, int] = {}
+    before: dict[str, list[int | None]] = {}
     for rs in sat_sets:
         for d, lab in _by_design(rs).items():
             repeats.setdefault(d, int(rs["manifest"].get("trace", {}).get("repeated") or 1))
+            before.setdefault(d, []).append(txns_before(rs, lab))
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
             sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
             cpu = rs["manifest"]["runs"][lab].get("cpu")
@@ -523,7 +529,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, mean_put_us(broker["counts"].get(lab, {}))) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_put.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores,
-                      tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None)
+                      tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None,
+                      tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)))
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -545,6 +552,25 @@ def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
                 cls = str(e.get("error") or "unknown").split(":", 1)[0].strip() or "unknown"
                 out[cls] = out.get(cls, 0) + 1
     return out
+
+
+def txns_before(rs: dict[str, Any], label: str) -> int | None:
+    """How many txns the broker's coordinator had created before this run: the lowest sequence of
+    the txn ids its client was given (``(0,N)``: a coordinator numbers its txns from 0 since the
+    broker's data was wiped; the client's warm-up rows' txns come before it, and the v4 and v5
+    coordinators number apart); None for a model set or a run that recorded no txn id."""
+    path = Path(rs.get("dir", rs["path"])) / f"pulsar-events-{label}.jsonl"
+    if not path.exists():
+        return None
+    low = None
+    with path.open() as f:
+        for line in f:
+            if '"txn_id"' not in line:
+                continue
+            seq = str(json.loads(line).get("txn_id") or "").strip("()").rpartition(",")[2]
+            if seq.isdigit():
+                low = int(seq) if low is None else min(low, int(seq))
+    return low
 
 
 def broker_state_manifest(fresh: bool, warm_up_runs: int, warm_up_txns: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -671,6 +697,16 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      "to measure a rate. Over phases of 90-520 ms one trace's v4 rate moved 4.5x from run to run; "
                      "over 560-630 ms (its rows four times over) +-5 % (`validate` replays them as many times over as "
                      "make a phase of about 1 s, or `--saturation-repeat N`).")
+    history = dict(v.saturation_txns_before).get("v5")
+    if history and any(history):
+        notes.append("v5's asap runs began after its coordinator had created "
+                     + ", ".join("-" if n is None else f"{n:,}" for n in history)
+                     + " txns on this broker (the client's warm-up rows' included). On the standalone's RocksDB "
+                     "store v5's rate falls with them (98 to 23 committed txn/s over nine runs of 1,264 txns each, "
+                     "and a restart keeps it): every index scan on /txn/op lists each key under it "
+                     "(RocksdbMetadataStore.getChildrenFromStore), the never-deleted __seq_counter__ of every txn "
+                     "there (AbstractMetadataStore.putWithSequenceKeysCompat). The model's store starts empty and "
+                     "bills a listing by the scan, not by its keys: its v5 rate is that of a broker with no history.")
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

@@ -426,3 +426,27 @@ def test_data_entries_above_the_model_explained_by_the_copies_the_broker_deliver
     rows = {c.metric: c for c in count_checks("v4", {"ledger.appends.data": 936, "dispatch.aborted_skipped": 6},
                                               {"ledger.appends.data": 959, "deliveries.of_resent_copies": 16})}
     assert rows["data entries"].verdict == "differs"  # 23 extra, at most 16 + 6 accounted for
+
+
+def test_the_section_says_how_many_txns_v5s_coordinator_had_created_before_each_asap_run(tmp_path: Path) -> None:
+    """The lowest txn id the broker's client was given, ``(0,N)``: N txns came before the run on
+    this broker (v5's rate falls with them on a RocksDB store); sets without txn ids say nothing."""
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    for i, first in enumerate((1264, 2528)):
+        _set(tmp_path / f"asap{i}", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
+        labels = json.loads((tmp_path / f"asap{i}" / "manifest.json").read_text())["runs"]
+        for lab in labels:
+            offset = 0 if lab.startswith("v5") else 100_000
+            lines = [{"ev": "op", "op": "new_txn", "ok": True, "txn": f"t{k}", "txn_id": f"(0,{offset + first + k})"}
+                     for k in (3, 0, 1)] + [{"ev": "op", "op": "commit", "ok": True, "txn": "t0"}]
+            (tmp_path / f"asap{i}" / f"pulsar-events-{lab}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    sets = [load(tmp_path / f"asap{i}") for i in (0, 1)]
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), sets)
+    assert v.to_json()["broker_saturation_txns_before"] == {"v4": [101264, 102528], "v5": [1264, 2528]}
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap0", tmp_path / "asap1"], tmp_path / "rep")
+    assert "v5's asap runs began after its coordinator had created 1,264, 2,528 txns on this broker" \
+        in md.markdown.read_text()
+    plain = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
+    assert plain.to_json()["broker_saturation_txns_before"] == {}
