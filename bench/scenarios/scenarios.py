@@ -715,10 +715,10 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
             for d in vals for r, v in vals[d].items()]
     peak = {d: max((v["achieved"] or 0.0) for v in vals[d].values()) for d in vals}
     findings = [f"highest achieved rate: v4 {peak['v4']:g} txn/s, v5-shipped {peak['v5-shipped']:g} txn/s "
-                f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}; a warm broker measured 0.072-0.077 on the small "
-                "and omb mixes, its asap runs replaying each trace's rows for a txn phase of about 1 s (0.26-0.28 "
-                "on many-participants, whose v4 runs lost consumers), and 0.19-0.56 in earlier sets whose runs "
-                "were too short to measure v4: datasets/validation/README.md); at "
+                f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}; a broker warmed by 6,000 v4 txns measured 0.053-0.056 "
+                "on the small and omb mixes, its v5 having run 2,000-2,700 txns before, which slows it on the "
+                "standalone's RocksDB store (0.32 on many-participants, whose v4 runs lost consumers), and 0.19-0.56 "
+                "in earlier sets whose runs were too short to measure v4: datasets/validation/README.md); at "
                 f"{rates[-1]}/s offered, commit-to-visible p50 v4 {vals['v4'][rates[-1]]['p50']} ms, "
                 f"v5-shipped {vals['v5-shipped'][rates[-1]]['p50']} ms"]
     return Scenario("throughput", "Throughput at saturation: how many txns per second does each design commit "
