@@ -108,11 +108,17 @@ def _check_master(master: str) -> None:
     raise BackendUnavailable(f"Spark master {master} is not reachable ({last.strerror or last})")
 
 
+PY4J_SEND_LOGS = ("KeyboardInterrupt while sending command", "Exception while sending command")
+
+
 def _drop_py4j_interrupt(record: logging.LogRecord) -> bool:
     """py4j logs a KeyboardInterrupt during a JVM call with its stack trace on the root logger
-    (java_gateway.py, ``logging.exception("KeyboardInterrupt while sending command.")``); the
-    CLI already says "interrupted" in one line."""
-    return not record.getMessage().startswith("KeyboardInterrupt while sending command")
+    (java_gateway.py, ``logging.exception("KeyboardInterrupt while sending command.")``), and a
+    call that fails on the connection as "Exception while sending command." (a Ctrl-C landing in
+    its socket read, then a second call on that connection: "reentrant call inside
+    BufferedReader"). The CLI already says "interrupted" in one line, and a failed call reaches
+    the caller as a Py4JError all the same."""
+    return not record.getMessage().startswith(PY4J_SEND_LOGS)
 
 
 def _session(master: str, driver_host: str = LOOPBACK):  # type: ignore[no-untyped-def]

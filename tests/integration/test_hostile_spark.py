@@ -97,3 +97,20 @@ def test_the_driver_listens_on_loopback_only_and_ctrl_c_is_one_line(tmp_path: Pa
     assert text.strip().count("\n") == 0 and "Traceback" not in text, text
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
+
+
+def test_py4j_s_own_logs_of_a_failed_or_interrupted_call_are_dropped() -> None:
+    """The root logger's filter for a Spark run: py4j's stack traces of a call that Ctrl-C cut or
+    that failed on its connection go (the CLI says one line; a failed call raises all the same),
+    every other record stays."""
+    import logging
+
+    from bench.scale.spark import _drop_py4j_interrupt
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.ERROR, __file__, 1, msg, None, None)
+
+    assert not _drop_py4j_interrupt(record("KeyboardInterrupt while sending command."))
+    assert not _drop_py4j_interrupt(record("Exception while sending command."))
+    assert _drop_py4j_interrupt(record("txnbench replay: interrupted"))
+    assert _drop_py4j_interrupt(record("Exception while receiving a result"))
