@@ -257,6 +257,38 @@ def _pcts(samples: list[int]) -> dict[str, int]:
     return percentiles(samples) if samples else {}
 
 
+def _append(m: Measurement, plain: Samples | None, v4: tuple[Samples, Samples], samples: int) -> dict[str, int]:
+    """``ledger.append`` into ``m`` (returned; empty when unmeasured): the broker's publish summary
+    scraped after the plain run's stats interval (``plain``; None when no stats update followed
+    that run, so the summary may hold an earlier interval), else the v4 txn run's topic's write
+    buckets (``v4``: the scrapes around it). The summary first: its quantiles are exact over its
+    interval, where the buckets put every append of 1-5 ms at an interpolated 3 ms (on this
+    machine: p50 1,627 µs from the summary against 2,994 from the buckets, for the same run)."""
+    buckets, n_appends, topic = topic_write_quantiles(*v4)
+    summary = _monotone(summary_quantiles(plain, PUBLISH)) if plain is not None else {}
+    m.how["ledger.append"] = "metric"
+    if "p50" in summary:
+        m.operations["ledger.append"] = summary
+        m.notes["ledger.append"] = (f"{PUBLISH} quantiles (PersistentTopic's send -> add-complete of every publish, "
+                                    "a Summary over the interval between the broker's last two stats updates, "
+                                    "BrokerService.updateRates) scraped at the first update after a v4 run of "
+                                    f"{WARMUP_TXNS} + {samples} plain publishes alone in that interval"
+                                    + (f"; the v4 txn run's topic's own {WRITE}_le_* buckets, interpolated, gave "
+                                       f"{_monotone(buckets)} over {n_appends} appends" if "p50" in buckets else ""))
+        return summary
+    if "p50" in buckets:
+        m.operations["ledger.append"] = append = _monotone(buckets)
+        why = ("no stats update of the broker followed the plain run" if plain is None else f"{PUBLISH} was not exported")
+        m.notes["ledger.append"] = (f"{WRITE}_le_* of the v4 run's topic {topic} ({n_appends} appends: txn and plain "
+                                    "publishes and markers; buckets 0.5/1/5/10/20/50/100/200/1000 ms, interpolated; "
+                                    f"{why})")
+        return append
+    # observed here: absent from /metrics on a broker up for less than about a minute
+    m.unmeasurable["ledger.append"] = (f"{PUBLISH} not exported yet (absent on a broker up for less than "
+                                       "about a minute): calibrate on a broker that has run a while")
+    return {}
+
+
 def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: Samples) -> None:
     """rpc, consumer.deliver and ledger.read from the client's plain publishes and their deliveries
     in the plain v4 run (the probes; the first WARMUP_TXNS skipped), by the model's own billing of those calls:
@@ -360,9 +392,9 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         # above the plain publishes' own at the client on a warm broker)
         progress(f"pulsar v4: {WARMUP_TXNS} + {samples} plain publishes, {SPACING_US // 1000} ms apart")
         pulsar_replay(write_plain_trace(scratch / "plain.parquet", samples), ["v4"], target, scratch / "plain")
-        waited = await_stats_update(target)
+        plain_waited = await_stats_update(target)  # None: the summary may still be an earlier interval's
         plain_after = scrape(target)
-        m.extra["broker_warm_up"]["plain_stats_update_wait_s"] = waited
+        m.extra["broker_warm_up"]["plain_stats_update_wait_s"] = plain_waited
         trace = write_trace(scratch / "calib.parquet", samples)
         observed: dict[str, Any] = {}
         scraped: dict[str, tuple[Samples, Samples]] = {}
@@ -390,31 +422,7 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         m.extra["saturation"] = saturation.measure(saturating, scratch, progress, sat_traces)
         m.extra["saturation"]["client_warm_up"] = client_warm_up
 
-        # The broker's publish summary first: its quantiles are exact over its window, where the
-        # topic's buckets put every append of 1-5 ms at an interpolated 3 ms (on this machine: p50
-        # 1,627 µs from the summary against 2,994 from the buckets, for the same run)
-        buckets, n_appends, topic = topic_write_quantiles(*scraped["v4"])
-        summary = _monotone(summary_quantiles(plain_after, PUBLISH)) if waited is not None else {}
-        if "p50" in summary:
-            append = summary
-            m.operations["ledger.append"] = append
-            m.notes["ledger.append"] = (f"{PUBLISH} quantiles (PersistentTopic's send -> add-complete of every publish, "
-                                        "a Summary over the interval between the broker's last two stats updates, "
-                                        "BrokerService.updateRates) scraped at the first update after a v4 run of "
-                                        f"{WARMUP_TXNS} + {samples} plain publishes alone in that interval"
-                                        + (f"; the v4 txn run's topic's own {WRITE}_le_* buckets, interpolated, gave "
-                                           f"{_monotone(buckets)} over {n_appends} appends" if "p50" in buckets else ""))
-        elif "p50" in buckets:
-            append = _monotone(buckets)
-            m.operations["ledger.append"] = append
-            m.notes["ledger.append"] = (f"{WRITE}_le_* of the v4 run's topic {topic} ({n_appends} appends: txn and plain "
-                                        "publishes and markers; buckets 0.5/1/5/10/20/50/100/200/1000 ms, interpolated; "
-                                        f"{PUBLISH} was not exported)")
-        else:  # observed here: absent from /metrics on a broker up for less than about a minute
-            append = {}
-            m.unmeasurable["ledger.append"] = (f"{PUBLISH} not exported yet (absent on a broker up for less than "
-                                               "about a minute): calibrate on a broker that has run a while")
-        m.how["ledger.append"] = "metric"
+        append = _append(m, plain_after if plain_waited is not None else None, scraped["v4"], samples)
         _client_kinds(m, scratch / "plain" / "pulsar-events-v4.jsonl", append, scraped["v4"][1])
         before, after = scraped["v5"]
         for mtype, kinds in (("get", ("meta.read", "meta.list")), ("put", ("meta.write", "meta.cas"))):

@@ -110,6 +110,27 @@ def test_pulsar_append_comes_from_the_runs_own_topic_buckets() -> None:
     assert cp.topic_write_quantiles(after, after) == ({}, 0, "")
 
 
+def test_pulsar_append_is_the_plain_runs_summary_else_the_topics_buckets() -> None:
+    """``ledger.append``: the publish summary scraped after the plain run's stats interval; when no
+    stats update followed that run (None: the summary may hold an earlier interval, the warm-up's),
+    the v4 txn run's topic's buckets, and the note says why; with neither, unmeasured."""
+    from bench.calibrate import calibrate_pulsar as cp
+    from bench.calibrate.measurement import Measurement
+
+    topic = "persistent://public/tb-1-v4-default/calib-partition-0"
+    v4 = ({}, {(f"{cp.WRITE}_{k}", (("topic", topic),)): v for k, v in
+               {"count": 10, "le_0_5": 0, "le_1": 2, "le_5": 6, "le_10": 2, "overflow": 0}.items()})
+    plain = {(cp.PUBLISH, (("quantile", q),)): v for q, v in {"0.0": 1.327, "0.5": 1.45, "0.99": 3.699}.items()}
+    m = Measurement("pulsar", "5")
+    assert cp._append(m, plain, v4, 300) == {"p0": 1327, "p50": 1450, "p99": 3699}
+    assert "plain publishes alone in that interval" in m.notes["ledger.append"]
+    m = Measurement("pulsar", "5")
+    assert cp._append(m, None, v4, 300) == {"p50": 3000, "p90": 7500, "p99": 9750}  # the buckets, not the stale summary
+    assert m.notes["ledger.append"].endswith("no stats update of the broker followed the plain run)")
+    m = Measurement("pulsar", "5")
+    assert cp._append(m, None, ({}, {}), 300) == {} and "ledger.append" in m.unmeasurable
+
+
 def test_pulsar_publish_summary_gives_every_exported_quantile_but_no_nan() -> None:
     """``pulsar_broker_publish_latency`` as a broker exports it (ms, quantiles 0 ... 1): the append's
     percentiles, p95 included; a quantile with no observation in the window (NaN) is left out."""
