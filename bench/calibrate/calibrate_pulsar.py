@@ -380,8 +380,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         saturating = dataclasses.replace(target, client_warm_up=client_warm_up)
         warming = scratch / "warm-up"
         warming.mkdir()
-        state, sat_traces = warm_up_broker(saturation.write_trace(warming / "saturation.parquet"), saturating, warming,
-                                           1, fresh, progress, goal=warm_up_txns)
+        sat_trace = saturation.write_trace(warming / "saturation.parquet")
+        state, sat_traces = warm_up_broker(sat_trace, saturating, warming, 1, fresh, progress, goal=warm_up_txns)
         m.extra["broker_warm_up"] = state["validate"]["broker"]
         waited = await_stats_update(target)
         m.extra["broker_warm_up"]["stats_update_wait_s"] = waited
@@ -419,7 +419,7 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         m.extra["client_observed_us"] = observed
         m.extra["client_max_issue_lag_us"] = lags
         # calibrate() fits the resources to these rates
-        m.extra["saturation"] = saturation.measure(saturating, scratch, progress, sat_traces)
+        m.extra["saturation"] = saturation.measure(saturating, scratch, progress, sat_traces, sat_trace)
         m.extra["saturation"]["client_warm_up"] = client_warm_up
 
         append = _append(m, plain_after if plain_waited is not None else None, scraped["v4"], samples)

@@ -98,15 +98,10 @@ def traces_of(record: dict[str, Any], into: Path) -> dict[str, Path]:
     """Per design, the rows its saturation runs replayed (:func:`trace_of`), ``record["repeat"][d]``
     times over (bench.trace.repeated; once where the record has no count: measured before
     2026-11-26 evening), written under ``into``."""
-    from bench.trace.repeated import write_repeated
+    from bench.pulsar.validate_run import saturation_traces
 
-    base = trace_of(record, into / "saturation.parquet")
-    out = {}
-    for d in ("v4", "v5"):
-        n = int((record.get("repeat") or {}).get(d, 1))
-        path = into / f"saturation-x{n}.parquet"
-        out[d] = base if n == 1 else path if path.exists() else write_repeated(base, path, n)
-    return out
+    repeat = {d: int((record.get("repeat") or {}).get(d, 1)) for d in ("v4", "v5")}
+    return saturation_traces(trace_of(record, into / "saturation.parquet"), into, repeat)
 
 
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
@@ -198,10 +193,11 @@ def _metadata(service: int) -> ResourceSpec:
 
 
 def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
-            traces: dict[str, Path] | None = None) -> dict[str, Any]:
-    """The broker's committed txn/s per design on :func:`write_trace`, as fast as possible: the
-    median of :data:`RUNS` runs (each run's in ``runs``). ``traces``: per design, its rows
-    repeated (bench.pulsar.validate_run.warm_up_broker's), recorded as ``repeat``."""
+            traces: dict[str, Path] | None = None, trace: Path | None = None) -> dict[str, Any]:
+    """The broker's committed txn/s per design on :func:`write_trace` (``trace``, when the caller
+    wrote it already), as fast as possible: the median of :data:`RUNS` runs (each run's in
+    ``runs``). ``traces``: per design, its rows repeated (bench.pulsar.validate_run.warm_up_broker's),
+    recorded as ``repeat``."""
     import dataclasses
     import json
     import statistics
@@ -210,7 +206,7 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
     from bench.replay.measure import mean_put_us
     from bench.report.validate import txns_before
 
-    trace = write_trace(scratch / "saturation.parquet")
+    trace = trace or write_trace(scratch / "saturation.parquet")
     txns = summarize(trace).txns
     by = traces or {"v4": trace, "v5": trace}
     repeat = {d: summarize(p).txns // txns for d, p in by.items()}

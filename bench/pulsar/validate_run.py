@@ -99,13 +99,17 @@ def saturation_traces(trace: str | Path, into: Path, repeats: dict[str, int],
         return {d: Path(trace) for d in repeats}
     bad = unrepeatable_row(trace)
     if bad is not None:
-        say(f"saturation: the trace's rows once (row {bad[0]} is a {bad[1]}, which cannot repeat)")
+        say(_once(bad))
         return {d: Path(trace) for d in repeats}
     made: dict[int, Path] = {1: Path(trace)}
     for n in sorted(set(repeats.values()) - {1}):
         path = into / f"saturation-trace-x{n}.parquet"  # written once: each warm-up run asks again
         made[n] = path if path.exists() else write_repeated(trace, path, n)
     return {d: made[n] for d, n in repeats.items()}
+
+
+def _once(bad: tuple[int, str]) -> str:
+    return f"saturation: the trace's rows once (row {bad[0]} is a {bad[1]}, which cannot repeat)"
 
 
 def groups(traces: dict[str, Path]) -> list[tuple[Path, list[str], str]]:
@@ -167,9 +171,9 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
     goal = dict(WARM_UP_TXNS if goal is None else goal)
     discarded = lambda line: say(line + " (discarded)")  # noqa: E731
     txns = summarize(trace).txns
-    bad = unrepeatable_row(trace)
+    bad = unrepeatable_row(trace)  # checked once here: with it, saturation_traces is asked for one pass only
     if bad is not None:
-        say(f"saturation: the trace's rows once (row {bad[0]} is a {bad[1]}, which cannot repeat)")
+        say(_once(bad))
     fixed = {d: 1 if repeat is None or bad is not None else repeat for d in DESIGNS}
     counts, passes = dict(fixed), dict(fixed)
     held = {d: 0 for d in DESIGNS}
