@@ -1,8 +1,26 @@
 # Shell helpers shared by the service scripts (redis.sh, kafka.sh, pulsar.sh); source it.
 
-# A free TCP port on the loopback interface.
+# A free TCP port on the loopback interface, below the kernel's ephemeral range: a port from that
+# range (what binding port 0 gives) can be taken before the service binds it by any socket bound to
+# port 0 meanwhile. It happened: the standalone's own bookie took the web port pulsar.sh had picked,
+# and the broker failed to start ("Failed to bind to /127.0.0.1:35209").
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'EOF'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+tries = [random.randint(max(1024, low - 20000), low - 1) for _ in range(100)] if low > 2048 else []
+for port in tries + [0]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
+EOF
 }
 
 # pid_running PID: the process exists and is not a zombie (a killed child its parent has not reaped

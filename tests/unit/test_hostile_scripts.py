@@ -63,3 +63,19 @@ def test_redis_stop_still_stops_its_own_server(tmp_path: Path) -> None:
     assert url.startswith("redis://127.0.0.1:")
     subprocess.run([str(SCRIPTS / "redis.sh"), "stop", str(tmp_path)], check=True, timeout=60)
     assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_a_free_port_is_below_the_kernels_ephemeral_range() -> None:
+    """The services' ports are picked below the ephemeral range, where no socket bound to port 0
+    (the standalone's own bookie took a picked web port once) can take them before the service
+    binds; each is free when picked."""
+    import socket
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    out = subprocess.run(["bash", "-c", f"source {SCRIPTS / 'lib' / 'service.sh'}; for i in $(seq 20); do free_port; done"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert len(out) == 20
+    for port in map(int, out):
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
