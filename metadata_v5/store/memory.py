@@ -499,6 +499,17 @@ class MemoryMetadataStore(MetadataStore):
             self._counters["listed"] += len(out)
             return out
 
+    def count(self, prefix: str) -> int:
+        if prefix and ord(prefix[-1]) == 0x10FFFF:
+            return len(self.list_keys(prefix))
+        data = self._live()
+        with data.lock:
+            if not prefix:
+                return len(data.records)
+            # every key that starts with prefix sorts at or after it and before its successor
+            end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            return data.records.bisect_left(end) - data.records.bisect_left(prefix)
+
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
         return self._live().apply(ops, self._counters)

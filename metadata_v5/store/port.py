@@ -97,6 +97,7 @@ STAT_KEYS: Final = (
     "reads",            # records fetched by get/get_many (per key asked)
     "scan_reads",       # emulated: records an index scan fetched one by one (storeGet, which
                         # Pulsar's pulsar_metadata_store_ops get counter does not count)
+    "scan_keys",        # emulated: keys its scans' listings iterated (the sequence counters among them)
     "lists",            # list/list_keys calls
     "listed",           # records returned by lists
     "index_queries",    # query/query_records calls (and degraded re-lists of an index)
@@ -551,6 +552,12 @@ class MetadataStore(ABC):
     def list_keys(self, prefix: str, *, limit: int | None = None) -> builtins.list[str]:
         """Keys of :meth:`list`."""
         return [r.key for r in self.list(prefix, limit=limit)]
+
+    def count(self, prefix: str) -> int:
+        """How many keys :meth:`list` would return for ``prefix``; O(log n) where the store keeps
+        its keys sorted. A size the emulated store bills a listing by (``scan_keys``), not an
+        operation the stats count."""
+        return len(self.list_keys(prefix))
 
     @abstractmethod
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:

@@ -694,6 +694,10 @@ class RedisMetadataStore(MetadataStore):
         self._counters["listed"] += len(out)
         return out
 
+    def count(self, prefix: str) -> int:
+        low = prefix.encode()  # as _LIST bounds it: no UTF-8 key holds the byte 0xff
+        return int(self._rt(lambda: self.client.zlexcount(self.prefix + "keys", b"[" + low, b"(" + low + b"\xff")))
+
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
         return self._batch(ops)

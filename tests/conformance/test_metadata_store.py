@@ -273,6 +273,8 @@ def test_sequential_keys(store: MetadataStore) -> None:
     assert store.put_sequential("/txn-op/{7}/", {}).key == sequential_key("/txn-op/{7}/", 13)  # never reused
     assert store.list_keys("/txn-op/{7}/") == a[:-1] + [sequential_key("/txn-op/{7}/", 13)]
     assert store.list_keys("/txn-op/{7}/", limit=2) == a[:2]
+    assert [store.count(p) for p in ("/txn-op/{7}/", "/txn-op/", "/txn-op/{9}/", "")] == [
+        12, 13, 0, len(store.list_keys(""))]
     store.batch([Delete(k) for k in store.list_keys("/txn-op/{7}/")] + [DeleteSequence("/txn-op/{7}/")])
     assert store.list("/txn-op/{7}/") == []
     assert store.put_sequential("/txn-op/{7}/", {}).key == sequential_key("/txn-op/{7}/", 1)
@@ -889,6 +891,8 @@ class Lockstep(RuleBasedStateMachine):
     @rule(prefix=st.sampled_from(["/", "/txn", "/txn/", "/txn-op/{1}/", "/x/"]), limit=st.none() | st.integers(0, 3))
     def list_prefix(self, prefix: str, limit: int | None) -> None:
         self.all(lambda s, d: s.list(prefix, limit=limit))
+        counted = self.all(lambda s, d: (s.count(prefix), s.count(prefix) - len(s.list_keys(prefix))))
+        assert counted[0] == "err" or counted[1][1] == 0, counted
 
     @invariant()
     def consistent(self) -> None:
