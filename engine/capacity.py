@@ -63,16 +63,18 @@ class Resource:
         self.queued_us = 0  # time requests waited for a slot, summed
         self.requests = 0
 
-    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, chained: bool = False) -> int:
+    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, chained: bool = False,
+              own: bool = False) -> int:
         """A request issued at ``at_us`` taking ``latency_us`` once served: returns how long
         after ``at_us`` it completes: its wait for a slot plus its latency, or its service time
         when that is longer (the answer cannot come before the work that makes it is done: a
         profile's fitted service time can exceed a latency measured on an idle broker).
         ``now_us``: no later request is issued before it (blocks that ended by then are forgotten).
         ``chained``: on an in-order resource, the next call of a chain whose previous call ended
-        at ``at_us`` on this thread (:meth:`_chained`)."""
+        at ``at_us`` on this thread (:meth:`_chained`). ``own``: the request holds its slot for
+        its own latency whatever the resource's service time (``ResourceSpec.latency_kinds``)."""
         service = self.spec.service_us
-        if service is None:  # the request's own latency is the work (see ResourceSpec)
+        if service is None or own:  # the request's own latency is the work (see ResourceSpec)
             service = latency_us
         if self.in_order:
             if chained:

@@ -151,16 +151,35 @@ class Meter:
         res = self._resource(resource, key)
         if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
             res = None  # a kind the resource does not serve: runs beside its queue
+        own = res is not None and kind in res.spec.latency_kinds
         took = 0
         for _ in range(times):
             lat = of(kind)
             if res is not None:
                 lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat, self._now(),
-                                top is not None and top.chained)
+                                top is not None and top.chained, own)
             if top is not None:
                 top.add(lat)
             took += lat
         return took
+
+    def bill_per_thousand(self, kind: str, units: int, resource: str | None = None, key: str = "") -> int:
+        """One call whose cost is ``kind``'s per thousand ``units`` (a listing walking ``units``
+        keys: one draw, scaled), issued now; counted as ``units`` (``billed[kind]``: the keys
+        walked). Added to the open tab, through ``resource`` as :meth:`bill`; returns its time."""
+        self.billed[kind] += units
+        lat = (self._of(kind) * units + 500) // 1000
+        res = self._resource(resource, key) if resource is not None else None
+        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
+            res = None
+        tabs = self._tabs
+        top = tabs[-1] if tabs else None
+        if res is not None:
+            lat = res.admit(top.issue_at() if top is not None else self._now(), lat, self._now(),
+                            top is not None and top.chained, kind in res.spec.latency_kinds)
+        if top is not None:
+            top.add(lat)
+        return lat
 
     def _free_bill(self) -> Callable[..., int]:
         """:meth:`bill` without resources, with what it touches bound once: a call is billed on

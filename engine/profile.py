@@ -4,9 +4,9 @@ A profile is one JSON file (``datasets/latency/NAME.json``; the format is the la
 contract, described in ``datasets/README.md``): ``name``, ``provenance`` (where, when and how it was
 measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_US`, each
 ``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
-``p50``) and optional ``resources`` (``service_us`` µs or ``"latency"``, ``concurrency``, optional
-``shared``: see :class:`engine.clock.ResourceSpec`). A bad file is one
-:class:`ConfigError` naming the file and the key.
+``p50``; a kind of :data:`LATER_KINDS` may be left out) and optional ``resources`` (``service_us`` µs
+or ``"latency"``, ``concurrency``, optional ``shared``, ``kinds``, ``latency_kinds``: see
+:class:`engine.clock.ResourceSpec`). A bad file is one :class:`ConfigError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from engine.errors import ConfigError
 RESOURCES = ("metadata", "bookie", "coordinator", "dispatch")  # the contract's shared resources
 SERVED = ("coordinator",)  # billed by Meter.serve: a fixed service time, no latency of its own
 CONSTANTS_NAME = "constants"
+# Kinds added after profiles were shipped: a profile without one bills it 0, as every profile did
+# before it existed (and writes it only when it is not 0, so those files read back byte for byte)
+LATER_KINDS = frozenset({"meta.list_keys"})
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class LatencyProfile:
         for kind in ops:
             if kind not in DEFAULT_LATENCIES_US:
                 raise bad(f"operations.{kind}", f"unknown operation kind; expected {', '.join(DEFAULT_LATENCIES_US)}")
+        ops = {**{k: {"constant": 0} for k in LATER_KINDS}, **ops}
         missing = [k for k in DEFAULT_LATENCIES_US if k not in ops]
         if missing:
             raise bad(f"operations.{missing[0]}", "missing (a profile gives every operation kind)")
@@ -93,13 +97,17 @@ class LatencyProfile:
             if rname not in RESOURCES:
                 raise bad(key, f"unknown resource; expected {', '.join(RESOURCES)}")
             if not isinstance(spec, dict) or not {"service_us", "concurrency"} <= set(spec) <= {
-                    "service_us", "concurrency", "shared", "kinds"}:
-                raise bad(key, "expected an object with service_us, concurrency and optionally shared, kinds")
+                    "service_us", "concurrency", "shared", "kinds", "latency_kinds"}:
+                raise bad(key, "expected an object with service_us, concurrency and optionally shared, kinds, "
+                               "latency_kinds")
             service, conc, shared = spec["service_us"], spec["concurrency"], spec.get("shared", False)
-            kinds = spec.get("kinds")
+            kinds, own = spec.get("kinds"), spec.get("latency_kinds", [])
             if kinds is not None and (not isinstance(kinds, list) or not kinds
                                       or any(k not in DEFAULT_LATENCIES_US for k in kinds)):
                 raise bad(f"{key}.kinds", f"expected a list of operation kinds, got {kinds!r}")
+            if not isinstance(own, list) or any(k not in (DEFAULT_LATENCIES_US if kinds is None else kinds)
+                                                for k in own):
+                raise bad(f"{key}.latency_kinds", f"expected a list of kinds the resource serves, got {own!r}")
             if service == "latency":
                 if rname in SERVED:
                     raise bad(f"{key}.service_us", f"{rname} serves requests that have no latency of their own: "
@@ -111,12 +119,15 @@ class LatencyProfile:
                 raise bad(f"{key}.concurrency", f"expected an integer >= 1, got {conc!r}")
             if not isinstance(shared, bool):
                 raise bad(f"{key}.shared", f"expected true or false, got {shared!r}")
-            resources[rname] = ResourceSpec(service, conc, shared, None if kinds is None else frozenset(kinds))
+            resources[rname] = ResourceSpec(service, conc, shared, None if kinds is None else frozenset(kinds),
+                                            frozenset(own))
         return cls(name, prov, dists, resources, None if source.startswith("<") else source, sha256)
 
     def to_json(self) -> dict[str, Any]:
         ops: dict[str, Any] = {}
         for kind, dist in self.operations.items():
+            if kind in LATER_KINDS and dist.is_constant and dist.points[0][1] == 0:
+                continue
             if dist.is_constant:
                 ops[kind] = {"constant": dist.points[0][1]}
             else:
@@ -126,7 +137,8 @@ class LatencyProfile:
         if self.resources:
             out["resources"] = {r: {"service_us": "latency" if s.service_us is None else s.service_us,
                                     "concurrency": s.concurrency, **({"shared": True} if s.shared else {}),
-                                    **({"kinds": sorted(s.kinds)} if s.kinds is not None else {})}
+                                    **({"kinds": sorted(s.kinds)} if s.kinds is not None else {}),
+                                    **({"latency_kinds": sorted(s.latency_kinds)} if s.latency_kinds else {})}
                                 for r, s in self.resources.items()}
         return out
 

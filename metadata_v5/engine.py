@@ -154,6 +154,15 @@ def open_v5(metadata_url: str = "memory://", **options: Any) -> tuple[EngineFact
     """An engine factory for a run, and the closer of its store. Each broker gets a new handle."""
     opts = V5Options.from_kwargs(**options)
     base = open_store(metadata_url)
+    if opts.history:
+        seeding = StoreTxnRecords(base.reopen(), lambda deliver: None)  # a handle of its own: not in the run's counts
+        try:
+            seeding.seed_history(opts.tc_id, opts.history)
+        except BaseException:
+            base.close()
+            raise
+        finally:
+            seeding.close()
 
     def factory(ctx: EngineContext) -> Engine:
         return V5Engine(ctx, base.reopen(), opts)

@@ -9,9 +9,12 @@ What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PUL
 
 * a point read (``getHeader``, the watermark): ``meta.read``; a create/put/delete: ``meta.write``;
   a versioned put (``finalize``, the watermark CAS): ``meta.cas``;
-* an index scan: ``meta.list``, plus on a store without native indexes one ``meta.read`` per
-  record it GETs, serially (``AbstractMetadataStore.storeScanByIndex`` M1 L624-660, a
-  ``thenCompose`` chain): ``TxnRecords.last_scan_gets``;
+* an index scan: ``meta.list``, plus on a store without native indexes the listing's walk over
+  every key under the prefix, ``meta.list_keys`` per thousand keys
+  (``RocksdbMetadataStore.getChildrenFromStore`` L494 on: the sequence counters of every txn
+  the store has held among them; ``TxnRecords.last_scan_keys``), and one ``meta.read`` per record
+  it GETs, serially (``AbstractMetadataStore.storeScanByIndex`` M1 L624-660, a ``thenCompose``
+  chain): ``TxnRecords.last_scan_gets``;
 * ``nextTxnSequence`` (L569-585): a GET and a CAS of the counter;
 * a sequence-key append (``appendOp`` L124-136, ``fanOutEvents`` L475-508): one put on Oxia; a
   counter GET + CAS, then the create, on an emulated store;
@@ -60,17 +63,24 @@ class MeteredTxnRecords(TxnRecords):
             self._thread = saved
 
     def _scanned(self) -> None:
-        gets = self.inner.last_scan_gets
-        if not gets:
+        gets, keys = self.inner.last_scan_gets, self.inner.last_scan_keys
+        if not (gets or keys):
             self._bill_on("meta.list")
             return
         with self._meter.unit():
             self._bill_on("meta.list")
-            self._bill_on("meta.read", gets)
+            if keys:  # the walk holds the calling thread (RocksDB iterates on it)
+                self._meter.bill_per_thousand("meta.list_keys", keys, _M, self._thread)
+            if gets:
+                self._bill_on("meta.read", gets)
 
     @property
     def last_scan_gets(self) -> int:  # type: ignore[override]  # the inner store's, read-only
         return self.inner.last_scan_gets
+
+    @property
+    def last_scan_keys(self) -> int:  # type: ignore[override]
+        return self.inner.last_scan_keys
 
     # -- headers ----------------------------------------------------------------------------------
 
@@ -94,8 +104,8 @@ class MeteredTxnRecords(TxnRecords):
         self._bill_on("meta.cas")
         return out
 
-    def delete_header(self, txn: TxnID) -> None:
-        self.inner.delete_header(txn)
+    def delete_header(self, txn: TxnID, keep_sequence: bool = False) -> None:
+        self.inner.delete_header(txn, keep_sequence)
         self._bill_on("meta.write")
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:

@@ -55,6 +55,10 @@ class V5Options:
     gc_sweep_ms: int = 300_000  # GcIntervalSeconds = 300 (L4008)
     retention_ms: int = 900_000  # GcRetentionSeconds = 900 (L4018)
     sweep_limit: int = 10_000  # rows per index query of a sweep (a sweep pages through its whole range)
+    # txns the coordinator ran before this replay (a broker's history: bench.report.validate.txns_before);
+    # on a store without native sequences each left its op records' counter, which every scan's
+    # listing walks (StoreTxnRecords.seed_history)
+    history: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "variant"))
@@ -62,6 +66,8 @@ class V5Options:
         for name in ("timeout_sweep_ms", "gc_sweep_ms", "sweep_limit"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"v5 option {name} must be > 0, got {getattr(self, name)}")
+        if self.history < 0:
+            raise ConfigError(f"v5 option history must be >= 0, got {self.history}")
         if self.retention_ms < 0:
             raise ConfigError(f"v5 option retention_ms must be >= 0, got {self.retention_ms}")
 

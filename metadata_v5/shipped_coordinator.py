@@ -193,6 +193,6 @@ class ShippedCoordinator(CoordinatorV5):
             self.stats["op_lists"] += 1
             if ops and self._leftovers.keep_header(txn, ops, self._records, self.stats, self._repair):
                 continue
-            self._records.delete_header(txn)
+            self._records.delete_header(txn, keep_sequence=True)  # deleteHeader L98-100: the header alone
             self.stats["gc.headers_deleted"] += 1
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)

@@ -114,8 +114,10 @@ class TxnRecords(ABC):
         the new header, or None if the version no longer matches (a concurrent end)."""
 
     @abstractmethod
-    def delete_header(self, txn: TxnID) -> None:
-        """Delete the header and its index entries (idempotent)."""
+    def delete_header(self, txn: TxnID, keep_sequence: bool = False) -> None:
+        """Delete the header and its index entries (idempotent), and forget its op records'
+        sequence unless ``keep_sequence`` (5.0.1's ``TxnMetadataStore.deleteHeader`` L98-100
+        deletes the header alone: on a store without native sequences the counter stays)."""
 
     @abstractmethod
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
@@ -277,6 +279,7 @@ class TxnRecords(ABC):
         return True
 
     last_scan_gets: int = 0  # GETs the last scan issued one by one (emulated stores; 0 when native)
+    last_scan_keys: int = 0  # keys its listing iterated, sequence counters included (likewise)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -7,7 +7,13 @@ Only Oxia implements the v5 store options natively; every other backend falls ba
   each one **serially** (a ``thenCompose`` chain), filtering on the client: a query costs one list
   plus one read per record under the index's prefix, whatever the range asks for.
 * **Sequence keys** (L725-765) go through a ``__seq_counter__`` sidecar: 1 GET + 1 CAS on the
-  counter, plus the create of the record.
+  counter, plus the create of the record. No code path deletes a counter
+  (``atomicIncrementSequenceCounter`` L740 on), and a counter is a sibling of its records: the
+  listing of a scan prefix (RocksdbMetadataStore ``getChildrenFromStore`` L494 on: every key under
+  it, parsed) iterates the counter of every sequence prefix ever used under it, though the scan
+  skips them (``isSequenceCounterChild``). ``scan_keys`` counts the keys the listings iterated,
+  the counters among them: they grow with every txn the store has held (op records live under
+  one per txn).
 * Notifications are the store's own (every backend delivers change notifications, which
   ``subscribeSequence`` and the watches listen to), so watches are the wrapped store's.
 
@@ -20,8 +26,8 @@ Pulsar ships the scan fallback, not index records.
 Counts follow what the broker's ``pulsar_metadata_store_ops`` counters see: ``reads`` are the
 GETs through ``AbstractMetadataStore.get`` (L359-379: the counter GETs among them), while a scan's
 serial GETs go to ``storeGet`` directly (L605, L648), which records no metric: they are counted
-apart as ``scan_reads``. ``writes`` include the counter CASes; ``index_queries`` and
-``seq_allocs`` are this wrapper's.
+apart as ``scan_reads``. ``writes`` include the counter CASes; ``index_queries``,
+``seq_allocs`` and ``scan_keys`` are this wrapper's.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class EmulatedMetadataStore(WrappedStore):
         self._index_queries = 0
         self._seq_allocs = 0
         self._scan_reads = 0
+        self._scan_keys = 0
 
     # -- records --
 
@@ -157,7 +164,10 @@ class EmulatedMetadataStore(WrappedStore):
         bounds = Bounds.of(spec, minimum, maximum, inclusive, prefix)
         self._index_queries += 1
         rows: builtins.list[tuple[tuple[object, ...], IndexEntry, Record]] = []
-        for key in self.inner.list_keys(spec.prefix):
+        keys = self.inner.list_keys(spec.prefix)
+        # the listing iterates the prefix's counters too (kept apart here, under COUNTER)
+        self._scan_keys += len(keys) + self.inner.count(COUNTER + spec.prefix)
+        for key in keys:
             if key.startswith(RESERVED_PREFIX):
                 continue
             rec = self.inner.get(key)  # serially, one GET per child (AbstractMetadataStore L624-660)
@@ -208,6 +218,7 @@ class EmulatedMetadataStore(WrappedStore):
         out["seq_allocs"] = self._seq_allocs
         out["reads"] -= self._scan_reads  # the inner store counted them as plain gets
         out["scan_reads"] = self._scan_reads
+        out["scan_keys"] = self._scan_keys
         return out
 
     def reopen(self) -> EmulatedMetadataStore:

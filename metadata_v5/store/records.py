@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from engine.errors import BadVersion, NoSuchKey
+from engine.errors import BadVersion, ConfigError, NoSuchKey
 from engine.ids import Design, TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
@@ -174,8 +174,8 @@ class StoreTxnRecords(TxnRecords):
             return None
         return _finalized(header, state, finalized_us, result)
 
-    def delete_header(self, txn: TxnID) -> None:
-        self.store.batch([Delete(header_key(txn)), DeleteSequence(op_prefix(txn))])
+    def delete_header(self, txn: TxnID, keep_sequence: bool = False) -> None:
+        self.store.batch([Delete(header_key(txn))] + ([] if keep_sequence else [DeleteSequence(op_prefix(txn))]))
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         return self._page("txn-by-deadline", now_us, limit, after)
@@ -232,6 +232,25 @@ class StoreTxnRecords(TxnRecords):
 
     def count_ops(self) -> int:
         return len(self.store.list_keys("/txn-op/"))
+
+    def seed_history(self, tc_id: int, txns: int, chunk: int = 1_000) -> None:
+        """Make this store one that has run ``txns`` txns of coordinator ``tc_id`` before: each
+        one's op record written and collected, which leaves its sequence counter on a store
+        without native sequences (5.0.1 never deletes one: ``TxnMetadataStore.deleteHeader`` L98-100),
+        and both id counters past them. Their headers are not kept: no modelled cost reads them
+        (the sweeps' scans bill one list). Refused where coordinator ``tc_id`` has run a txn."""
+        seq_key, ids_key = f"/txn-tc-seq/{tc_id}", f"/txn-ids/{tc_id}"
+        if self.store.get(seq_key) is not None or self.store.get(ids_key) is not None:
+            raise ConfigError(f"v5 option history={txns}: the store has run txns of coordinator {tc_id} already; "
+                              "history seeds a store that has not")
+        for start in range(0, txns, chunk):
+            made = self.store.batch([
+                PutSequential(op_prefix(TxnID(Design.V5, tc_id, seq)),
+                              {"kind": "write", "segment": "history", "position": "0:0",
+                               "txn": _tag(TxnID(Design.V5, tc_id, seq))})
+                for seq in range(start, min(txns, start + chunk))])
+            self.store.batch([Delete(r.key) for r in made])
+        self.store.batch([Put(seq_key, {"next": str(txns)}, ABSENT), Put(ids_key, {"next": str(txns)}, ABSENT)])
 
     # -- watches ------------------------------------------------------------------------------------
 
@@ -314,14 +333,16 @@ class StoreTxnRecords(TxnRecords):
     # -- the shipped design ---------------------------------------------------------------------------
 
     def _scan(self, fn: Callable[[], T]) -> T:
-        """Run one index scan, noting the GETs it issued one by one on a store without native
-        indexes (the shipped design's time depends on them)."""
+        """Run one index scan, noting the GETs it issued one by one and the keys its listing
+        iterated on a store without native indexes (the shipped design's time depends on them)."""
         if self.store.capabilities.native_indexes:
-            self.last_scan_gets = 0
+            self.last_scan_gets = self.last_scan_keys = 0
             return fn()
-        before = self.store.stats()["scan_reads"]
+        before = self.store.stats()
         out = fn()
-        self.last_scan_gets = self.store.stats()["scan_reads"] - before
+        after = self.store.stats()
+        self.last_scan_gets = after["scan_reads"] - before["scan_reads"]
+        self.last_scan_keys = after["scan_keys"] - before["scan_keys"]
         return out
 
     def store_native_sequences(self) -> bool:

@@ -525,7 +525,7 @@ def test_emulated_scan_reads_every_child_and_sequences_use_a_counter(factory: Fa
     store = factory.open()
     if not isinstance(store, EmulatedMetadataStore):
         pytest.skip("emulated stores only")
-    store.define_index(DEADLINE)
+    store.define_indexes([DEADLINE, WRITES])
     for t, state in (("1", "OPEN"), ("2", "COMMITTED"), ("3", "OPEN")):
         txn(store, t, state=state, timeout=int(t))
     before = store.stats()
@@ -540,6 +540,14 @@ def test_emulated_scan_reads_every_child_and_sequences_use_a_counter(factory: Fa
     after = store.stats()
     assert after["reads"] - before["reads"] == 1  # the counter's GET
     assert after["writes"] - before["writes"] == 2 and after["cas_ok"] - before["cas_ok"] == 1  # CAS + create
+    # the counters stay when their records go, and a listing of the prefix iterates them
+    store.batch([Delete(k) for k in store.list_keys("/txn-op/{1}/")])
+    store.put_sequential("/txn-op/{2}/", {"kind": "write", "segment": "s", "txn": "2"})
+    before = store.stats()
+    assert [e.key for e in store.query(WRITES.name, prefix=("s",))] == [sequential_key("/txn-op/{2}/", 1)]
+    after = store.stats()
+    assert after["scan_keys"] - before["scan_keys"] == 3  # the record and two counters
+    assert after["scan_reads"] - before["scan_reads"] == 1  # the counters are not fetched
 
 
 # --- Redis specifics --------------------------------------------------------------------------

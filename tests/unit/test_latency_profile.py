@@ -97,6 +97,10 @@ def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal
      "resources.metadata.kinds"),
     ({"name": "b", "operations": _ops(), "resources": {"metadata": {"service_us": 1, "concurrency": 1, "shared": 1}}},
      "resources.metadata.shared"),
+    ({"name": "b", "operations": _ops(), "resources": {"metadata": {"service_us": 1, "concurrency": 1,
+                                                                     "kinds": ["meta.write"],
+                                                                     "latency_kinds": ["meta.list_keys"]}}},
+     "resources.metadata.latency_kinds"),  # not a kind the resource serves
 ])
 def test_a_bad_profile_is_one_config_error_naming_the_file_and_the_key(tmp_path: Path, data: object, key: str) -> None:
     path = _write(tmp_path / "bad.json", data)
@@ -209,3 +213,23 @@ def test_scenarios_run_on_the_profile_given() -> None:
     slow = LatencyProfile.from_json({"name": "slow-rpc", "operations": _ops(rpc={"constant": 20_000})})
     default, slowed = end_ms(None), end_ms((slow.to_latency_model(), slow))
     assert default.keys() == slowed.keys() and all(slowed[k] > default[k] for k in default if k.startswith("v4"))  # type: ignore[operator]
+
+
+def test_a_kind_added_later_reads_as_zero_from_a_profile_without_it_and_is_written_only_when_set(tmp_path: Path) -> None:
+    """Profiles shipped before ``meta.list_keys`` existed load as they billed: it costs 0, and
+    their files write back byte for byte; a profile that sets it, and a resource that holds its
+    slot for a walk's own time, read back equal."""
+    from engine.profile import LATER_KINDS
+
+    older = {k: v for k, v in _ops().items() if k not in LATER_KINDS}
+    prof = LatencyProfile.from_json({"name": "old", "operations": older})
+    assert prof.operations["meta.list_keys"] == Distribution.constant(0)
+    assert "meta.list_keys" not in prof.to_text()
+    walks = LatencyProfile.from_json({"name": "new", "operations": _ops(**{"meta.list_keys": {"constant": 2_400}}),
+                                      "resources": {"metadata": {"service_us": 500, "concurrency": 1,
+                                                                 "kinds": ["meta.cas", "meta.list_keys", "meta.write"],
+                                                                 "latency_kinds": ["meta.list_keys"]}}})
+    back = LatencyProfile.load(walks.save(tmp_path / "w.json").path or "")
+    assert back.operations["meta.list_keys"] == Distribution.constant(2_400)
+    assert back.resources["metadata"].latency_kinds == frozenset({"meta.list_keys"})
+    assert "its latency" in back.resources["metadata"].describe("metadata")

@@ -359,3 +359,24 @@ def test_a_continuation_waits_for_the_thread_outside_the_open_tab() -> None:
     with m.tab() as t:
         assert m.behind("metadata", "io", in_tab=False) == 400  # a delivery: its own wait
     assert t.us == 0
+
+
+def test_a_listing_walk_is_billed_per_thousand_keys_and_holds_its_thread_for_its_own_time() -> None:
+    """``meta.list_keys`` is µs per thousand keys walked: one call of 2,500 keys at 400 µs costs
+    1,000 µs and is counted as 2,500; on a resource that lists it in ``latency_kinds`` it holds
+    the thread that long (not the writes' service time), and a write behind it waits."""
+    spec = ResourceSpec(service_us=300, concurrency=1, kinds=frozenset({"meta.write", "meta.list_keys"}),
+                        latency_kinds=frozenset({"meta.list_keys"}))
+    m = Meter(LatencyModel(resources={"metadata": spec}).with_overrides(meta_list_keys=400), VirtualScheduler())
+    with m.tab() as t:
+        assert m.bill_per_thousand("meta.list_keys", 2_500, "metadata", "io") == 1_000
+    assert t.us == 1_000 and m.billed["meta.list_keys"] == 2_500
+    with m.tab() as w:  # issued at 0 on the same thread: waits out the walk, then its own 1,000
+        m.bill("meta.write", "metadata", "io")
+    assert w.us == 1_000 + 1_000
+    with m.tab() as other:  # another thread's instance: no wait
+        m.bill("meta.write", "metadata", "event")
+    assert other.us == 1_000
+    with pytest.raises(ConfigError, match="latency_kinds"):
+        ResourceSpec(service_us=1, concurrency=1, kinds=frozenset({"meta.write"}),
+                     latency_kinds=frozenset({"meta.list_keys"}))
