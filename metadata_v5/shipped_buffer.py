@@ -38,7 +38,7 @@ from engine.ports import EngineContext, MaxReadListener, RecoveryStats, Transact
 from engine.records import EntryData, Position
 from metadata_v5.options import V5Options
 from metadata_v5.store.port import ABSENT
-from metadata_v5.txnrecords import EVENT, AbortedRange, Op, TxnRecords
+from metadata_v5.txnrecords import EVENT, LOAD, AbortedRange, Op, TxnRecords
 
 PLACEHOLDER = Position(0, 0)  # what 5.0.1 writes as a WRITE op record's position (L360)
 _WATERMARK = "watermark"  # a queued watermark persist on the state tail
@@ -272,7 +272,8 @@ class ShippedTransactionBuffer(TransactionBuffer):
         """Subscribe to the segment's events, then (asynchronously, dispatch not waiting) the
         watermark, the aborted scan, the writes scan and each found txn's header at once."""
         self._records.watch_participant_events(self._segment, None, self, self._on_event)
-        with self._meter.tab() as took:  # in turn: the watermark, the two scans, the headers
+        # in turn: the watermark, the two scans, the headers; on the thread that opened the topic
+        with self._meter.tab() as took, self._records.on(LOAD):
             durable, version = self._records.get_watermark(self._segment)
             aborted = self._records.aborted_scan(self._segment)
             writes = self._records.writes_scan(self._segment)

@@ -26,7 +26,7 @@ from engine.pending_acks import PendingAcks
 from engine.ports import AckKind, CursorPort, EngineContext, PendingAckStore, RecoveryStats, TxnStatus
 from engine.records import Position
 from metadata_v5.options import V5Options
-from metadata_v5.txnrecords import EVENT, Op, TxnRecords
+from metadata_v5.txnrecords import EVENT, LOAD, Op, TxnRecords
 
 
 class ShippedPendingAckStore(PendingAckStore):
@@ -100,7 +100,7 @@ class ShippedPendingAckStore(PendingAckStore):
 
     def recover(self) -> None:
         self._records.watch_participant_events(self._segment, self._sub, self, self._on_event)
-        with self._meter.tab() as took:  # replayAsync: the scan, then every header at once
+        with self._meter.tab() as took, self._records.on(LOAD):  # replayAsync: the scan, then every header at once
             recs = self._records.acks_scan(self._segment, self._sub)
             txns = sorted({r.txn for r in recs})  # txn ids only: the positions stay behind
             states = {}

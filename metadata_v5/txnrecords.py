@@ -83,6 +83,11 @@ EventListener = Callable[[TxnID, TxnStatus], None]
 # serves in arrival order (engine.capacity.IO_THREAD: plain publishes and deliveries wait for it too).
 IO = IO_THREAD
 EVENT = "event"
+# A participant's recovery starts where the topic or subscription is opened: MetadataTransactionBuffer's
+# constructor (L147-154) and MetadataPendingAckStore.replayAsync (L102-118, from PendingAckHandleImpl's
+# initPendingAckStore), run in the managed ledger's open callbacks, not on the client connection's
+# IO thread (inferred from BrokerService's topic loading; not measured)
+LOAD = "load"
 
 
 class TxnRecords(ABC):
