@@ -521,7 +521,8 @@ class RedisMetadataStore(MetadataStore):
         exclusive = query.pop("exclusive", ["0"])[-1].lower()
         if exclusive not in ("0", "1", "true", "false", "yes", "no", "on", "off", ""):
             raise ConfigError(f"{url}: exclusive must be 0 or 1, got {exclusive!r}")
-        query.pop("degraded", None)
+        query.pop("degraded", None)  # the registry's wrappers' flags (purge_metadata passes them on)
+        query.pop("emulated", None)
         clean = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
         if not parsed.hostname:
             raise ConfigError(f"redis URL {url!r} needs a host: redis://host:port[/db]")

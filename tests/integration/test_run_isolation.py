@@ -68,6 +68,30 @@ def test_two_v5_runs_on_one_redis(redis_url: str, tmp_path: Path, monkeypatch: p
         client.close()
 
 
+@pytest.mark.redis
+def test_a_run_on_redis_through_pulsars_fallbacks_from_a_history_cleans_up_and_matches_the_embedded_one(
+        redis_url: str, tmp_path: Path) -> None:
+    """The standalone's store (``emulated=1``) on Redis, started from 300 txns of history: the
+    same results and the same keys walked as in process (the counters counted on the server),
+    and nothing left behind: the purge at close takes the wrapper's flag too."""
+    import json
+
+    import redis as redislib
+
+    url = redis_url + ("&" if "?" in redis_url else "?") + "emulated=1"
+    embedded = RunConfig(engine="v5", metadata_url="memory://?emulated=1", options={"history": 300})
+    remote = RunConfig(engine="v5", metadata_url=url, options={"history": 300})
+    _same(_replay(embedded, tmp_path / "memory"), _replay(remote, tmp_path / "redis"))
+    walked = [next(iter(json.loads((tmp_path / d / "counts.json").read_text()).values()))["meta.scan_keys"]
+              for d in ("memory", "redis")]
+    assert walked[0] == walked[1] > 300
+    client = redislib.Redis.from_url(redis_url)
+    try:
+        assert not list(client.scan_iter(match=f"txnbench:{remote.namespace}:*"))
+    finally:
+        client.close()
+
+
 @pytest.mark.kafka
 def test_two_v4_runs_on_one_kafka(kafka_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.backends import namespaced_ledger_url, open_ledgers, purge_ledgers
