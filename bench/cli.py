@@ -512,7 +512,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results: list[str | Path] = [tmp / "results"]
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
-            from bench.pulsar.validate_run import asap_runs, groups, warm_up_broker
+            from bench.pulsar.validate_run import asap_runs, broker_history, groups, warm_up_broker
 
             # a broker's first runs are its JIT's; the warm-up also sets each design's asap trace
             state, traces = warm_up_broker(trace, target, tmp, args.warm_up, False, print, shown,
@@ -522,10 +522,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
-                results += asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
+                asap = asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
+                results += asap
+                # v5's store from the broker's history (validate_run.broker_history), as validate does
+                before = broker_history(asap)
+                history = {"history": before} if before else {}
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
-                    replay_trace(path, [dataclasses.replace(c, pacing="asap", namespace="") for c in configs
-                                        if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
+                    replay_trace(path, [dataclasses.replace(c, pacing="asap", namespace="",
+                                                            options={**c.options, **history} if c.engine == "v5"
+                                                            else c.options)
+                                        for c in configs if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
                     results.append(tmp / f"model-asap{suffix}")
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")

@@ -20,7 +20,10 @@ and the measured runs follow discarded asap runs of the same trace until each de
 :data:`WARM_UP_TXNS` (at least ``warm_up`` runs): each trace meets the broker in the same stated
 state. The manifests of the broker's sets record it (``validate.broker``), and the section says
 how many txns v5's coordinator had created before each asap run
-(``bench.report.validate.txns_before``).
+(``bench.report.validate.txns_before``). The model replays the trace after the broker, its v5
+store starting from that history (:func:`broker_history`; ``V5Options.history``), so a listing
+walks the counters the broker's walked (``meta.list_keys``); the model's manifests record it
+(``validate.v5_history``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,9 +77,22 @@ def model_profile(profile: str | Path | None) -> LatencyProfile:
     return LatencyProfile.load(resolve(str(profile if profile is not None else DEFAULT_LATENCY_PROFILE)))
 
 
-def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None) -> list[RunConfig]:
+def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, history: int = 0) -> list[RunConfig]:
+    """The model's runs of both designs; ``history``: the txns v5's store held before
+    (``V5Options.history``: a broker run's ``txns_before``)."""
     return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
-            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile)]
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile,
+                      options={"history": history} if history else {})]
+
+
+def broker_history(sets: list[Path], design: str = "v5") -> int:
+    """The txns ``design``'s coordinator had created before the broker runs ``sets`` (result
+    directories), the median over them (the runs whose median rate the section takes); 0 when
+    none recorded it (``bench.report.validate.txns_before``)."""
+    from bench.report.validate import txns_before
+
+    seen = [h for h in (txns_before({"path": s}, design) for s in sets) if h is not None]
+    return int(statistics.median_low(seen)) if seen else 0
 
 
 def repeats_for(rates: dict[str, float | None], txns: int, phase_s: float = TARGET_PHASE_S) -> dict[str, int]:
@@ -234,9 +251,6 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     probe(target)
     with staged_dir(out, force=force) as tmp:
         shown = {str(tmp): str(out)}
-        replay_trace(trace, model_configs(latency, prof), tmp / "model", extra_manifest={"validate": {"profile_note": note}},
-                     shown=shown)
-        say("model: v4 and v5 (shipped, emulated store) replayed in virtual time")
         if fresh_broker:
             restart_fresh(target.pulsar_dir)
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
@@ -247,18 +261,25 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         for label, run in manifest["runs"].items():
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
+        asap = asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown) if saturation else []
+        # the model after the broker: its v5 store starts from the history the broker's store had
+        history = broker_history([tmp / "broker"])
+        replay_trace(trace, model_configs(latency, prof, history), tmp / "model",
+                     extra_manifest={"validate": {"profile_note": note, "v5_history": history}}, shown=shown)
+        say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history) replayed in virtual time")
         sets: list[str | Path] = [tmp / "model"]
         if saturation:
+            history = broker_history(asap)
             for path, designs, suffix in groups(traces):
-                replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof)
+                replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof, history)
                                     if c.engine in designs],
-                             tmp / f"model-asap{suffix}", extra_manifest={"validate": {"profile_note": note}}, shown=shown)
+                             tmp / f"model-asap{suffix}",
+                             extra_manifest={"validate": {"profile_note": note, "v5_history": history}}, shown=shown)
                 sets.append(tmp / f"model-asap{suffix}")
-            say("model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace): "
-                "throughput at saturation")
+            say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
+                f"v5 from {history:,} txns of history): throughput at saturation")
         sets.append(tmp / "broker")
-        if saturation:
-            sets += asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown)
+        sets += asap
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
         doc: dict[str, Any] = rep.summary["validation"]
         (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -450,3 +450,21 @@ def test_the_section_says_how_many_txns_v5s_coordinator_had_created_before_each_
         in md.markdown.read_text()
     plain = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert plain.to_json()["broker_saturation_txns_before"] == {}
+
+
+def test_the_models_v5_store_starts_from_the_median_history_of_the_broker_runs_it_stands_beside(tmp_path: Path) -> None:
+    """``validate_run.broker_history``: the txns v5's coordinator had created before the broker's
+    runs (their lowest txn id), the median over the sets that recorded one; 0 when none did."""
+    from bench.pulsar.validate_run import broker_history
+
+    dirs = []
+    for i, first in enumerate((4924, 2396, 3660)):
+        d = tmp_path / f"asap{i}"
+        d.mkdir()
+        lines = [{"ev": "op", "op": "new_txn", "ok": True, "txn": f"t{k}", "txn_id": f"(0,{first + k})"} for k in (2, 0)]
+        (d / "pulsar-events-v5.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+        dirs.append(d)
+    (tmp_path / "v4only").mkdir()
+    assert broker_history(dirs + [tmp_path / "v4only"]) == 3660
+    assert broker_history(dirs[:2]) == 2396  # of two, the lower
+    assert broker_history([tmp_path / "v4only"]) == 0
