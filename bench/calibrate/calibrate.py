@@ -386,7 +386,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     prov["notes"] = (kept + "; " if kept else "") + (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")
     prov["refitted"] = {"at": when, "command": command}
-    return LatencyProfile(profile.name, prov, profile.operations, fitted.resources).save(out)
+    return LatencyProfile(profile.name, prov, fitted.operations, fitted.resources).save(out)
 
 
 def summary_lines(profile: LatencyProfile) -> list[str]:

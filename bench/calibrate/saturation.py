@@ -38,13 +38,15 @@ it against other traces (its saturation row).
 
 from __future__ import annotations
 
+import math
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.trace.trace import TraceWriter, trace_metadata
 from bench.trace.tracestats import summarize
-from engine.clock import ResourceSpec
+from engine.clock import Distribution, ResourceSpec
 from engine.profile import LatencyProfile
 
 TOPIC = "persistent://public/default/calib-saturation-partition-0"  # the one-partition trace's
@@ -56,6 +58,7 @@ EVENTS = 12_000
 SEED = 1
 RUNS = 3  # per design: a saturated broker's rate moves from run to run; the median is fitted
 WRITES = frozenset({"meta.write", "meta.cas"})
+WALK = "meta.list_keys"  # a listing's walk over the keys under its prefix, per thousand keys
 
 
 def write_trace(path: Path, events: int = EVENTS) -> Path:
@@ -105,10 +108,11 @@ def traces_of(record: dict[str, Any], into: Path) -> dict[str, Path]:
 
 
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
-                designs: tuple[str, ...] = ("v4", "v5")) -> dict[str, float]:
+                designs: tuple[str, ...] = ("v4", "v5"), history: int = 0) -> dict[str, float]:
     """Committed txns per second of each design's model replaying ``trace`` as fast as possible
     with ``resources`` (as :func:`bench.replay.measure.committed_rate` counts the broker's); 0
-    when none committed (resources so slow that every txn timed out)."""
+    when none committed (resources so slow that every txn timed out). ``history``: the txns v5's
+    store held before (``V5Options.history``)."""
     import dataclasses
 
     from bench.pulsar.validate_run import model_configs
@@ -121,7 +125,8 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
     for cfg in model_configs(latency, profile):
         if cfg.engine not in designs:
             continue
-        result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))
+        options = {**cfg.options, "history": history} if cfg.engine == "v5" and history else cfg.options
+        result = Replayer(dataclasses.replace(cfg, pacing="asap", options=options)).run(read_events(trace))
         t = result.txns
         rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
                               for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))
@@ -129,12 +134,28 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
     return out
 
 
-def fit(profile: LatencyProfile, rates: dict[str, float],
-        traces: Path | dict[str, Path]) -> tuple[dict[str, ResourceSpec], str]:
+def v5_histories(record: dict[str, Any] | None) -> list[tuple[int, float]]:
+    """The broker's v5 saturation runs as (txns its coordinator had created before, committed
+    txn/s), by history; [] when the record has no history for every run (before 2026-11-26)."""
+    hs = ((record or {}).get("txns_before") or {}).get("v5") or []
+    rs = ((record or {}).get("runs") or {}).get("v5") or []
+    if not hs or len(hs) != len(rs) or any(h is None for h in hs):
+        return []
+    return sorted((int(h), float(r)) for h, r in zip(hs, rs))
+
+
+def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[str, Path],
+        record: dict[str, Any] | None = None) -> tuple[dict[str, ResourceSpec], int, str]:
     """The resources that give the model the broker's saturated ``rates`` (committed txn/s per
     design) on ``traces`` (per design, or one for both), searched by replaying them: the bookie's
     concurrency on v4, then the metadata writes' service time on v5 (whose appends go through
-    the same bookie)."""
+    the same bookie), and ``meta.list_keys`` (µs per thousand keys a listing walks): the third
+    value. With the v5 runs' histories in ``record`` (:func:`v5_histories`, at least two apart),
+    each v5 replay starts from its run's history; the writes' service time is the broker's mean
+    put in those runs where the record has it (``mean_put_us``), else fitted at the median run's
+    history; and ``meta.list_keys`` is fitted to the rates of all the runs (least squares of the
+    log rates; the note says where each run lands). Without histories ``meta.list_keys`` stays
+    the profile's."""
     by = traces if isinstance(traces, dict) else {"v4": traces, "v5": traces}
     trace = by["v4"]
     r4, r5 = rates["v4"], rates["v5"]
@@ -154,18 +175,69 @@ def fit(profile: LatencyProfile, rates: dict[str, float],
     conc = min((lo, hi), key=lambda k: abs(tried.get(k, 0) - r4) if k in tried else float("inf"))
     bookie = ResourceSpec(None, conc, shared=True)
 
-    def v5_at(service: int) -> float:
-        return model_rates(profile, {"bookie": bookie, "metadata": _metadata(service)}, by["v5"], ("v5",))["v5"]
+    runs = v5_histories(record)
+    # the median run's history: the run whose rate is the median (the rate falls with history)
+    at = min(runs, key=lambda hr: abs(hr[1] - r5))[0] if runs else 0
+    # with histories, a write holds its thread for what the broker's puts took in those runs
+    # (MetadataStoreStats: RocksDB commits on the caller's thread, so a put's time is the thread's)
+    puts = [float(p) for p in ((record or {}).get("mean_put_us") or {}).get("v5") or [] if p]
+    measured = round(statistics.median(puts)) if runs and puts else None
+    keys_us = profile.operations["meta.list_keys"].points[0][1] if profile.operations["meta.list_keys"].is_constant \
+        else 0
 
-    s_lo, s_hi = 1, 1_000
-    while v5_at(s_hi) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
-        s_lo, s_hi = s_hi, s_hi * 4
-    while s_hi - s_lo > max(1, s_lo // 100):  # to 1%
-        mid = (s_lo + s_hi) // 2
-        s_lo, s_hi = (mid, s_hi) if v5_at(mid) > r5 else (s_lo, mid)
-    service = s_hi
+    def with_keys(k: int) -> LatencyProfile:
+        ops = dict(profile.operations)
+        ops["meta.list_keys"] = Distribution.constant(k)
+        return LatencyProfile(profile.name, profile.provenance, ops, profile.resources)
+
+    def v5_at(prof: LatencyProfile, service: int, history: int) -> float:
+        return model_rates(prof, {"bookie": bookie, "metadata": _metadata(service)}, by["v5"], ("v5",), history)["v5"]
+
+    def service_for(prof: LatencyProfile) -> int:
+        s_lo, s_hi = 1, 1_000
+        while v5_at(prof, s_hi, at) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
+            s_lo, s_hi = s_hi, s_hi * 4
+        while s_hi - s_lo > max(1, s_lo // 100):  # to 1%
+            mid = (s_lo + s_hi) // 2
+            s_lo, s_hi = (mid, s_hi) if v5_at(prof, mid, at) > r5 else (s_lo, mid)
+        return s_hi
+
+    if len(runs) >= 2 and runs[-1][0] > runs[0][0]:
+        errors: dict[int, float] = {}
+
+        def error(k: int) -> float:
+            """The runs' squared log errors with a walk of ``k`` (and the service time it asks,
+            unless measured)."""
+            if k not in errors:
+                prof = with_keys(k)
+                service = measured if measured is not None else service_for(prof)
+                got = [v5_at(prof, service, h) for h, _ in runs]
+                errors[k] = sum(math.log(g / r) ** 2 if g > 0 else math.inf for g, (_, r) in zip(got, runs))
+            return errors[k]
+
+        # the walk's cost that best gives the broker's rates at all the runs' histories:
+        # doubled from 500 until two doublings past the best did not improve on it (a small walk
+        # moves the rates less than the replays' own steps do), then refined around the best by
+        # halving steps
+        k, best = 500, 0
+        while k <= 1_000_000:
+            if error(k) < error(best):
+                best = k
+            elif k >= 4 * max(best, 500):
+                break
+            k *= 2
+        step = max(best // 4, 125)
+        while step >= max(best // 64, 30):
+            for near in (best - step, best + step):
+                if near >= 0 and error(near) < error(best):
+                    best = near
+            step //= 2
+        keys_us = best
+    prof = with_keys(keys_us)
+    service = measured if measured is not None else service_for(prof)
     metadata = _metadata(service)
-    got = {d: model_rates(profile, {"bookie": bookie, "metadata": metadata}, by[d], (d,))[d] for d in ("v4", "v5")}
+    got = {d: model_rates(prof, {"bookie": bookie, "metadata": metadata}, by[d], (d,), at if d == "v5" else 0)[d]
+           for d in ("v4", "v5")}
     if not (got["v4"] and got["v5"]):
         raise RuntimeError(f"calibrate: no resources give the model the broker's saturated rates {rates} ({got})")
     summaries = {d: summarize(p) for d, p in by.items()}
@@ -180,16 +252,26 @@ def fit(profile: LatencyProfile, rates: dict[str, float],
             f"--pacing asap; the model replaying the same rows 1 µs apart): bookie x{conc} (v4 {r4:.1f} committed txn/s "
             f"on the broker, {got['v4']:.1f} in the model), each append holding a slot for its own latency, one bookie "
             f"per run (a standalone's one journal); metadata writes one at a time per broker thread, {service} µs each "
-            f"(v5 {r5:.1f} txn/s on the broker, {got['v5']:.1f} in the model; RocksdbMetadataStore commits a write on "
+            + ("(the median of the broker's mean put in the v5 runs, MetadataStoreStats; " if measured is not None
+               else "(") +
+            f"v5 {r5:.1f} txn/s on the broker, {got['v5']:.1f} in the model; RocksdbMetadataStore commits a write on "
             "the caller's thread: the client connection's IO thread and the store's notification thread write side "
             "by side; reads run beside the writes, as storeGet takes no transaction)")
-    return {"bookie": bookie, "metadata": metadata}, note
+    if runs:
+        each = [v5_at(prof, service, h) for h, _ in runs]
+        note += (f"; v5's store starting from the broker's history of its median run ({at:,} txns); a listing's walk "
+                 f"{keys_us} µs per thousand keys on the calling thread (RocksdbMetadataStore.getChildrenFromStore: "
+                 "every key under the prefix, the sequence counter every earlier txn left among them), fitted to "
+                 "v5's rates at the runs' histories: at " + "/".join(f"{h:,}" for h, _ in runs) + " txns before, broker "
+                 + "/".join(f"{r:.1f}" for _, r in runs) + ", model " + "/".join(f"{r:.1f}" for r in each) + " txn/s")
+    return {"bookie": bookie, "metadata": metadata}, keys_us, note
 
 
 def _metadata(service: int) -> ResourceSpec:
     """The store's writes: ``service`` µs each, one at a time on each broker thread (the
-    resource's instance key, ``metadata_v5.txnrecords.IO`` / ``EVENT``)."""
-    return ResourceSpec(service, 1, shared=False, kinds=WRITES)
+    resource's instance key, ``metadata_v5.txnrecords.IO`` / ``EVENT``), and the listings' walks,
+    each holding its thread for its own time."""
+    return ResourceSpec(service, 1, shared=False, kinds=WRITES | {WALK}, latency_kinds=frozenset({WALK}))
 
 
 def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
@@ -200,7 +282,6 @@ def measure(target: Any, scratch: Path, progress: Any = lambda s: None,
     recorded as ``repeat``."""
     import dataclasses
     import json
-    import statistics
 
     from bench.pulsar.run import pulsar_replay
     from bench.replay.measure import mean_put_us
@@ -239,5 +320,6 @@ def with_resources(profile: LatencyProfile, rates: dict[str, float], record: dic
     """``profile`` with the resources :func:`fit` gives for ``rates``, measured by :func:`measure`
     on the trace its ``record`` names (:func:`trace_of`)."""
     with tempfile.TemporaryDirectory(prefix="txnbench-saturation-") as tmp:
-        resources, note = fit(profile, rates, traces_of(record, Path(tmp)))
-    return LatencyProfile(profile.name, profile.provenance, profile.operations, {**profile.resources, **resources}), note
+        resources, keys_us, note = fit(profile, rates, traces_of(record, Path(tmp)), record)
+    ops = {**profile.operations, WALK: Distribution.constant(keys_us)}
+    return LatencyProfile(profile.name, profile.provenance, ops, {**profile.resources, **resources}), note

@@ -78,10 +78,10 @@ def test_the_fit_recovers_resources_from_the_rates_they_give(trace: Path) -> Non
     truth = {"bookie": ResourceSpec(None, 3, shared=True),
              "metadata": ResourceSpec(800, 1, shared=False, kinds=saturation.WRITES)}  # as the fit shapes it
     rates = saturation.model_rates(profile, truth, trace)  # what a broker with these resources would show
-    fitted, note = saturation.fit(profile, rates, trace)
-    assert fitted["bookie"] == truth["bookie"]
+    fitted, keys_us, note = saturation.fit(profile, rates, trace)
+    assert fitted["bookie"] == truth["bookie"] and keys_us == 0  # no history recorded: the profile's walk cost
     assert fitted["metadata"].service_us == pytest.approx(800, rel=0.03)
-    assert fitted["metadata"].kinds == saturation.WRITES and fitted["metadata"].concurrency == 1
+    assert fitted["metadata"].kinds == saturation.WRITES | {saturation.WALK} and fitted["metadata"].concurrency == 1
     assert "bookie x3" in note and f"{rates['v5']:.1f} txn/s on the broker" in note
     assert isinstance(LatencyModel().with_resources(fitted).resources["bookie"], ResourceSpec)
 
@@ -142,7 +142,7 @@ def test_the_fit_recovers_resources_on_the_mix_calibrate_runs(mix: Path) -> None
     truth = {"bookie": ResourceSpec(None, 2, shared=True),
              "metadata": ResourceSpec(600, 1, shared=False, kinds=saturation.WRITES)}
     rates = saturation.model_rates(profile, truth, mix)
-    fitted, note = saturation.fit(profile, rates, mix)
+    fitted, _, note = saturation.fit(profile, rates, mix)
     assert fitted["bookie"] == truth["bookie"]
     assert fitted["metadata"].service_us == pytest.approx(600, rel=0.03)
     rows = sum(1 for _ in read_events(mix))
@@ -170,3 +170,31 @@ def test_each_designs_rows_as_often_over_as_its_runs_replayed_them(tmp_path: Pat
     (tmp_path / "older").mkdir()
     older = saturation.traces_of({"mix": "small", "events": 300, "seed": 1}, tmp_path / "older")
     assert older["v4"] == older["v5"] and summarize(older["v4"]).txns == once
+
+
+def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mix: Path) -> None:
+    """Three v5 runs at growing histories (the txns the store held before each) fall in rate as
+    each scan walks more counters: the fit finds the walk's cost per thousand keys from the fall,
+    and the writes' service time at the median run's history."""
+    from engine.clock import Distribution
+
+    base = LatencyProfile.constants()
+    truth_ops = {**base.operations, saturation.WALK: Distribution.constant(20_000)}
+    truth = LatencyProfile(base.name, base.provenance, truth_ops)
+    resources = {"bookie": ResourceSpec(None, 2, shared=True), "metadata": saturation._metadata(600)}
+    histories = [100, 400, 700]
+    runs = [saturation.model_rates(truth, resources, mix, ("v5",), h)["v5"] for h in histories]
+    assert runs[0] > runs[1] > runs[2]  # the walk slows v5 as the history grows
+    rates = {"v4": saturation.model_rates(truth, resources, mix, ("v4",))["v4"], "v5": runs[1]}
+    record = {"txns_before": {"v4": [1, 2, 3], "v5": [histories[2], histories[0], histories[1]]},
+              "runs": {"v5": [runs[2], runs[0], runs[1]]}}  # in the order measured, not by history
+    fitted, keys_us, note = saturation.fit(base, rates, mix, record)
+    assert keys_us == pytest.approx(20_000, rel=0.1)
+    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.1)
+    assert "(400 txns)" in note and "at 100/400/700 txns before" in note
+    # with the broker's mean put in those runs, a write holds its thread that long, and the walk is fitted alone
+    measured = {**record, "mean_put_us": {"v4": [900.0, 900.0, 900.0], "v5": [590.0, 610.0, 600.0]}}
+    fitted, keys_us, note = saturation.fit(base, rates, mix, measured)
+    assert fitted["metadata"].service_us == 600 and keys_us == pytest.approx(20_000, rel=0.1)
+    assert "600 µs each (the median of the broker's mean put" in note
+    assert saturation.v5_histories({"txns_before": {"v5": [5, None]}, "runs": {"v5": [1.0, 2.0]}}) == []
