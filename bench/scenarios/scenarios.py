@@ -704,7 +704,8 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
     latency = _LATENCY[0] if _LATENCY is not None else None
     profile = _LATENCY[1] if _LATENCY is not None else None
     measured = latency is not None and bool(latency.resources)
-    vals = tp.run(rates, txns, latency=latency)
+    history = tp.calibrated_history(profile.provenance) if measured and profile is not None else 0
+    vals = tp.run(rates, txns, latency=latency, history=history)
     resources = dict(latency.resources) if measured and latency is not None else tp.RESOURCES
     where = (f"the latency profile's ({profile.name if profile is not None else 'given'}: fitted to a standalone "
              "broker's saturated rates by calibrate --pulsar)" if measured else
@@ -714,12 +715,14 @@ def throughput(rates: tuple[int, ...] = tp.RATES, txns: int = tp.TXNS) -> Scenar
                                      "commit-to-visible p50 ms": v["p50"], "p99 ms": v["p99"]})
             for d in vals for r, v in vals[d].items()]
     peak = {d: max((v["achieved"] or 0.0) for v in vals[d].values()) for d in vals}
+    older = (f", {peak[tp.aged(history)]:g} txn/s on a store that has run {history:,} txns, as the median run the "
+             f"profile was calibrated on had (v5/v4 {peak[tp.aged(history)] / peak['v4']:.2f})" if history else "")
     findings = [f"highest achieved rate: v4 {peak['v4']:g} txn/s, v5-shipped {peak['v5-shipped']:g} txn/s "
-                f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}; a broker warmed by 6,000 v4 txns measured 0.053-0.056 "
-                "on the small and omb mixes, its v5 having run 2,000-2,700 txns before, which slows it on the "
-                "standalone's RocksDB store (0.32 on many-participants, whose v4 runs lost consumers), and 0.19-0.56 "
-                "in earlier sets whose runs were too short to measure v4: datasets/validation/README.md); at "
-                f"{rates[-1]}/s offered, commit-to-visible p50 v4 {vals['v4'][rates[-1]]['p50']} ms, "
+                f"(v5/v4 {peak['v5-shipped'] / peak['v4']:.2f}){older}; a broker warmed by 6,000 v4 txns measured "
+                "0.053-0.056 on the small and omb mixes, its v5 having run 2,000-2,700 txns before, which slows it "
+                "on the standalone's RocksDB store (0.32 on many-participants, whose v4 runs lost consumers), and "
+                "0.19-0.56 in earlier sets whose runs were too short to measure v4: datasets/validation/README.md; "
+                f"at {rates[-1]}/s offered, commit-to-visible p50 v4 {vals['v4'][rates[-1]]['p50']} ms, "
                 f"v5-shipped {vals['v5-shipped'][rates[-1]]['p50']} ms"]
     return Scenario("throughput", "Throughput at saturation: how many txns per second does each design commit "
                     "and make visible as the offered rate rises?", labels, rows,

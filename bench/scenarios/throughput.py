@@ -8,8 +8,10 @@ Achieved rate: committed txns per second over the txn phase, first new_txn to la
 answered (:func:`bench.replay.measure.committed_rate`, the rule ``validate`` counts the broker's
 saturation rate by). Past a design's capacity the achieved rate stops following the offered one
 and commit-to-visible grows with the queues; the highest offered rate is past both designs'
-capacity under the default profile (v4 saturates near 390 txn/s on this shape, v5 near 100), so
-the peak ratio is a ratio at saturation.
+capacity under the default profile, so the peak ratio is a ratio at saturation. On the store a
+standalone runs v5's capacity falls with the txns the store has run (every scan walks their
+sequence counters): with a profile that records its calibration's histories, v5 also runs on a
+store that has run the median run's (:func:`calibrated_history`).
 
 Resources: the latency profile's when it has some (the default profile's are fitted by
 ``calibrate --pulsar`` to a standalone broker's saturated rates: :mod:`bench.calibrate.saturation`;
@@ -53,10 +55,20 @@ SHAPE = Profile(name="throughput", description="4-message txns, 4 partitions, co
 DESIGNS = {RunConfig(engine=name).label: {"engine": name} for name in registry.designs()}
 
 
-def _point(trace: Path, design: str, latency: LatencyModel, store: str | None = None) -> dict[str, float | None]:
-    """One design on one trace; ``store``: v5's metadata store URL (None: the default)."""
-    extra = {"metadata_url": store} if store is not None and DESIGNS[design]["engine"] == "v5" else {}
-    cfg = RunConfig(latency=latency, drain_ms=5_000, **DESIGNS[design], **extra)  # type: ignore[arg-type]
+def aged(history: int) -> str:
+    """The series of v5 as shipped on a store that has run ``history`` txns (``V5Options.history``)."""
+    return f"v5-shipped after {history:,} txns"
+
+
+def _point(trace: Path, design: str, latency: LatencyModel, store: str | None = None,
+           history: int = 0) -> dict[str, float | None]:
+    """One design on one trace; ``store``: v5's metadata store URL (None: the default);
+    ``history``: the txns v5's store has run before."""
+    spec = DESIGNS[design]
+    extra: dict[str, Any] = {"metadata_url": store} if store is not None and spec["engine"] == "v5" else {}
+    if history and spec["engine"] == "v5":
+        extra["options"] = {"history": history}
+    cfg = RunConfig(latency=latency, drain_ms=5_000, **spec, **extra)  # type: ignore[arg-type]
     result = Replayer(cfg).run(read_events(trace))
     rows = result.txns
     visible = [v for o, v in zip(rows["outcome"], rows["visible_ts_us"]) if o == "committed" and v is not None]
@@ -68,10 +80,11 @@ def _point(trace: Path, design: str, latency: LatencyModel, store: str | None = 
 
 
 def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, ResourceSpec] | None = None,
-        latency: LatencyModel | None = None) -> dict[str, dict[int, dict[str, float | None]]]:
+        latency: LatencyModel | None = None, history: int = 0) -> dict[str, dict[int, dict[str, float | None]]]:
     """Per design, per offered rate: committed txns, achieved rate (txn/s), commit-to-visible
     p50/p99 (ms). ``latency``: the operations' latencies (default: the constants); ``resources``
-    (default: ``latency``'s when it has some, else :data:`RESOURCES`)."""
+    (default: ``latency``'s when it has some, else :data:`RESOURCES`); ``history``: also v5 as
+    shipped on a store that has run that many txns (series :func:`aged`)."""
     base = latency or LatencyModel()
     # the profile's own resources were fitted on a standalone broker: v5 then runs on the store a
     # standalone runs (RocksDB's emulated scans and sequence keys), as validate runs it
@@ -79,16 +92,29 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, R
     if resources is None:
         resources = dict(base.resources) or RESOURCES
     latency = base.with_resources(dict(resources))
-    out: dict[str, dict[int, dict[str, float | None]]] = {d: {} for d in DESIGNS}
+    series = {d: (d, 0) for d in DESIGNS}
+    if history:
+        series[aged(history)] = ("v5-shipped", history)
+    out: dict[str, dict[int, dict[str, float | None]]] = {s: {} for s in series}
     with tempfile.TemporaryDirectory(prefix="txnbench-throughput-") as tmp:
         for rate in rates:
             shape = dataclasses.replace(SHAPE, rate_per_s=float(rate * SHAPE.txn_messages[0]))
             trace = Path(tmp) / f"r{rate}.parquet"
             # a txn is ~2 + 2 x messages rows (new, publishes, acks, commit)
             generate(shape, txns * (2 + 2 * SHAPE.txn_messages[0]), SEED, trace)
-            for design in DESIGNS:
-                out[design][rate] = _point(trace, design, latency, store)
+            for name, (design, before) in series.items():
+                out[name][rate] = _point(trace, design, latency, store, before)
     return out
+
+
+def calibrated_history(provenance: Any) -> int:
+    """The txns v5's coordinator had created before the median of the saturation runs a profile
+    was calibrated on (``provenance.extra["pulsar.saturation"]``); 0 when it records none."""
+    sat = ((provenance or {}).get("extra") or {}).get("pulsar.saturation") or {}
+    runs = sorted(zip(((sat.get("txns_before") or {}).get("v5") or []), ((sat.get("runs") or {}).get("v5") or [])))
+    if not runs or any(h is None for h, _ in runs):
+        return 0
+    return int(runs[len(runs) // 2][0])
 
 
 def describe_resources(resources: dict[str, ResourceSpec]) -> str:
