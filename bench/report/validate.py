@@ -410,6 +410,9 @@ class Validation:
     # per design, the txns its coordinator had created before each asap run (:func:`txns_before`;
     # None where the run recorded no txn id): on a RocksDB store v5's rate falls with them
     saturation_txns_before: tuple[tuple[str, tuple[int | None, ...]], ...] = ()
+    # the txns the model's v5 store started from (V5Options.history): in its trace-paced run and
+    # in its asap run (None: no v5 model run there)
+    model_v5_history: tuple[int | None, int | None] = (None, None)
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -448,9 +451,20 @@ class Validation:
                 "cores": self.cores, "saturation_repeat": dict(self.saturation_repeat),
                 "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
                 "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
+                "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
+
+
+def _model_history_note(history: tuple[int | None, int | None]) -> str:
+    paced, asap = history
+    if not paced and not asap:
+        return ("The model's v5 store started empty: its rate is that of a broker with no history (validate "
+                "starts it from the broker's: --v5-option history=N).")
+    return ("The model's v5 store started from " + " and ".join(
+        f"{n:,} txns ({where})" for n, where in ((paced, "at the trace's pace"), (asap, "as fast as possible"))
+        if n is not None) + ": each of its scans walks their counters (meta.list_keys).")
 
 
 def profile_note(model: dict[str, Any]) -> str:
@@ -530,7 +544,18 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(sat_put.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores,
                       tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None,
-                      tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)))
+                      tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)),
+                      (model_history(model), next((h for h in map(model_history, rated_sets if model_saturation is not None
+                                                                     else []) if h is not None), None)))
+
+
+def model_history(rs: dict[str, Any]) -> int | None:
+    """The txns a model set's v5 store started from (its run's ``options.history``, 0 when not
+    set); None when the set ran no v5."""
+    lab = _by_design(rs).get("v5")
+    if lab is None:
+        return None
+    return int((rs["manifest"]["runs"][lab].get("config", {}).get("options") or {}).get("history") or 0)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -705,8 +730,8 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      "store v5's rate falls with them (98 to 23 committed txn/s over nine runs of 1,264 txns each, "
                      "and a restart keeps it): every index scan on /txn/op lists each key under it "
                      "(RocksdbMetadataStore.getChildrenFromStore), the never-deleted __seq_counter__ of every txn "
-                     "there (AbstractMetadataStore.putWithSequenceKeysCompat). The model's store starts empty and "
-                     "bills a listing by the scan, not by its keys: its v5 rate is that of a broker with no history.")
+                     "there (AbstractMetadataStore.putWithSequenceKeysCompat). "
+                     + _model_history_note(v.model_v5_history))
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

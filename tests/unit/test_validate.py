@@ -448,6 +448,17 @@ def test_the_section_says_how_many_txns_v5s_coordinator_had_created_before_each_
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap0", tmp_path / "asap1"], tmp_path / "rep")
     assert "v5's asap runs began after its coordinator had created 1,264, 2,528 txns on this broker" \
         in md.markdown.read_text()
+    assert "The model's v5 store started empty" in md.markdown.read_text()
+    # a model whose v5 store started from a history (validate gives it the broker's): said so
+    manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
+    for run in manifest["runs"].values():
+        if run["config"]["engine"] == "v5":
+            run["config"]["options"] = {"history": 2033}
+    (tmp_path / "model" / "manifest.json").write_text(json.dumps(manifest))
+    aged = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), sets)
+    assert aged.model_v5_history == (2033, None) and aged.to_json()["model_v5_history"]["trace_pacing"] == 2033
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap0", tmp_path / "asap1"], tmp_path / "rep2")
+    assert "The model's v5 store started from 2,033 txns (at the trace's pace)" in md.markdown.read_text()
     plain = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert plain.to_json()["broker_saturation_txns_before"] == {}
 
