@@ -191,3 +191,14 @@ def test_each_designs_asap_runs_replay_the_rows_as_often_as_its_last_warm_up_run
             assert manifest["trace"]["path"] == str(out / f"saturation-trace-x{n}.parquet"), name
             assert manifest["trace"]["repeated"] == str(n), name
     assert len(doc["broker_saturation_runs"]["v4"]) == len(doc["broker_saturation_runs"]["v5"]) == 1
+    # the model ran after the broker, its v5 store from the txns the broker's coordinator had created
+    from bench.report.validate import txns_before
+
+    asap_v5 = f"broker-asap{suffixes(measured)['v5']}"
+    history = {"trace_pacing": txns_before({"path": out / "broker"}, "v5") or 0,
+               "asap": txns_before({"path": out / asap_v5}, "v5") or 0}
+    assert doc["model_v5_history"] == history and history["asap"] > history["trace_pacing"]
+    for name, n in (("model", history["trace_pacing"]), (asap_v5.replace("broker", "model"), history["asap"])):
+        runs_of = json.loads((out / name / "manifest.json").read_text())["runs"]
+        config = next(r["config"] for lab, r in runs_of.items() if lab.startswith("v5"))
+        assert (config.get("options") or {}).get("history", 0) == n, name
