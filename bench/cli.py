@@ -14,12 +14,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from bench.replay import registry
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from metadata_v5.options import GcMode
+
+if TYPE_CHECKING:
+    from bench.replay.config import RunConfig
 
 EXIT_USAGE = 2
 
@@ -481,6 +484,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if found else 0
 
 
+def _aged(cfg: RunConfig, history: int) -> RunConfig:
+    """``cfg``, a v5 run's store starting from ``history`` txns (``V5Options.history``); as is otherwise."""
+    if cfg.engine != "v5" or not history:
+        return cfg
+    return dataclasses.replace(cfg, options={**cfg.options, "history": history})
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from bench.replay.output import staged_dir
     from bench.report.report import build
@@ -503,13 +513,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         trace = tmp / "trace.parquet"
         rows = generate(profile, args.events, args.seed, trace)
         print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
-        manifest = replay_trace(trace, configs, tmp / "results", progress=_progress(not args.no_progress),
-                                shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
-                                announce=lambda line: print(line, file=sys.stderr, flush=True))
-        for label, run in manifest["runs"].items():
-            print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
-        _print_pacing(manifest)
         results: list[str | Path] = [tmp / "results"]
+        history: dict[str, int] = {}  # v5's store's, with --target: the broker run's
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
             from bench.pulsar.validate_run import asap_runs, broker_history, groups, warm_up_broker
@@ -521,18 +526,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
             broker = pulsar_replay(trace, registry.designs(), target, tmp / "broker", extra_manifest=state)
             _print_broker_runs(broker)
             results.append(tmp / "broker")
+            history = {"broker": broker_history([tmp / "broker"])}
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
                 asap = asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
                 results += asap
-                # v5's store from the broker's history (validate_run.broker_history), as validate does
-                before = broker_history(asap)
-                history = {"history": before} if before else {}
+                history["asap"] = broker_history(asap)
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
-                    replay_trace(path, [dataclasses.replace(c, pacing="asap", namespace="",
-                                                            options={**c.options, **history} if c.engine == "v5"
-                                                            else c.options)
+                    replay_trace(path, [dataclasses.replace(_aged(c, history["asap"]), pacing="asap", namespace="")
                                         for c in configs if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
                     results.append(tmp / f"model-asap{suffix}")
+        # with --target, the models replay after the broker: v5's store starts from the history the
+        # broker's had (validate_run.broker_history, as validate does)
+        manifest = replay_trace(trace, [_aged(c, history.get("broker", 0)) for c in configs], tmp / "results",
+                                progress=_progress(not args.no_progress),
+                                shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
+                                announce=lambda line: print(line, file=sys.stderr, flush=True))
+        for label, run in manifest["runs"].items():
+            print(f"replayed {label}: {run['events']} events in {run['wall_seconds']} s")
+        _print_pacing(manifest)
         checked = check_trace(trace, configs)  # the report shows it beside the numbers
         checked.write(tmp / "check.json")
         print(f"checked {checked.histories} histories: {checked.to_json()['total_violations']} violations")

@@ -178,8 +178,9 @@ def test_bad_input_is_one_line_with_nothing_written(tmp_path: Path, target: Puls
 
 
 def test_compare_against_the_broker_warms_it_up_and_says_so(tmp_path: Path, pulsar: PulsarBroker) -> None:
-    """compare --target: the models, then discarded asap runs of the broker before its measured
-    one (here as fast as possible too, the quick form: no saturation runs), in one report whose
+    """compare --target: discarded asap runs of the broker before its measured one (here as fast
+    as possible too, the quick form: no saturation runs), then the models, v5's store starting
+    from the txns the broker's coordinator had created before its run, in one report whose
     section names the broker's state."""
     out = tmp_path / "cmp"
     code = main(["compare", "--profile", "small", "--events", "60", "--target", pulsar.url, "--admin-url", pulsar.admin_url,
@@ -198,3 +199,10 @@ def test_compare_against_the_broker_warms_it_up_and_says_so(tmp_path: Path, puls
     assert summary["validation"]["broker_state"] == {"fresh": False, "warm_up_runs": 2, "warm_up_txns": held}
     assert (out / "broker-warm-up-2" / "manifest.json").exists() and not (out / "broker-warm-up-3").exists()
     assert "the broker as earlier runs left it (no --fresh-broker), then 2 discarded" in (out / "report" / "report.md").read_text()
+    from bench.report.validate import txns_before
+
+    before = txns_before({"path": out / "broker"}, "v5")
+    assert before is not None and before >= 2 * txns  # the warm-up's v5 txns came before
+    models = json.loads((out / "results" / "manifest.json").read_text())["runs"]
+    assert [r["config"]["options"].get("history") for lab, r in models.items() if lab.startswith("v5")] == [before]
+    assert summary["validation"]["model_v5_history"]["trace_pacing"] == before
