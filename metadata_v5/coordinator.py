@@ -13,7 +13,7 @@ from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
 from metadata_v5.gcmodes import policy_of
 from metadata_v5.options import V5Options, Variant
-from metadata_v5.txnrecords import Header, OpRecord, SweepCursor, TxnRecords
+from metadata_v5.txnrecords import SWEEP, Header, OpRecord, SweepCursor, TxnRecords
 
 FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
@@ -150,7 +150,8 @@ class CoordinatorV5(TransactionCoordinator):
             # The query's latency by the injected clock: measured in wall time, where the model
             # is all zeros; the modelled list latency in virtual time, where a call takes none.
             start = self._sched.now_us()
-            with self._meter.unit() as took:  # part of a recovery's time when one is open
+            # part of a recovery's time when one is open; on the sweep executor's thread
+            with self._meter.unit() as took, self._records.on(SWEEP):
                 txns, after = page(after)
             took_us = max(self._sched.now_us() - start, took.us)
             self._observe(took_us / 1e6)

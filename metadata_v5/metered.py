@@ -110,13 +110,13 @@ class MeteredTxnRecords(TxnRecords):
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         out = self.inner.expired(now_us, limit, after)
-        self._bill_on("meta.list")
+        self._scanned()  # an emulated store walks and GETs every header under /txn
         return out
 
     def finalized_before(self, before_us: int, limit: int,
                          after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         out = self.inner.finalized_before(before_us, limit, after)
-        self._bill_on("meta.list")
+        self._scanned()
         return out
 
     def count_headers(self) -> int:  # end-of-run accounting, not a modelled call

@@ -88,6 +88,9 @@ EVENT = "event"
 # initPendingAckStore), run in the managed ledger's open callbacks, not on the client connection's
 # IO thread (inferred from BrokerService's topic loading; not measured)
 LOAD = "load"
+# The coordinator's sweeps list the headers on their own executor (TransactionCoordinatorV5's
+# sweepExecutor: sweepTimeouts, sweepGc), beside the IO thread
+SWEEP = "sweep"
 
 
 class TxnRecords(ABC):

@@ -178,11 +178,11 @@ class StoreTxnRecords(TxnRecords):
         self.store.batch([Delete(header_key(txn))] + ([] if keep_sequence else [DeleteSequence(op_prefix(txn))]))
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
-        return self._page("txn-by-deadline", now_us, limit, after)
+        return self._scan(lambda: self._page("txn-by-deadline", now_us, limit, after))
 
     def finalized_before(self, before_us: int, limit: int,
                          after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
-        return self._page("txn-by-final-state", before_us, limit, after)
+        return self._scan(lambda: self._page("txn-by-final-state", before_us, limit, after))
 
     def _page(self, index: str, maximum: int, limit: int,
               after: SweepCursor | None) -> tuple[list[TxnID], SweepCursor | None]:

@@ -67,3 +67,27 @@ def test_a_replay_from_a_history_walks_it_in_every_scan_and_changes_nothing_else
     # the constants profile bills a walk nothing: the same outcomes at the same instants
     assert later_txns["outcome"] == txns["outcome"] and later_txns["end_ts_us"] == txns["end_ts_us"]
     assert {k: v for k, v in later.items() if "keys" not in k} == {k: v for k, v in counts.items() if "keys" not in k}
+
+
+def test_a_sweep_on_the_emulated_store_walks_and_reads_every_header_on_its_own_thread() -> None:
+    """5.0.1's sweeps scan /txn/id by index (sweepTimeouts, sweepGc): on the standalone's store a
+    listing of every header, then a GET of each; billed on the sweep executor's thread."""
+    from engine.clock import LatencyModel, ResourceSpec, VirtualScheduler
+    from engine.metering import Meter
+    from metadata_v5.metered import MeteredTxnRecords
+    from metadata_v5.txnrecords import SWEEP
+
+    meter = Meter(LatencyModel(resources={"metadata": ResourceSpec(
+        100, 1, kinds=frozenset({"meta.write", "meta.cas", "meta.list_keys"}),
+        latency_kinds=frozenset({"meta.list_keys"}))}).with_overrides(meta_list_keys=2_000), VirtualScheduler())
+    records = MeteredTxnRecords(StoreTxnRecords(open_metadata(EMULATED_STORE), lambda deliver: deliver()), meter)
+    for seq in range(5):
+        records.create_header(TxnID(Design.V5, 0, seq), timeout_us=1_000 * seq, created_us=0)
+    before = dict(meter.billed)
+    with records.on(SWEEP):
+        expired, _ = records.expired(2_500, 100)
+    assert expired == [TxnID(Design.V5, 0, s) for s in range(3)]
+    billed = {k: v - before.get(k, 0) for k, v in meter.billed.items()}
+    assert billed["meta.list"] == 1 and billed["meta.read"] == 5 and billed["meta.list_keys"] == 5
+    _, capacity = meter.capacity_stats()
+    assert capacity["metadata@sweep.requests"] == 1 and capacity["metadata@sweep.busy_us"] == 10  # 5 keys at 2 µs
