@@ -24,7 +24,7 @@ from engine.errors import InvalidTxnState, TxnConflict, TxnNotFound
 from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, TxnAction, TxnStatus
 from metadata_v5.coordinator import FINAL, CoordinatorV5
-from metadata_v5.txnrecords import Header, OpRecord
+from metadata_v5.txnrecords import IO, SWEEP, Header, OpRecord
 
 
 class ShippedCoordinator(CoordinatorV5):
@@ -130,11 +130,11 @@ class ShippedCoordinator(CoordinatorV5):
         return new, ops
 
     def _fan_out_and_answer(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord],
-                            on_done: EndTxnCallback | None) -> None:
+                            on_done: EndTxnCallback | None, thread: str = IO) -> None:
         if self._closed:
             return
         # fanOutEvents runs on the thread whose CAS and scan it follows, right after them
-        with self._meter.chained() as took:
+        with self._meter.chained() as took, self._records.on(thread):
             self._fan_out(txn, state, ops)
         if on_done is not None:
             self._sched.call_later(took.us + self._meter.took("rpc"), self._answer, on_done, txn, state)
@@ -160,7 +160,8 @@ class ShippedCoordinator(CoordinatorV5):
             return
         now = self._sched.now_us()
         for txn in self._scan(lambda after: self._records.expired(now, self._opts.sweep_limit, after)):
-            with self._meter.tab() as took:
+            # the abort runs on the sweep executor, as the listing did (sweepTimeouts)
+            with self._meter.tab() as took, self._records.on(SWEEP):
                 header = self._records.get_header(txn)  # END_TXN without the ownership read
                 self.stats["header_reads"] += 1
                 if header is None or header.state is not TxnStatus.OPEN:
@@ -173,7 +174,7 @@ class ShippedCoordinator(CoordinatorV5):
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1
             self._registered.pop(txn, None)
-            self._sched.call_later(took.us, self._fan_out_and_answer, txn, TxnStatus.ABORTED, ops, None)
+            self._sched.call_later(took.us, self._fan_out_and_answer, txn, TxnStatus.ABORTED, ops, None, SWEEP)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
     def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:
@@ -189,10 +190,11 @@ class ShippedCoordinator(CoordinatorV5):
             return
         horizon = self._sched.now_us() - self._opts.retention_ms * 1000
         for txn in self._scan(lambda after: self._records.finalized_before(horizon, self._opts.sweep_limit, after)):
-            ops = self._records.ops_by_txn(txn)
-            self.stats["op_lists"] += 1
-            if ops and self._leftovers.keep_header(txn, ops, self._records, self.stats, self._repair):
-                continue
-            self._records.delete_header(txn, keep_sequence=True)  # deleteHeader L98-100: the header alone
-            self.stats["gc.headers_deleted"] += 1
+            with self._records.on(SWEEP):  # gcOneTxn on the sweep executor, as the listing
+                ops = self._records.ops_by_txn(txn)
+                self.stats["op_lists"] += 1
+                if ops and self._leftovers.keep_header(txn, ops, self._records, self.stats, self._repair):
+                    continue
+                self._records.delete_header(txn, keep_sequence=True)  # deleteHeader L98-100: the header alone
+                self.stats["gc.headers_deleted"] += 1
         self._timers["gc"] = self._sched.call_later(self._opts.gc_sweep_ms * 1000, self._gc_sweep)

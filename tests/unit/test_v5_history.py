@@ -91,3 +91,36 @@ def test_a_sweep_on_the_emulated_store_walks_and_reads_every_header_on_its_own_t
     assert billed["meta.list"] == 1 and billed["meta.read"] == 5 and billed["meta.list_keys"] == 5
     _, capacity = meter.capacity_stats()
     assert capacity["metadata@sweep.requests"] == 1 and capacity["metadata@sweep.busy_us"] == 10  # 5 keys at 2 µs
+
+
+def test_a_timed_out_txn_is_aborted_on_the_sweep_executors_thread(tmp_path: Path) -> None:
+    """sweepTimeouts finds an open txn past its deadline and aborts it there: the header read,
+    CAS and ops scan, then the events, on the sweep executor's thread, not the IO thread."""
+    from collections import Counter
+
+    from bench.trace.trace import TraceWriter
+    from engine.clock import LatencyModel, ResourceSpec
+    from engine.metering import Meter
+
+    trace = tmp_path / "t.parquet"
+    topic = "persistent://public/default/t"
+    with TraceWriter(trace, metadata={"profile": "timeout", "seed": "1"}) as w:
+        w.add(0, "subscribe", topic=topic, subscription="s")
+        w.add(1_000, "new_txn", txn="t0", timeout_ms=1_000)
+        w.add(2_000, "publish", txn="t0", topic=topic, msg="m0", size=10)
+    seen: Counter[tuple[str, str]] = Counter()
+    original = Meter.bill
+
+    def spy(self: Meter, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
+        if resource == "metadata":
+            seen[(kind, key)] += times
+        return original(self, kind, resource, key, times)
+
+    lat = LatencyModel(resources={"metadata": ResourceSpec(100, 1, kinds=frozenset({"meta.write", "meta.cas"}))})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Meter, "bill", spy)
+        result = Replayer(RunConfig(engine="v5", latency=lat, drain_ms=130_000)).run(read_events(trace))
+    assert result.counts["tc.timeouts"] == 1
+    assert seen[("meta.cas", "sweep")] == 1  # the abort's CAS; the IO thread's is NEW_TXN's id counter
+    assert seen[("meta.cas", "io")] == result.counts["tc.seq_cas"] == 1
+    assert seen[("meta.write", "sweep")] == result.counts["tc.event_writes"] == 1  # its one segment's event
