@@ -41,11 +41,13 @@ def test_a_reply_slower_than_the_spin_arrives_whole(redis_url: str, redis_prefix
         again.close()
         yields = _yields(monkeypatch)
         conn = store.client.connection
-        # one command, 5 ms in the server: longer than any spin here
-        assert module._call(conn, ("EVAL", _SLOW, 0, 5000, "slow"), store._spin_s) == "slow"
+        # one command, 50 ms in the server: longer than any spin here, and than this process is
+        # likely kept off the CPU between its send and its first peek on a loaded machine (at
+        # 5 ms, a clean clone's run once found every slow reply already there: no poll to count)
+        assert module._call(conn, ("EVAL", _SLOW, 0, 50_000, "slow"), store._spin_s) == "slow"
         assert module._call(conn, ("EVAL", _SLOW, 0, 0, "next"), store._spin_s) == "next"
         # a pipeline whose first reply is slow: every reply read, in order
-        assert store._pipeline([("EVAL", _SLOW, 0, 5000, "a"), ("EVAL", _SLOW, 0, 0, "b")]) == ["a", "b"]
+        assert store._pipeline([("EVAL", _SLOW, 0, 50_000, "a"), ("EVAL", _SLOW, 0, 0, "b")]) == ["a", "b"]
         store.put("/k", {"v": "1"})
         assert store.get("/k").fields == {"v": "1"}  # type: ignore[union-attr]
         # polling happened only where asked for, and then for the slow replies at least
