@@ -14,15 +14,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from bench.replay import registry
 from engine.dispatcher import DispatchMode
 from engine.errors import TxnbenchError
 from metadata_v5.options import GcMode
-
-if TYPE_CHECKING:
-    from bench.replay.config import RunConfig
 
 EXIT_USAGE = 2
 
@@ -484,13 +481,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if found else 0
 
 
-def _aged(cfg: RunConfig, history: int) -> RunConfig:
-    """``cfg``, a v5 run's store starting from ``history`` txns (``V5Options.history``); as is otherwise."""
-    if cfg.engine != "v5" or not history:
-        return cfg
-    return dataclasses.replace(cfg, options={**cfg.options, "history": history})
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from bench.replay.output import staged_dir
     from bench.report.report import build
@@ -532,12 +522,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 results += asap
                 history["asap"] = broker_history(asap)
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
-                    replay_trace(path, [dataclasses.replace(_aged(c, history["asap"]), pacing="asap", namespace="")
+                    replay_trace(path, [dataclasses.replace(c.with_history(history["asap"]), pacing="asap", namespace="")
                                         for c in configs if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
                     results.append(tmp / f"model-asap{suffix}")
         # with --target, the models replay after the broker: v5's store starts from the history the
         # broker's had (validate_run.broker_history, as validate does)
-        manifest = replay_trace(trace, [_aged(c, history.get("broker", 0)) for c in configs], tmp / "results",
+        manifest = replay_trace(trace, [c.with_history(history.get("broker", 0)) for c in configs], tmp / "results",
                                 progress=_progress(not args.no_progress),
                                 shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
                                 announce=lambda line: print(line, file=sys.stderr, flush=True))

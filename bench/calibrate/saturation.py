@@ -125,8 +125,7 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
     for cfg in model_configs(latency, profile):
         if cfg.engine not in designs:
             continue
-        options = {**cfg.options, "history": history} if cfg.engine == "v5" and history else cfg.options
-        result = Replayer(dataclasses.replace(cfg, pacing="asap", options=options)).run(read_events(trace))
+        result = Replayer(dataclasses.replace(cfg.with_history(history), pacing="asap")).run(read_events(trace))
         t = result.txns
         rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
                               for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))

@@ -81,8 +81,7 @@ def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, 
     """The model's runs of both designs; ``history``: the txns v5's store held before
     (``V5Options.history``: a broker run's ``txns_before``)."""
     return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
-            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile,
-                      options={"history": history} if history else {})]
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile).with_history(history)]
 
 
 def broker_history(sets: list[Path], design: str = "v5") -> int:

@@ -91,6 +91,14 @@ class RunConfig:
         """Another run (another namespace) of ``engine``, with ``options`` (default: none)."""
         return replace(self, engine=engine, options=options or {}, namespace="")
 
+    def with_history(self, history: int) -> RunConfig:
+        """This run with v5's store starting as one that has run ``history`` txns
+        (``V5Options.history``: a broker's, so that its scans walk what the broker's walked);
+        another design's run, or no history, as it is."""
+        if self.engine != "v5" or not history:
+            return self
+        return replace(self, options={**self.options, "history": history})
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["dispatch"] = self.dispatch.value

@@ -66,9 +66,7 @@ def _point(trace: Path, design: str, latency: LatencyModel, store: str | None = 
     ``history``: the txns v5's store has run before."""
     spec = DESIGNS[design]
     extra: dict[str, Any] = {"metadata_url": store} if store is not None and spec["engine"] == "v5" else {}
-    if history and spec["engine"] == "v5":
-        extra["options"] = {"history": history}
-    cfg = RunConfig(latency=latency, drain_ms=5_000, **spec, **extra)  # type: ignore[arg-type]
+    cfg = RunConfig(latency=latency, drain_ms=5_000, **spec, **extra).with_history(history)  # type: ignore[arg-type]
     result = Replayer(cfg).run(read_events(trace))
     rows = result.txns
     visible = [v for o, v in zip(rows["outcome"], rows["visible_ts_us"]) if o == "committed" and v is not None]
