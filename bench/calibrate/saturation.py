@@ -143,6 +143,13 @@ def v5_histories(record: dict[str, Any] | None) -> list[tuple[int, float]]:
     return sorted((int(h), float(r)) for h, r in zip(hs, rs))
 
 
+def median_history(record: dict[str, Any] | None) -> int:
+    """The history (:func:`v5_histories`) of the v5 run whose rate is the median, the one the fit
+    matches; 0 without histories."""
+    runs = sorted(v5_histories(record), key=lambda hr: hr[1])
+    return runs[len(runs) // 2][0] if runs else 0
+
+
 def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[str, Path],
         record: dict[str, Any] | None = None) -> tuple[dict[str, ResourceSpec], int, str]:
     """The resources that give the model the broker's saturated ``rates`` (committed txn/s per
@@ -175,8 +182,7 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
     bookie = ResourceSpec(None, conc, shared=True)
 
     runs = v5_histories(record)
-    # the median run's history: the run whose rate is the median (the rate falls with history)
-    at = min(runs, key=lambda hr: abs(hr[1] - r5))[0] if runs else 0
+    at = median_history(record)
     # with histories, a write holds its thread for what the broker's puts took in those runs
     # (MetadataStoreStats: RocksDB commits on the caller's thread, so a put's time is the thread's)
     puts = [float(p) for p in ((record or {}).get("mean_put_us") or {}).get("v5") or [] if p]
@@ -189,16 +195,23 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
         ops["meta.list_keys"] = Distribution.constant(k)
         return LatencyProfile(profile.name, profile.provenance, ops, profile.resources)
 
-    def v5_at(prof: LatencyProfile, service: int, history: int) -> float:
-        return model_rates(prof, {"bookie": bookie, "metadata": _metadata(service)}, by["v5"], ("v5",), history)["v5"]
+    replayed: dict[tuple[int, int, int], float] = {}  # (walk, service, history) -> v5's rate: each replayed once
 
-    def service_for(prof: LatencyProfile) -> int:
+    def v5_at(k: int, service: int, history: int) -> float:
+        if (k, service, history) not in replayed:
+            replayed[k, service, history] = model_rates(with_keys(k), {"bookie": bookie, "metadata": _metadata(service)},
+                                                        by["v5"], ("v5",), history)["v5"]
+        return replayed[k, service, history]
+
+    def service_for(k: int) -> int:
+        if measured is not None:
+            return measured
         s_lo, s_hi = 1, 1_000
-        while v5_at(prof, s_hi, at) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
+        while v5_at(k, s_hi, at) > r5 and s_hi < 10_000_000:  # the model's v5 rate falls as a write holds the store longer
             s_lo, s_hi = s_hi, s_hi * 4
         while s_hi - s_lo > max(1, s_lo // 100):  # to 1%
             mid = (s_lo + s_hi) // 2
-            s_lo, s_hi = (mid, s_hi) if v5_at(prof, mid, at) > r5 else (s_lo, mid)
+            s_lo, s_hi = (mid, s_hi) if v5_at(k, mid, at) > r5 else (s_lo, mid)
         return s_hi
 
     if len(runs) >= 2 and runs[-1][0] > runs[0][0]:
@@ -208,9 +221,8 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
             """The runs' squared log errors with a walk of ``k`` (and the service time it asks,
             unless measured)."""
             if k not in errors:
-                prof = with_keys(k)
-                service = measured if measured is not None else service_for(prof)
-                got = [v5_at(prof, service, h) for h, _ in runs]
+                service = service_for(k)
+                got = [v5_at(k, service, h) for h, _ in runs]
                 errors[k] = sum(math.log(g / r) ** 2 if g > 0 else math.inf for g, (_, r) in zip(got, runs))
             return errors[k]
 
@@ -232,11 +244,10 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
                     best = near
             step //= 2
         keys_us = best
-    prof = with_keys(keys_us)
-    service = measured if measured is not None else service_for(prof)
+    service = service_for(keys_us)
     metadata = _metadata(service)
-    got = {d: model_rates(prof, {"bookie": bookie, "metadata": metadata}, by[d], (d,), at if d == "v5" else 0)[d]
-           for d in ("v4", "v5")}
+    # v4 writes nothing to the store: its rate is the bookie search's at the chosen concurrency
+    got = {"v4": tried[conc], "v5": v5_at(keys_us, service, at)}
     if not (got["v4"] and got["v5"]):
         raise RuntimeError(f"calibrate: no resources give the model the broker's saturated rates {rates} ({got})")
     summaries = {d: summarize(p) for d, p in by.items()}
@@ -257,7 +268,7 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
             "the caller's thread: the client connection's IO thread and the store's notification thread write side "
             "by side; reads run beside the writes, as storeGet takes no transaction)")
     if runs:
-        each = [v5_at(prof, service, h) for h, _ in runs]
+        each = [v5_at(keys_us, service, h) for h, _ in runs]
         note += (f"; v5's store starting from the broker's history of its median run ({at:,} txns); a listing's walk "
                  f"{keys_us} µs per thousand keys on the calling thread (RocksdbMetadataStore.getChildrenFromStore: "
                  "every key under the prefix, the sequence counter every earlier txn left among them), fitted to "

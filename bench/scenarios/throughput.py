@@ -106,13 +106,12 @@ def run(rates: tuple[int, ...] = RATES, txns: int = TXNS, resources: dict[str, R
 
 
 def calibrated_history(provenance: Any) -> int:
-    """The txns v5's coordinator had created before the median of the saturation runs a profile
-    was calibrated on (``provenance.extra["pulsar.saturation"]``); 0 when it records none."""
-    sat = ((provenance or {}).get("extra") or {}).get("pulsar.saturation") or {}
-    runs = sorted(zip(((sat.get("txns_before") or {}).get("v5") or []), ((sat.get("runs") or {}).get("v5") or [])))
-    if not runs or any(h is None for h, _ in runs):
-        return 0
-    return int(runs[len(runs) // 2][0])
+    """The txns v5's coordinator had created before the saturation run a profile's fit matched
+    (``provenance.extra["pulsar.saturation"]``: :func:`bench.calibrate.saturation.median_history`);
+    0 when it records none."""
+    from bench.calibrate.saturation import median_history
+
+    return median_history(((provenance or {}).get("extra") or {}).get("pulsar.saturation"))
 
 
 def describe_resources(resources: dict[str, ResourceSpec]) -> str:
