@@ -237,8 +237,9 @@ class StoreTxnRecords(TxnRecords):
         """Make this store one that has run ``txns`` txns of coordinator ``tc_id`` before: each
         one's op record written and collected, which leaves its sequence counter on a store
         without native sequences (5.0.1 never deletes one: ``TxnMetadataStore.deleteHeader`` L98-100),
-        and both id counters past them. Their headers are not kept: no modelled cost reads them
-        (the sweeps' scans bill one list). Refused where coordinator ``tc_id`` has run a txn."""
+        and both id counters past them. Their headers are not kept, though a broker keeps a
+        finished one for ``retention_ms`` (900 s) and its sweeps walk and GET it meanwhile: here a
+        sweep walks this run's headers only. Refused where coordinator ``tc_id`` has run a txn."""
         seq_key, ids_key = f"/txn-tc-seq/{tc_id}", f"/txn-ids/{tc_id}"
         if self.store.get(seq_key) is not None or self.store.get(ids_key) is not None:
             raise ConfigError(f"v5 option history={txns}: the store has run txns of coordinator {tc_id} already; "
