@@ -14,7 +14,7 @@ from functools import partial
 from typing import Callable, Iterable
 
 from engine.capacity import IO_THREAD
-from engine.clock import LatencyModel, Scheduler, Scope, VirtualScheduler
+from engine.clock import LatencyModel, Scheduler, Scope, VirtualScheduler, coordinator_kind
 from engine.counters import Counters
 from engine.cursor import Cursor
 from engine.dispatcher import DEFAULT_SUB_TYPE, DeliverFn, DispatchMode, Dispatcher, PollingPolicy, SubscriptionType
@@ -432,14 +432,16 @@ class Broker:
         return self._engine.coordinator()
 
     def new_txn(self, timeout_ms: int = 60_000) -> TxnID:
-        # ServerCnx.handleNewTxn: the request hop, the coordinator's thread and what it does there
-        # (v4 its log append, v5 its sequence and header writes; billed to the open request), the
-        # answer hop. The client's TransactionImpl exists only once that answer is back.
+        # ServerCnx.handleNewTxn: the request hop, the coordinator's thread, its handling and what
+        # it does there (v4 its log append, v5 its sequence and header writes; billed to the open
+        # request), the answer hop. The client's TransactionImpl exists only once that answer is back.
         coordinator = self.coordinator()
+        assert self._engine is not None  # coordinator() refuses a broker without one
         bill = self._meter.bill
         with self._ctx.request as request:
             bill("rpc")
             self._meter.serve("coordinator")
+            bill(coordinator_kind(self._engine.design.value))
             txn = coordinator.new_txn(timeout_ms)
             bill("rpc")
         self.last_new_txn_us = request.us

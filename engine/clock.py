@@ -241,7 +241,20 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     # parses every key under the prefix): not in the hand-written model; calibrate fits it from
     # the broker's v5 rate falling with the txns its store has held
     "meta.list_keys": 0,
+    # a coordinator request's handling in the broker beyond its hops and the storage it waits for
+    # (ServerCnx -> the TC -> the storage callbacks -> the answer written from their thread), per
+    # design: not in the hand-written model; calibrate measures it as the client's new-txn less
+    # the model's new-txn without it
+    "coordinator.v4": 0,
+    "coordinator.v5": 0,
 }
+
+
+
+
+def coordinator_kind(design: str) -> str:
+    """The operation kind of a ``design`` coordinator request's own handling (``"v4"``/``"v5"``)."""
+    return f"coordinator.{design}"
 
 
 # Quantile of each percentile name a profile may give (engine.profile): p0 is the minimum seen.

@@ -26,7 +26,7 @@ SERVED = ("coordinator",)  # billed by Meter.serve: a fixed service time, no lat
 CONSTANTS_NAME = "constants"
 # Kinds added after profiles were shipped: a profile without one bills it 0, as every profile did
 # before it existed (and writes it only when it is not 0, so those files read back byte for byte)
-LATER_KINDS = frozenset({"meta.list_keys"})
+LATER_KINDS = frozenset({"meta.list_keys", "coordinator.v4", "coordinator.v5"})
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,7 @@ class V4TransactionCoordinator(TransactionCoordinator):
         bill = self._meter.bill
         bill("rpc")
         self._meter.serve("coordinator")  # the TC's single thread handles the request
+        bill("coordinator.v4")
         self._append(meta, "add_partition", partition=ledger)
         bill("rpc")
         meta.partitions.append(ledger)
@@ -237,6 +238,8 @@ class V4TransactionCoordinator(TransactionCoordinator):
             if request:
                 self._meter.bill("rpc")
             self._meter.serve("coordinator")
+            if request:
+                self._meter.bill("coordinator.v4")
             if meta.status is TxnStatus.OPEN:
                 self._append(meta, "update", expected=TxnStatus.OPEN.value, new=ending.value)
                 meta.status = ending

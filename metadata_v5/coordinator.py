@@ -68,6 +68,7 @@ class CoordinatorV5(TransactionCoordinator):
         with self._meter.tab() as took:  # the request hop, the header read, the CAS (a conflict re-reads, re-CASes)
             self._meter.bill("rpc")  # the client's END_TXN reaching the broker (ServerCnx.handleEndTxn)
             self._meter.serve("coordinator")
+            self._meter.bill("coordinator.v5")
             header = self._open_header(txn)
             final = self._finalize(header, FINAL[action])
             if final is None:

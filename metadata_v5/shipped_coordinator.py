@@ -66,6 +66,7 @@ class ShippedCoordinator(CoordinatorV5):
         # ack (billed to the request in progress by the meter)
         self._meter.bill("rpc")
         self._meter.serve("coordinator")
+        self._meter.bill("coordinator.v5")
         header = self._verify_ownership(txn)
         self._meter.bill("rpc")
         if header.state is not TxnStatus.OPEN:  # the client's own state check refuses it too
@@ -86,6 +87,7 @@ class ShippedCoordinator(CoordinatorV5):
         with self._meter.tab() as took:  # the request hop, the ownership read, the header read, the CAS, the ops scan
             self._meter.bill("rpc")  # the client's END_TXN reaching the broker (ServerCnx.handleEndTxn)
             self._meter.serve("coordinator")
+            self._meter.bill("coordinator.v5")
             self._verify_ownership(txn)
             header = self._open_header(txn)
             state = FINAL[action]

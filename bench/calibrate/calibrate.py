@@ -349,6 +349,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
     default = "-".join(m.backend for m in measurements) + "-local"
     profile = build_profile(name or default, measurements, samples, command)
     sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)
+    profile = _coordinator_kinds(profile, progress)
     if sat is not None:  # the broker's saturated rates: the resources that give the model the same
         from bench.calibrate.saturation import with_resources
 
@@ -363,11 +364,32 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
     return profile.save(out)
 
 
+def _coordinator_kinds(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyProfile:
+    """``profile`` with the coordinator requests' handling measured from its txn probes'
+    new-txn (bench.calibrate.coordinator_fit), the note added; as it is when it recorded none.
+    Before the resources' fit, whose saturated replays bill it."""
+    from bench.calibrate import coordinator_fit
+
+    if not coordinator_fit.observed(profile):
+        return profile
+    progress("measuring the coordinator requests' handling from the probes' new-txn")
+    profile, note = coordinator_fit.fit(profile)
+    prov = dict(profile.provenance)
+    # what the model's fits wrote last goes (the resources' fit follows this one)
+    notes = str(prov.get("notes", ""))
+    cuts = [i for i in (notes.find("; coordinator.v4/v5: "), notes.find("; resources")) if i >= 0]
+    kept = "" if notes.startswith(("coordinator.v4/v5: ", "resources")) else notes[:min(cuts)] if cuts else notes
+    prov["notes"] = (kept + "; " if kept else "") + "coordinator.v4/v5: " + note
+    return LatencyProfile(profile.name, prov, profile.operations, profile.resources)
+
+
 def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
-    """The profile at ``path`` with its resources fitted again, by the current model, to the
-    broker's saturated rates it recorded (``provenance.extra["pulsar.saturation"]``): what a
-    change to the model's capacity structure needs, without measuring the broker again. The
-    operations stay; the notes say when and by what command the resources were re-fitted."""
+    """The profile at ``path`` with its model-fitted values fitted again, by the current model, to
+    the broker figures it recorded: the coordinator requests' handling to its probes' new-txn
+    (``provenance.extra["pulsar.client_observed_us"]``), then the resources to the broker's
+    saturated rates (``provenance.extra["pulsar.saturation"]``). What a change to the model's
+    structure needs, without measuring the broker again. The measured operations stay; the notes
+    say when and by what command the resources were re-fitted."""
     from bench.calibrate.saturation import with_resources
 
     profile = LatencyProfile.load(path)
@@ -375,6 +397,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     if not isinstance(sat, dict) or "committed_txns_per_s" not in sat:
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
+    profile = _coordinator_kinds(profile, progress)
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
     fitted, note = with_resources(profile, sat["committed_txns_per_s"], sat)  # on the trace the rates were measured on
     prov = dict(profile.provenance)

@@ -62,34 +62,37 @@ LATENCY_OPS = (
 # metadata_v5/shipped_buffer.py (the reconcile), engine/dispatcher.py (reads and deliveries).
 BILLED: dict[str, dict[str, str]] = {
     "v4": {
-        "new_txn_us": "rpc + a coordinator-log ledger.append (MLTransactionMetadataStore.newTransaction) + rpc back",
+        "new_txn_us": "rpc + the request's handling (coordinator.v4) + a coordinator-log ledger.append "
+                      "(MLTransactionMetadataStore.newTransaction) + rpc back",
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
-                          "with the coordinator (a coordinator-log ledger.append)",
+                          "with the coordinator (its handling, coordinator.v4, and a coordinator-log ledger.append)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
-        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, a "
-                      "coordinator-log ledger.append, the END_TXN fan-out (rpc + a marker ledger.append per "
-                      "partition and subscription, concurrently; a commit on a subscription also waits for the "
-                      "cursor's ledger.append when its mark-delete limiter, 1 a second, grants one), then the final "
-                      "log append + rpc back",
+        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
+                      "the request's handling (coordinator.v4), a coordinator-log ledger.append, the END_TXN fan-out "
+                      "(rpc + a marker ledger.append per partition and subscription, concurrently; a commit on a "
+                      "subscription also waits for the cursor's ledger.append when its mark-delete limiter, 1 a "
+                      "second, grants one), then the final log append + rpc back",
         "commit_to_visible_us": "the marker append, then the dispatcher's next read once maxReadPosition moves (its "
                                 "polling delay, cursor.empty_read, ledger.read, consumer.deliver)",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish",
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish",
     },
     "v5": {
-        "new_txn_us": "rpc + the sequence key (meta.read + meta.cas) + the header create (meta.write) + rpc back; "
+        "new_txn_us": "rpc + the request's handling (coordinator.v5) + the sequence key (meta.read + meta.cas) + the "
+                      "header create (meta.write) + rpc back; "
                       "the writes queue for the profile's metadata service time when the profile has one",
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has queued "
                           "(capacity.IO_THREAD), plus the op-record write (emulated sequence key: meta.read + meta.cas "
-                          "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration",
+                          "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration "
+                          "(2 rpc, coordinator.v5, the ownership meta.read)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has "
                              "queued (capacity.IO_THREAD)",
-        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, 2 "
-                      "meta.read (the header, twice) + meta.cas, then the fan-out: meta.list + a meta.read per op "
-                      "record the emulated scan "
-                      "fetches, and the events (emulated sequence key: meta.read + meta.cas + meta.write) right after "
-                      "the CAS, then rpc back; its writes queue in arrival order on the broker's IO thread, each "
-                      "holding it for the profile's metadata service time when the profile has one",
+        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
+                      "the request's handling (coordinator.v5), 2 meta.read (the header, twice) + meta.cas, then the "
+                      "fan-out: meta.list + a meta.read per op record the emulated scan fetches, and the events "
+                      "(emulated sequence key: meta.read + meta.cas + meta.write) right after the CAS, then rpc back; "
+                      "its writes queue in arrival order on the broker's IO thread, each holding it for the "
+                      "profile's metadata service time when the profile has one",
         "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
                                 "op record scanned, meta.write of the deletes) and the dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "

@@ -163,9 +163,10 @@ def test_metadata_ops_in_the_lowest_bucket_spread_over_twice_their_mean_from_the
 
 def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """``--refit``: the profile's operations kept, its resources from the fit to the rates it
-    recorded, the old resources note replaced by one saying when and by what command."""
-    from bench.calibrate import saturation
+    """``--refit``: the profile's measured operations kept, the coordinator requests' handling
+    fitted again to the new-txn its probes recorded, its resources from the fit to the rates it
+    recorded, the old fits' notes replaced by ones saying when and by what command."""
+    from bench.calibrate import coordinator_fit, saturation
     from engine.clock import ResourceSpec
 
     source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
@@ -183,10 +184,14 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     assert main(["calibrate", "--refit", str(source.path), "--out", str(out)]) == 0
     got = LatencyProfile.load(out)
     assert asked == [(recorded, record)]  # the measurement, which names the trace the rates were measured on
-    assert got.operations == source.operations and got.resources["metadata"].service_us == 777
+    handled, handling_note = coordinator_fit.fit(source)  # on the profile's own resources
+    assert got.operations == handled.operations and got.resources["metadata"].service_us == 777
+    assert {k: v for k, v in got.operations.items() if not k.startswith("coordinator.")} == \
+        {k: v for k, v in source.operations.items() if not k.startswith("coordinator.")}
     old_notes, notes = source.provenance["notes"], got.provenance["notes"]
     kept = old_notes[:old_notes.rindex("; resources")]  # the measurement's notes stay, the old fit's go
-    assert notes.startswith(kept + "; resources (re-fitted ") and notes.endswith("): the new fit")
+    assert notes.startswith(kept + "; coordinator.v4/v5: " + handling_note + "; resources (re-fitted ")
+    assert notes.endswith("): the new fit")
     assert notes.count("re-fitted") == 1
     assert got.provenance["refitted"]["command"].startswith("txnbench calibrate") and got.provenance["refitted"]["at"]
     assert "777 µs" in capsys.readouterr().out

@@ -1,0 +1,108 @@
+"""The coordinator requests' own handling (``coordinator.v4``, ``coordinator.v5``): what the
+client's new-txn took at the broker beyond what the model bills for it.
+
+The broker exports no latency of a coordinator request, and the model's new-txn already bills
+every call it makes (engine/broker.py ``new_txn``: a hop each way, then v4's log append,
+``MLTransactionMetadataStore.newTransaction``, or v5's sequence read and CAS and header create,
+``TransactionCoordinatorV5.newTransaction`` L373-381). What is left is the request's passage
+through the broker: ``ServerCnx.handleNewTxn`` handing it to the coordinator, the storage
+callbacks completing on their own threads, the answer written from there. The calibration's txn
+probes measured new-txn at the client (``provenance.extra["pulsar.client_observed_us"]``), so each
+design's kind is that less the model's new-txn on the same trace with the kind at 0, per
+percentile (as ``rpc`` is the client's publish less the broker's append, halved). The kind is
+billed once per request the design's coordinator handles (new-txn, end-txn, a registration), so
+end-txn and the txn publishes are checked by ``validate``, not fitted.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from engine.clock import PERCENTILES, Distribution, coordinator_kind
+from engine.profile import LatencyProfile
+
+DESIGNS = ("v4", "v5")
+QUANTILES = ("p50", "p90", "p99")
+
+
+def observed(profile: LatencyProfile) -> dict[str, dict[str, int]]:
+    """Per design, the client's new-txn p50/p90/p99 (µs) in the calibration's txn probes; {} for
+    a profile that recorded none (not calibrated on a broker)."""
+    extra = profile.provenance.get("extra", {}) if isinstance(profile.provenance, dict) else {}
+    seen = extra.get("pulsar.client_observed_us") or {}
+    out: dict[str, dict[str, int]] = {}
+    for design in DESIGNS:
+        lat = ((seen.get(design) or {}).get("new_txn_us")) or {}
+        if all(f"{q}_us" in lat for q in QUANTILES):
+            out[design] = {q: int(lat[f"{q}_us"]) for q in QUANTILES}
+    return out
+
+
+def _with(profile: LatencyProfile, kinds: dict[str, Distribution]) -> LatencyProfile:
+    return LatencyProfile(profile.name, profile.provenance, {**profile.operations, **kinds}, profile.resources)
+
+
+def model_new_txn(profile: LatencyProfile, trace: Path, history: int) -> dict[str, dict[str, int]]:
+    """Per design, the model's new-txn p50/p90/p99 (µs) replaying ``trace`` at its pace, v5's
+    store starting from ``history`` txns."""
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+
+    latency = profile.to_latency_model(1).with_resources(profile.resources)
+    out: dict[str, dict[str, int]] = {}
+    for cfg in model_configs(latency, profile, history):
+        lat = Replayer(cfg).run(read_events(trace)).latency["new_txn_us"]
+        out[cfg.engine] = {q: int(lat[f"{q}_us"]) for q in QUANTILES}
+    return out
+
+
+def _residual(broker: dict[str, int], model: dict[str, int]) -> Distribution:
+    """Per percentile ``broker - model``, at least 0 and non-decreasing; a constant when every
+    percentile comes out the same (0 included)."""
+    last, points = 0, []
+    for q in QUANTILES:
+        last = max(last, broker[q] - model[q], 0)
+        points.append((PERCENTILES[q], last))
+    return Distribution.constant(last) if len({v for _, v in points}) == 1 else Distribution(tuple(points))
+
+
+def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
+    """``profile`` with ``coordinator.v4`` and ``coordinator.v5`` measured from the new-txn its
+    txn probes recorded, and a note saying how and what the model's new-txn then is; the profile
+    as it is, and "", when it recorded none."""
+    from bench.calibrate.calibrate_pulsar import write_trace
+
+    seen = observed(profile)
+    if not seen:
+        return profile, ""
+    extra: dict[str, Any] = profile.provenance.get("extra", {})
+    samples = int(profile.provenance.get("samples") or 0)
+    # the probes ran on the warmed broker: its v5 store held the warm-up's txns
+    history = int(((extra.get("pulsar.broker_warm_up") or {}).get("warm_up_txns") or {}).get("v5") or 0)
+    zero = {coordinator_kind(d): Distribution.constant(0) for d in DESIGNS}
+    with tempfile.TemporaryDirectory(prefix="txnbench-coordinator-fit-") as tmp:
+        trace = write_trace(Path(tmp) / "probe.parquet", samples)
+        without = model_new_txn(_with(profile, zero), trace, history)
+        kinds = {coordinator_kind(d): _residual(seen[d], without[d]) if d in seen else zero[coordinator_kind(d)]
+                 for d in DESIGNS}
+        fitted = _with(profile, kinds)
+        got = model_new_txn(fitted, trace, history)
+    parts = []
+    for d in DESIGNS:
+        if d not in seen:
+            continue
+        kind = coordinator_kind(d)
+        parts.append(f"{kind}: the client's new-txn {seen[d]} less the model's without it {without[d]} µs "
+                     f"(p50/p90/p99; the model's with it {got[d]})")
+    note = (f"residual of the txn probes' new-txn ({samples} + warm-up txns per design, v5's store from {history} "
+            "txns): " + "; ".join(parts))
+    prov = dict(profile.provenance)
+    kinds_prov = dict(prov.get("kinds") or {})
+    for d in DESIGNS:
+        if d in seen:
+            kinds_prov[coordinator_kind(d)] = {"how": "residual", "backend": "pulsar", "source": note}
+    prov["kinds"] = kinds_prov
+    return LatencyProfile(profile.name, prov, fitted.operations, fitted.resources), note

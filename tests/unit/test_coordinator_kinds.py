@@ -1,0 +1,100 @@
+"""The coordinator requests' own handling (``coordinator.v4``/``coordinator.v5``): billed once per
+request the design's coordinator answers, and measured by calibrate as the broker's new-txn less
+the model's (bench/calibrate/coordinator_fit.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import coordinator_fit
+from bench.calibrate.calibrate_pulsar import write_trace
+from engine.broker import BrokerConfig
+from engine.clock import Distribution, LatencyModel
+from engine.dispatcher import DispatchMode
+from engine.memledger import MemoryLedgerFactory
+from engine.profile import LatencyProfile
+from engine.scripted import ScriptedClient
+from legacy_v4 import v4_engine
+from metadata_v5.engine import V5Engine
+from metadata_v5.options import V5Options
+from metadata_v5.store.registry import open_metadata
+
+HANDLING_US = 700
+TOPIC = "persistent://public/default/t"
+
+
+def _times(design: str, **kinds: int) -> tuple[int, int, int, int]:
+    """new-txn, a txn's first publish to a partition (its registration with the coordinator), its
+    second, and its end-txn: each one's time in the model."""
+    config = BrokerConfig(dispatch=DispatchMode.NOTIFY, latency=LatencyModel().with_overrides(**kinds))
+    engine = (v4_engine() if design == "v4" else
+              (lambda ctx: V5Engine(ctx, open_metadata("memory://"), V5Options(variant="shipped"))))
+    s = ScriptedClient(MemoryLedgerFactory(), config, engine)
+    s.subscribe(TOPIC, "sub")
+    s.publish(TOPIC, "p")  # the topic loaded, its buffer ready
+    s.run()
+    t = s.new_txn()
+    new_txn = s.broker.last_new_txn_us
+    s.publish(TOPIC, "x0", txn=t)
+    first = s.broker.last_publish_us
+    s.run()
+    s.publish(TOPIC, "x1", txn=t)
+    second = s.broker.last_publish_us
+    s.run()
+    called = s.end(t)
+    s.run()
+    return new_txn, first, second, s.outcome_us[t] - called
+
+
+@pytest.mark.parametrize("design", ["v4", "v5"])
+def test_each_request_of_the_designs_coordinator_bills_its_handling_once_and_the_other_kind_nothing(
+        design: str) -> None:
+    other = "v5" if design == "v4" else "v4"
+    base = _times(design)
+    own = _times(design, **{f"coordinator.{design}": HANDLING_US})
+    assert [b - a for a, b in zip(base, own)] == [HANDLING_US, HANDLING_US, 0, HANDLING_US]
+    assert _times(design, **{f"coordinator.{other}": HANDLING_US}) == base
+
+
+def test_a_profile_without_the_kinds_bills_them_nothing_and_writes_them_only_when_set() -> None:
+    base = LatencyProfile.constants()
+    assert base.operations["coordinator.v4"] == base.operations["coordinator.v5"] == Distribution.constant(0)
+    assert "coordinator.v" not in base.to_text()
+    ops = {**base.operations, "coordinator.v5": Distribution(((0.5, 100), (0.99, 900)))}
+    text = LatencyProfile("x", {}, ops, {}).to_text()
+    back = LatencyProfile.from_json(json.loads(text))
+    assert back.operations["coordinator.v5"] == Distribution(((0.5, 100), (0.99, 900)))
+    assert "coordinator.v4" not in text
+
+
+def test_the_residual_is_the_brokers_less_the_models_never_negative_nor_decreasing() -> None:
+    assert coordinator_fit._residual({"p50": 2_000, "p90": 2_600, "p99": 4_000},
+                                     {"p50": 1_500, "p90": 2_000, "p99": 3_000}) == \
+        Distribution(((0.5, 500), (0.9, 600), (0.99, 1_000)))
+    assert coordinator_fit._residual({"p50": 1_000, "p90": 2_000, "p99": 2_500},
+                                     {"p50": 1_200, "p90": 1_800, "p99": 2_400}) == \
+        Distribution(((0.5, 0), (0.9, 200), (0.99, 200)))
+    assert coordinator_fit._residual({"p50": 1, "p90": 1, "p99": 1}, {"p50": 5, "p90": 5, "p99": 5}) == \
+        Distribution.constant(0)
+
+
+def test_the_fit_gives_back_a_handling_the_broker_was_built_with(tmp_path: Path) -> None:
+    """A 'broker' whose new-txn is the model's plus a known handling per design: the fit finds
+    that handling, and the model's new-txn with it is the broker's."""
+    samples = 20
+    base = LatencyProfile.constants()
+    without = coordinator_fit.model_new_txn(base, write_trace(tmp_path / "t.parquet", samples), 0)
+    handling = {"v4": 450, "v5": 1_100}
+    seen = {d: {f"{q}_us": without[d][q] + handling[d] for q in coordinator_fit.QUANTILES} for d in ("v4", "v5")}
+    profile = LatencyProfile("b", {"samples": samples, "extra": {"pulsar.client_observed_us":
+                                                                 {d: {"new_txn_us": s} for d, s in seen.items()}}},
+                             base.operations, {})
+    fitted, note = coordinator_fit.fit(profile)
+    assert fitted.operations["coordinator.v4"] == Distribution.constant(450)
+    assert fitted.operations["coordinator.v5"] == Distribution.constant(1_100)
+    assert fitted.provenance["kinds"]["coordinator.v5"]["how"] == "residual"
+    assert f"the model's with it { {q: seen['v5'][f'{q}_us'] for q in coordinator_fit.QUANTILES} })" in note
+    assert coordinator_fit.fit(base) == (base, "")  # no probes recorded: nothing to fit
