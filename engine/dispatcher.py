@@ -21,7 +21,11 @@ When blocked at the max read position (entries exist beyond it) it behaves per m
   Pulsar release has it (neither buffer wakes dispatchers; D20): a what-if, labelled so.
 
 When simply caught up (nothing beyond the read position) both modes wait for the ledger's
-new-entry notification, as a Pulsar cursor with a waiting read op does. In polling mode that
+new-entry notification, as a Pulsar cursor with a waiting read op does. With the ``pulsar``
+preset the cursor registers for it only after ``managedLedgerNewEntriesCheckDelayInMillis``
+(``ManagedCursorImpl.asyncReadEntriesWithSkipOrWait`` L1139-1141, ``checkForNewEntries``
+L1161-1194): an entry added within 10 ms of the read that found nothing is read at that check,
+one added later at once (``PollingPolicy.check_us``). In polling mode that
 waiting read keeps the max read position it was created with (D20, ``OpReadEntry.create``), so
 with an enabled buffer each wake-up first reads nothing (``stale_wakeups``, one empty read) and
 the dispatcher re-reads: at once for single-active types, after the 1 ms first backoff step for
@@ -82,17 +86,25 @@ class SubscriptionType(str, Enum):
 DEFAULT_SUB_TYPE = SubscriptionType.FAILOVER
 
 
+# managedLedgerNewEntriesCheckDelayInMillis (ServiceConfiguration, 10 by default): a cursor's read
+# that finds nothing checks again after it (ManagedCursorImpl.asyncReadEntriesWithSkipOrWait)
+NEW_ENTRIES_CHECK_US = 10_000
+
+
 @dataclass(frozen=True)
 class PollingPolicy:
     """Re-read delay while blocked: ``wait_us`` (the cursor's own wait) plus a backoff that
     starts at ``first_us``, doubles per consecutive empty read, capped at ``max_us``; reset by a
     read that dispatches something. ``by_sub_type``: the policy is resolved per subscription
-    (:meth:`for_sub_type`), as Pulsar's dispatchers differ."""
+    (:meth:`for_sub_type`), as Pulsar's dispatchers differ. ``check_us``: after a read that
+    caught up, how long the cursor waits before it registers for the next entry; an entry added
+    meanwhile is read then."""
 
     first_us: int = 10_000
     max_us: int = 10_000
     wait_us: int = 0
     by_sub_type: bool = False
+    check_us: int = 0
 
     PRESETS = ("pulsar", "shared-backoff", "spin")
 
@@ -101,7 +113,7 @@ class PollingPolicy:
         from engine.errors import ConfigError
 
         if name == "pulsar":  # per subscription type, as released (D19)
-            return cls(10_000, 10_000, by_sub_type=True)
+            return cls(10_000, 10_000, by_sub_type=True, check_us=NEW_ENTRIES_CHECK_US)
         if name == "shared-backoff":  # Shared dispatcher's read-retry backoff alone, 1 ms -> 10 ms
             return cls(1_000, 10_000)
         if name == "spin":  # releases before August 2024: re-read at once
@@ -112,9 +124,9 @@ class PollingPolicy:
         if not self.by_sub_type:
             return self
         if sub_type.single_active:  # the cursor's 10 ms, then at once (D19)
-            return PollingPolicy(10_000, 10_000)
+            return PollingPolicy(10_000, 10_000, check_us=self.check_us)
         # the cursor's 10 ms, then reScheduleReadWithBackoff 1 -> 10 ms (D19)
-        return PollingPolicy(1_000, 10_000, wait_us=10_000)
+        return PollingPolicy(1_000, 10_000, wait_us=10_000, check_us=self.check_us)
 
     def delay_us(self, consecutive_empty: int) -> int:
         if self.first_us <= 0:
@@ -189,7 +201,9 @@ class Dispatcher:
         self._drained_listeners: list[Callable[[], None]] = []
         self._drained_fired = False
         cursor.redeliver_hook = self.redeliver
-        ledger.add_listener(self.kick)  # a new entry may be dispatchable
+        self._check_us = self._polling.check_us
+        self._caught_up_at: int | None = None  # the last read found nothing, at this time (check_us)
+        ledger.add_listener(self._new_entry)  # a new entry may be dispatchable
         if mode is DispatchMode.NOTIFY:
             tb.add_max_read_listener(self.kick)
 
@@ -202,6 +216,20 @@ class Dispatcher:
             return
         self._busy = True
         self._sched.call_later(0, self._try_read)
+
+    def _new_entry(self, _position: Position) -> None:
+        """The ledger's new-entry listener: a read at once, or, within ``check_us`` of the read
+        that caught up, at the cursor's check (``checkForNewEntries``)."""
+        caught_up_at = self._caught_up_at
+        if caught_up_at is None or self._busy or self._closed:
+            self.kick()
+            return
+        wait = caught_up_at + self._check_us - self._sched.now_us()
+        if wait <= 0:
+            self.kick()
+            return
+        self._busy = True
+        self._sched.call_later(wait, self._try_read)
 
     def redeliver(self, positions: list[Position]) -> None:
         """Dispatch these positions again (unless acked or pending by then). Positions at or
@@ -248,6 +276,7 @@ class Dispatcher:
         lac = self._ledger.last_confirmed()
         if start > lac:  # caught up: wait for a new entry
             self._busy = False
+            self._caught_up_at = self._sched.now_us() if self._check_us else None
             self._waiting = self._stale_reads
             self._unblocked()
             self._check_drained()

@@ -135,3 +135,30 @@ def test_a_waiting_read_keeps_its_stale_bound_when_a_buffer_is_enabled() -> None
     assert stats["stale_wakeups"] == 1 and delay == 1_000 + read + deliver
     stats, delay = _wake_up(SubscriptionType.SHARED, enabled=True, mode=DispatchMode.NOTIFY)  # the what-if
     assert stats.get("stale_wakeups", 0) == 0 and delay == read + deliver
+
+
+def test_an_entry_added_soon_after_a_read_found_nothing_waits_for_the_cursors_check() -> None:
+    """ManagedCursorImpl.asyncReadEntriesWithSkipOrWait L1139-1141: a read that finds nothing
+    checks again after managedLedgerNewEntriesCheckDelayInMillis (10 ms) and only then registers
+    for the next entry (checkForNewEntries L1161-1194). The `pulsar` preset has it; the others
+    read an entry at once."""
+    lat = LatencyModel()
+    read, deliver = lat.of("ledger.read"), lat.of("consumer.deliver")
+
+    def delay(policy: PollingPolicy, after_us: int) -> int:
+        sched, ledger, _tb, d, got = _setup(DispatchMode.POLLING, policy)
+        ledger.append(EntryData(1, 0, msg="m0"))
+        d.kick()  # reads m0 from 0 to `read`, then reads again and finds nothing: caught up at `read`
+        sched.run_until(read + after_us)
+        ledger.append(EntryData(1, sched.now_us(), msg="m1"))
+        sched.run_until(read + after_us + 100_000)
+        assert [x.msg for x in got] == ["m0", "m1"]
+        return got[-1].delivered_ts_us - (read + after_us)
+
+    pulsar = PollingPolicy.preset("pulsar")
+    assert delay(pulsar, 3_000) == (10_000 - 3_000) + read + deliver  # read at the check
+    assert delay(pulsar, 9_999) == 1 + read + deliver
+    assert delay(pulsar, 10_000) == read + deliver  # registered by then: notified at once
+    assert delay(pulsar, 25_000) == read + deliver
+    for other in ("spin", "shared-backoff"):
+        assert delay(PollingPolicy.preset(other), 3_000) == read + deliver
