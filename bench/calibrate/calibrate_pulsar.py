@@ -14,13 +14,18 @@ mapped from the broker's metrics where one means the same thing:
   (that topic's add-entry latency; p50/p90/p99 interpolated in buckets of 0.5/1/5/10 ms, which
   puts appends of 1-5 ms at about 3 ms: 1.8x the summary's p50 here);
 - ``rpc``, ``consumer.deliver``, ``ledger.read``: probes, the client's plain publishes and their
-  deliveries in the plain v4 run read through the model's billing of those calls (:func:`_client_kinds`);
+  deliveries in the plain v4 runs read through the model's billing of those calls
+  (:func:`_client_kinds`): ``rpc`` from a run at the validation traces' pace
+  (:data:`DENSE_SPACING_US` apart), ``ledger.read`` from the one 40 ms apart;
 - ``meta.read`` / ``meta.list``: ``pulsar_metadata_store_ops_latency_ms`` type ``get`` during the
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
   20 ... ms); inside the 1-ms bucket, over twice its ops' mean, which the histogram's sum gives
   (:func:`histogram_quantiles`: RocksDB gets average 0.02-0.05 ms here, not the 0.5 ms that plain
   interpolation says); background ops of the broker are counted too.
+
+``calibrate`` then measures ``coordinator.v4``/``coordinator.v5`` from the txn runs' new-txn at the
+client, less the model's (:mod:`bench.calibrate.coordinator_fit`).
 
 Then both designs run :mod:`bench.calibrate.saturation`'s trace as fast as possible; ``calibrate``
 fits the profile's ``resources`` (the bookie's concurrency, the metadata writes' service time) so
@@ -55,6 +60,14 @@ from bench.pulsar.target import PulsarTarget, parse_target, probe
 from bench.trace.trace import TraceWriter
 
 SPACING_US = 40_000  # between txns: an unloaded broker (and a client that keeps up on 2 shared cores)
+# between the rpc probe's plain publishes: the validation traces' pace (61-186 rows a second), as
+# a hop is billed at that pace (an idle client and broker may answer otherwise; the rpc note
+# records the publishes 40 ms apart beside them). Not for ledger.read: a dispatcher read that
+# finds nothing checks again only 10 ms later (ManagedCursorImpl.asyncReadEntriesWithSkipOrWait
+# L1139-1141, managedLedgerNewEntriesCheckDelayInMillis), so at this pace most deliveries wait out
+# that check (publish answered -> delivered p50 5.7 ms against 0.56 ms 40 ms apart, where the
+# cursor waits registered for the next add; 2026-11-26)
+DENSE_SPACING_US = 10_000
 # first txns of each probe run, not measured: the client's JVM and the broker warm up at the probe's
 # pace (the client's --client-warm-up would run them as fast as possible, and the broker-wide
 # publish and store figures the probes read would hold its queueing)
@@ -85,13 +98,14 @@ def write_trace(path: Path, txns: int) -> Path:
     return path
 
 
-def write_plain_trace(path: Path, messages: int) -> Path:
-    """``WARMUP_TXNS`` + ``messages`` plain publishes ``p{i}`` on :data:`TOPIC`, :data:`SPACING_US`
-    apart, no txn: the v4 run whose stats interval holds only plain appends (:func:`measure_pulsar`)."""
+def write_plain_trace(path: Path, messages: int, spacing_us: int = SPACING_US) -> Path:
+    """``WARMUP_TXNS`` + ``messages`` plain publishes ``p{i}`` on :data:`TOPIC`, ``spacing_us``
+    apart, no txn: the v4 run whose stats interval holds only plain appends, and the denser one of
+    the rpc probe (:func:`measure_pulsar`)."""
     with TraceWriter(path, metadata={"profile": "calibrate-plain", "seed": "1"}) as w:
         w.add(0, "subscribe", topic=TOPIC, subscription="calib")
         for i in range(WARMUP_TXNS + messages):
-            w.add(10_000 + i * SPACING_US, "publish", topic=TOPIC, msg=f"p{i}", size=100)
+            w.add(10_000 + i * spacing_us, "publish", topic=TOPIC, msg=f"p{i}", size=100)
     return path
 
 
@@ -289,16 +303,20 @@ def _append(m: Measurement, plain: Samples | None, v4: tuple[Samples, Samples], 
     return {}
 
 
-def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: Samples) -> None:
+def _client_kinds(m: Measurement, events: Path, dense: Path, append: dict[str, int], after: Samples) -> None:
     """rpc, consumer.deliver and ledger.read from the client's plain publishes and their deliveries
-    in the plain v4 run (the probes; the first WARMUP_TXNS skipped), by the model's own billing of those calls:
+    in the plain v4 runs (the probes; the first WARMUP_TXNS skipped; ``events`` the run
+    :data:`SPACING_US` apart, ``dense`` the one :data:`DENSE_SPACING_US` apart), by the model's own
+    billing of those calls:
 
     - a plain publish is ``rpc + ledger.append + rpc`` (engine/broker.py), so
-      ``rpc = (publish - append) / 2`` per percentile (the append is the broker's summary);
+      ``rpc = (publish - append) / 2`` per percentile (the append is the broker's summary, the
+      publishes the dense run's);
     - a plain message's delivery, timed from its publish, is ``rpc + ledger.append + ledger.read +
       consumer.deliver`` (the dispatcher reads the entry once it is added and pushes it,
       engine/dispatcher.py); ``consumer.deliver`` is one hop to the consumer on the same loopback
-      connection (taken = rpc), so per message ``ledger.read = delivered - publish answered``.
+      connection (taken = rpc), so per message ``ledger.read = delivered - publish answered``, in
+      the sparse run (see :data:`DENSE_SPACING_US`).
 
     Publishes the client issued late (more than MAX_LAG_US) include its own queue and are left out;
     when that leaves fewer than half, or the broker's append summary (the interval between its last
@@ -306,20 +324,22 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
     consumer.deliver) is the broker's lookup latency
     (``pulsar_broker_lookup``, a request the broker answers from its ownership cache without
     storage), said so in the note."""
-    samples, reads, lag_us = plain_probes(events)
+    sparse, reads, _ = plain_probes(events)
+    samples, delivered, lag_us = plain_probes(dense)
     publish = _pcts(samples)
     m.extra["probe_max_issue_lag_us"] = lag_us
     rpc = _diff(publish, append, 0.5) if "p50" in append and "p50" in publish else {}
-    if len(samples) * 2 >= len(reads) and publish.get("p50", 0) > append.get("p50", math.inf):
+    if len(samples) * 2 >= len(delivered) and publish.get("p50", 0) > append.get("p50", math.inf):
         m.notes["rpc"] = (f"probe: (client's plain publish {publish} - broker append {append}) / 2 µs per percentile "
-                          f"({len(samples)} publishes issued on time; the client's largest lag {lag_us / 1000:.0f} ms), "
-                          "the model's publish being 2 hops + the append")
+                          f"({len(samples)} publishes {DENSE_SPACING_US // 1000} ms apart issued on time; the client's "
+                          f"largest lag {lag_us / 1000:.0f} ms), the model's publish being 2 hops + the append; "
+                          f"the client's plain publish {SPACING_US // 1000} ms apart: {_pcts(sparse)}")
     else:
         rpc = _monotone(summary_quantiles(after, LOOKUP))
         m.how.update({"rpc": "metric", "consumer.deliver": "metric"} if "p50" in rpc else {})
         m.notes["rpc"] = (f"{LOOKUP} quantiles (a lookup the broker answers from its ownership cache, no storage), "
                           f"scraped after the v4 txn run: the probe did not apply (client's plain publish {publish} µs, "
-                          f"{len(samples)} of {len(reads)} issued on time, up to {lag_us / 1000:.0f} ms late; the broker's "
+                          f"{len(samples)} of {len(delivered)} issued on time, up to {lag_us / 1000:.0f} ms late; the broker's "
                           "append summary, its last stats interval, not below the client's publish at p50)")
     if "p50" in rpc:
         m.operations["rpc"] = m.operations["consumer.deliver"] = rpc
@@ -328,7 +348,8 @@ def _client_kinds(m: Measurement, events: Path, append: dict[str, int], after: S
         m.unmeasurable["rpc"] = m.unmeasurable["consumer.deliver"] = "the client lagged and the broker exported no lookup latency"
     if reads:
         m.operations["ledger.read"] = _pcts(reads)
-        m.notes["ledger.read"] = (f"probe: per plain message, publish answered -> delivered ({len(reads)} messages; "
+        m.notes["ledger.read"] = (f"probe: per plain message, publish answered -> delivered ({len(reads)} messages "
+                                  f"{SPACING_US // 1000} ms apart; "
                                   "the dispatcher's read of the just-added entry, the push taken as consumer.deliver "
                                   "= rpc cancelling the publish's answer hop)")
     else:
@@ -394,6 +415,9 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         pulsar_replay(write_plain_trace(scratch / "plain.parquet", samples), ["v4"], target, scratch / "plain")
         plain_waited = await_stats_update(target)  # None: the summary may still be an earlier interval's
         plain_after = scrape(target)
+        progress(f"pulsar v4: {WARMUP_TXNS} + {samples} plain publishes, {DENSE_SPACING_US // 1000} ms apart")
+        pulsar_replay(write_plain_trace(scratch / "dense.parquet", samples, DENSE_SPACING_US), ["v4"], target,
+                      scratch / "dense")
         m.extra["broker_warm_up"]["plain_stats_update_wait_s"] = plain_waited
         trace = write_trace(scratch / "calib.parquet", samples)
         observed: dict[str, Any] = {}
@@ -423,7 +447,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         m.extra["saturation"]["client_warm_up"] = client_warm_up
 
         append = _append(m, plain_after if plain_waited is not None else None, scraped["v4"], samples)
-        _client_kinds(m, scratch / "plain" / "pulsar-events-v4.jsonl", append, scraped["v4"][1])
+        _client_kinds(m, scratch / "plain" / "pulsar-events-v4.jsonl", scratch / "dense" / "pulsar-events-v4.jsonl",
+                      append, scraped["v4"][1])
         before, after = scraped["v5"]
         for mtype, kinds in (("get", ("meta.read", "meta.list")), ("put", ("meta.write", "meta.cas"))):
             q, n = histogram_quantiles(before, after, META, {"type": mtype, "status": "success"}, lowest_from_sum=True)
