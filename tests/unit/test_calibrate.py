@@ -189,8 +189,10 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     assert {k: v for k, v in got.operations.items() if not k.startswith("coordinator.")} == \
         {k: v for k, v in source.operations.items() if not k.startswith("coordinator.")}
     old_notes, notes = source.provenance["notes"], got.provenance["notes"]
-    kept = old_notes[:old_notes.rindex("; resources")]  # the measurement's notes stay, the old fit's go
+    # the measurement's notes stay, the old fits' go
+    kept = old_notes[:min(i for i in (old_notes.find("; coordinator.v4/v5: "), old_notes.find("; resources")) if i >= 0)]
     assert notes.startswith(kept + "; coordinator.v4/v5: " + handling_note + "; resources (re-fitted ")
+    assert notes.count("coordinator.v4/v5: ") == 1
     assert notes.endswith("): the new fit")
     assert notes.count("re-fitted") == 1
     assert got.provenance["refitted"]["command"].startswith("txnbench calibrate") and got.provenance["refitted"]["at"]
