@@ -250,8 +250,6 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
 }
 
 
-
-
 def coordinator_kind(design: str) -> str:
     """The operation kind of a ``design`` coordinator request's own handling (``"v4"``/``"v5"``)."""
     return f"coordinator.{design}"

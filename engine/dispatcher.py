@@ -265,6 +265,7 @@ class Dispatcher:
         if self._gate is not None and not self._gate():
             self._busy = False  # the gate's owner kicks us when it opens
             return
+        self._caught_up_at = None  # set again below if this read finds nothing
         if self._replay:
             self._waiting = False  # a redelivery cancels the waiting read (cancelPendingReadRequest)
             batch = list(self._replay.islice(0, self._batch))
