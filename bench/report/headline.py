@@ -151,7 +151,7 @@ def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
 
 def held_against_broker(rs: dict[str, Any]) -> str | None:
     """How far the model held against a real broker with the profile this set ran: the validation
-    objects kept beside the profile (``datasets/validation/*.json``, written by ``txnbench
+    objects kept beside the profile (``datasets/validation/**/*.json``, written by ``txnbench
     validate``) whose profile has the same sha256, every one's tally (best first, none left out)
     and the goals missed on every trace (on one trace: each missed goal with its error). None for
     a broker's set, or when no such object exists."""
@@ -241,15 +241,17 @@ def capacity_line(rs: dict[str, Any]) -> str | None:
 
 
 def _validations(folder: Path, sha256: str) -> list[tuple[str, dict[str, Any]]]:
-    """(file name, validation object) of each object in ``folder`` made with that profile."""
+    """(path under ``folder``, validation object) of each object in ``folder`` or a folder under
+    it made with that profile (the sets are kept by what they measured:
+    ``validation/dense-probe/default/``)."""
     out = []
-    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for f in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
         try:
             v = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(v, dict) and f"sha256 {sha256[:12]}" in str(v.get("profile", "")):
-            out.append((f.name, v))
+        if isinstance(v, dict) and "checks" in v and f"sha256 {sha256[:12]}" in str(v.get("profile", "")):
+            out.append((f.relative_to(folder).as_posix(), v))
     return out
 
 

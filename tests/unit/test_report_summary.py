@@ -156,6 +156,11 @@ def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_
     line = held()
     assert "(2 traces in `validation/`): judged rows meeting the goals slow 36/42, fast 20/42" in line
     assert "missed on every trace: v4 end-txn p99 —" in line and "publish (txn)" not in line
+    (folder / "a-set").mkdir()  # sets kept in folders by what they measured are found too
+    (folder / "a-set" / "deep.json").write_text(_json.dumps(_validation(prof.sha256, 30, 42, [("v4", "end-txn p99", 0.5)])))
+    (folder / "a-set" / "profile.json").write_text(_json.dumps(prof.to_json()))  # not a validation object
+    line = held()
+    assert "(3 traces in `validation/`): judged rows meeting the goals slow 36/42, a-set/deep 30/42, fast 20/42" in line
 
     plain = tmp_path / "elsewhere" / "mine"  # the same profile kept elsewhere: no validation beside it
     plain.mkdir(parents=True)
