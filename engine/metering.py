@@ -132,6 +132,14 @@ class Meter:
         cap = self._run if name in ("metadata", "bookie") else self._local
         return cap.resource(name, key, create) if cap is not None else None
 
+    def _serving(self, kind: str, resource: str, key: str) -> Resource | None:
+        """The instance ``key`` of ``resource`` that queues ``kind``; None when it has no capacity
+        or runs ``kind`` beside its queue (a kind outside its ``kinds``)."""
+        res = self._resource(resource, key)
+        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
+            return None
+        return res
+
     def bill(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill ``times`` calls of ``kind`` issued now, one after another (through ``resource``
         instance ``key`` when it has a capacity): adds each to the open tab and returns the
@@ -148,9 +156,7 @@ class Meter:
                 took += lat
             return took
         top = tabs[-1] if tabs else None
-        res = self._resource(resource, key)
-        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
-            res = None  # a kind the resource does not serve: runs beside its queue
+        res = self._serving(kind, resource, key)
         own = res is not None and kind in res.spec.latency_kinds
         took = 0
         for _ in range(times):
@@ -169,9 +175,7 @@ class Meter:
         walked). Added to the open tab, through ``resource`` as :meth:`bill`; returns its time."""
         self.billed[kind] += units
         lat = (self._of(kind) * units + 500) // 1000
-        res = self._resource(resource, key) if resource is not None else None
-        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
-            res = None
+        res = self._serving(kind, resource, key) if resource is not None else None
         tabs = self._tabs
         top = tabs[-1] if tabs else None
         if res is not None:
