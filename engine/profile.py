@@ -169,6 +169,15 @@ class LatencyProfile:
         return LatencyProfile(self.name, self.provenance, self.operations, self.resources, str(p),
                               hashlib.sha256(text.encode()).hexdigest())
 
+    def derived(self, *, provenance: Mapping[str, Any] | None = None,
+                operations: Mapping[str, Distribution] | None = None,
+                resources: Mapping[str, ResourceSpec] | None = None) -> LatencyProfile:
+        """This profile with the given parts replaced, not saved (no path, no sha256): what a
+        calibration's fits build on one another."""
+        return LatencyProfile(self.name, self.provenance if provenance is None else provenance,
+                              self.operations if operations is None else operations,
+                              self.resources if resources is None else resources)
+
     def to_latency_model(self, seed: int = 1) -> LatencyModel:
         return LatencyModel({k: d.nominal_us for k, d in self.operations.items()},
                             {k: d for k, d in self.operations.items() if not d.is_constant},

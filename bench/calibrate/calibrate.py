@@ -360,7 +360,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
         warmed = next((m.extra["broker_warm_up"] for m in measurements if "broker_warm_up" in m.extra), None)
         prov["broker"] = {"fresh": fresh_broker, "client_warm_up": client_warm_up,
                           **({"warm_up": warmed} if warmed is not None else {})}
-        profile = LatencyProfile(profile.name, prov, profile.operations, profile.resources)
+        profile = profile.derived(provenance=prov)
     return profile.save(out)
 
 
@@ -380,7 +380,7 @@ def _coordinator_kinds(profile: LatencyProfile, progress: Callable[[str], None])
     cuts = [i for i in (notes.find("; coordinator.v4/v5: "), notes.find("; resources")) if i >= 0]
     kept = "" if notes.startswith(("coordinator.v4/v5: ", "resources")) else notes[:min(cuts)] if cuts else notes
     prov["notes"] = (kept + "; " if kept else "") + "coordinator.v4/v5: " + note
-    return LatencyProfile(profile.name, prov, profile.operations, profile.resources)
+    return profile.derived(provenance=prov)
 
 
 def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
@@ -409,7 +409,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     prov["notes"] = (kept + "; " if kept else "") + (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")
     prov["refitted"] = {"at": when, "command": command}
-    return LatencyProfile(profile.name, prov, fitted.operations, fitted.resources).save(out)
+    return fitted.derived(provenance=prov).save(out)
 
 
 def summary_lines(profile: LatencyProfile) -> list[str]:

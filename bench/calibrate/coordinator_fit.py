@@ -40,10 +40,6 @@ def observed(profile: LatencyProfile) -> dict[str, dict[str, int]]:
     return out
 
 
-def _with(profile: LatencyProfile, kinds: dict[str, Distribution]) -> LatencyProfile:
-    return LatencyProfile(profile.name, profile.provenance, {**profile.operations, **kinds}, profile.resources)
-
-
 def model_new_txn(profile: LatencyProfile, trace: Path, history: int) -> dict[str, dict[str, int]]:
     """Per design, the model's new-txn p50/p90/p99 (µs) replaying ``trace`` at its pace, v5's
     store starting from ``history`` txns."""
@@ -85,10 +81,10 @@ def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
     zero = {coordinator_kind(d): Distribution.constant(0) for d in DESIGNS}
     with tempfile.TemporaryDirectory(prefix="txnbench-coordinator-fit-") as tmp:
         trace = write_trace(Path(tmp) / "probe.parquet", samples)
-        without = model_new_txn(_with(profile, zero), trace, history)
+        without = model_new_txn(profile.derived(operations={**profile.operations, **zero}), trace, history)
         kinds = {coordinator_kind(d): _residual(seen[d], without[d]) if d in seen else zero[coordinator_kind(d)]
                  for d in DESIGNS}
-        fitted = _with(profile, kinds)
+        fitted = profile.derived(operations={**profile.operations, **kinds})
         got = model_new_txn(fitted, trace, history)
     parts = []
     for d in DESIGNS:
@@ -105,4 +101,4 @@ def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
         if d in seen:
             kinds_prov[coordinator_kind(d)] = {"how": "residual", "backend": "pulsar", "source": note}
     prov["kinds"] = kinds_prov
-    return LatencyProfile(profile.name, prov, fitted.operations, fitted.resources), note
+    return fitted.derived(provenance=prov), note

@@ -191,9 +191,7 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
         else 0
 
     def with_keys(k: int) -> LatencyProfile:
-        ops = dict(profile.operations)
-        ops["meta.list_keys"] = Distribution.constant(k)
-        return LatencyProfile(profile.name, profile.provenance, ops, profile.resources)
+        return profile.derived(operations={**profile.operations, WALK: Distribution.constant(k)})
 
     replayed: dict[tuple[int, int, int], float] = {}  # (walk, service, history) -> v5's rate: each replayed once
 
@@ -331,5 +329,5 @@ def with_resources(profile: LatencyProfile, rates: dict[str, float], record: dic
     on the trace its ``record`` names (:func:`trace_of`)."""
     with tempfile.TemporaryDirectory(prefix="txnbench-saturation-") as tmp:
         resources, keys_us, note = fit(profile, rates, traces_of(record, Path(tmp)), record)
-    ops = {**profile.operations, WALK: Distribution.constant(keys_us)}
-    return LatencyProfile(profile.name, profile.provenance, ops, {**profile.resources, **resources}), note
+    return profile.derived(operations={**profile.operations, WALK: Distribution.constant(keys_us)},
+                           resources={**profile.resources, **resources}), note
