@@ -553,12 +553,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from bench.pulsar.validate_run import run_validate
+    from bench.pulsar.validate_run import model_profile, run_validate
 
-    doc = run_validate(args.trace, _target(args), args.out, args.latency_profile, force=args.force, progress=print,
+    target = _target(args)
+    calibration = None
+    if args.calibrate:  # the model's profile measured on this broker first (bench.calibrate.in_session)
+        from bench.calibrate.in_session import InSession
+
+        command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["validate"] else "txnbench validate --calibrate"
+        calibration = InSession(target, args.calibrate_samples, command, model_profile(None).name, _warm_up_txns(args))
+    doc = run_validate(args.trace, target, args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
                        fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat,
-                       warm_up_txns=_warm_up_txns(args))
+                       warm_up_txns=_warm_up_txns(args), calibration=calibration)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -837,6 +844,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-broker", action="store_true",
                    help="first restart the broker with its data wiped (scripts/pulsar.sh fresh; needs --pulsar-dir): "
                         "the runs of earlier traces no longer weigh on this one's")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure the model's latency profile on this broker first, as `calibrate --pulsar` does (after "
+                        "--fresh-broker's restart; about 12 min), into OUT/profile.json, and run its saturation trace "
+                        "again after the measured runs: the section then says how far the broker moved while judged "
+                        "(its rates moved 2x within half an hour here); not with --latency-profile")
+    p.add_argument("--calibrate-samples", type=_int_in(10, 1_000_000), default=300, metavar="N",
+                   help="--calibrate: txns per design in its probes (default 300, as the shipped profile's)")
     p.add_argument("--out", default="txnbench-out/validate")
     _add_force(p)
     p.set_defaults(fn=cmd_validate, pacing="trace")

@@ -33,12 +33,13 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from bench.replay.config import DEFAULT_LATENCY_PROFILE, EMULATED_STORE, RunConfig
 from bench.report.validate import broker_state_manifest
 from bench.trace.tracestats import summarize
 from engine.clock import LatencyModel
+from engine.errors import ConfigError
 from engine.profile import LatencyProfile, resolve
 
 # The broker's rate at saturation moves from one run to the next on the same broker (small, v4, five
@@ -65,10 +66,10 @@ MAX_WARM_UP_RUNS = 16  # a trace whose rows hold few txns stops there, short of 
 WARM_UP_PHASE_S = 2.0  # each warm-up run's txn phase, at the last one's rate: fewer, longer runs
 
 
-def model_latency(profile: str | Path | None, seed: int) -> tuple[LatencyModel, str]:
+def model_latency(profile: str | Path | LatencyProfile | None, seed: int) -> tuple[LatencyModel, str]:
     """The model's latencies and a sentence saying which they are: a latency profile (a file, or
     a shipped one's name, ``datasets/latency/``), by default the project's default profile."""
-    prof = model_profile(profile)
+    prof = profile if isinstance(profile, LatencyProfile) else model_profile(profile)
     where = prof.path or "built in"
     return prof.to_latency_model(seed), f"latency profile {prof.name} ({where}, sha256 {prof.sha256[:12]})"
 
@@ -220,19 +221,32 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
     return broker_state_manifest(fresh, done, {d: n for d, n in held.items() if n}), traces
 
 
+class SessionCalibration(Protocol):
+    """``--calibrate`` (bench.calibrate.in_session.InSession): the model's profile measured on
+    the broker after its restart, and the broker's drift measured after the measured runs."""
+
+    def profile(self, into: Path, say: Callable[[str], None], fresh: bool) -> Path: ...
+
+    def recheck(self, say: Callable[[str], None]) -> dict[str, Any]: ...
+
+
 def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str | Path | None = None, *,
                  force: bool = False, progress: Callable[[str], None] | None = None,
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
                  fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS,
-                 saturation_repeat: int | None = None, warm_up_txns: dict[str, int] | None = None) -> dict[str, Any]:
+                 saturation_repeat: int | None = None, warm_up_txns: dict[str, int] | None = None,
+                 calibration: SessionCalibration | None = None) -> dict[str, Any]:
     """Run the result sets (``saturation=False``: no asap runs, the section says so), compute the
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
     ``target.pulsar_dir`` names with its data wiped first; ``warm_up``, ``warm_up_txns``: discarded
     asap runs of the trace before the measured broker runs (:func:`warm_up_broker`); ``saturation_repeat``: how many times over each
     design's asap runs (the model's, the broker's and its later warm-up runs) replay the trace's
-    rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`)."""
+    rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`). ``calibration``:
+    the model's profile is measured on this broker first (after the restart, which it does), in
+    ``--out``'s ``profile.json``, and its saturation trace runs again after the broker's measured
+    runs (validation.json's ``calibration``)."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
-    from bench.replay.output import check_out, staged_dir
+    from bench.replay.output import check_out, shown_path, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
     from bench.report.report import build
@@ -240,19 +254,26 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     from bench.trace.trace import trace_metadata, validate
 
     say = progress or (lambda _line: None)
+    if calibration is not None and profile is not None:
+        raise ConfigError(f"validate --calibrate measures the model's profile on this broker: not with "
+                          f"--latency-profile {profile}")
     if fresh_broker:  # refused before anything runs
         require_broker_dir(target.pulsar_dir)
     check_out(out, force=force)
     validate(trace)  # a bad trace, a missing profile or an unreachable broker: refused before anything runs
     seed = int(trace_metadata(trace).get("seed") or 0)
     prof = model_profile(profile)
-    latency, note = model_latency(profile, seed)
     probe(target)
     with staged_dir(out, force=force) as tmp:
         shown = {str(tmp): str(out)}
-        if fresh_broker:
+        if calibration is not None:  # restarts the broker itself when fresh_broker (calibrate --fresh-broker)
+            path = calibration.profile(tmp, say, fresh_broker)
+            prof = dataclasses.replace(LatencyProfile.load(path), path=shown_path(path, shown))
+            say(f"model: calibrated on this broker -> {prof.path}")
+        elif fresh_broker:
             restart_fresh(target.pulsar_dir)
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
+        latency, note = model_latency(prof, seed)
         state, traces = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say, shown, saturation_repeat,
                                        warm_up_txns)
         manifest = pulsar_replay(trace, list(DESIGNS), dataclasses.replace(target, pacing="trace"), tmp / "broker",
@@ -261,10 +282,13 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
         asap = asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown) if saturation else []
+        recorded: dict[str, Any] = {"profile_note": note}
+        if calibration is not None:
+            recorded["calibration"] = calibration.recheck(say)
         # the model after the broker: its v5 store starts from the history the broker's store had
         history = broker_history([tmp / "broker"])
         replay_trace(trace, model_configs(latency, prof, history), tmp / "model",
-                     extra_manifest={"validate": {"profile_note": note, "v5_history": history}}, shown=shown)
+                     extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)
         say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history) replayed in virtual time")
         sets: list[str | Path] = [tmp / "model"]
         if saturation:
@@ -273,7 +297,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                 replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof, history)
                                     if c.engine in designs],
                              tmp / f"model-asap{suffix}",
-                             extra_manifest={"validate": {"profile_note": note, "v5_history": history}}, shown=shown)
+                             extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)
                 sets.append(tmp / f"model-asap{suffix}")
             say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
                 f"v5 from {history:,} txns of history): throughput at saturation")

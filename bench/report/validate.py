@@ -416,6 +416,9 @@ class Validation:
     # the txns the model's v5 store started from (V5Options.history): in its trace-paced run and
     # in its asap run (None: no v5 model run there)
     model_v5_history: tuple[int | None, int | None] = (None, None)
+    # validate --calibrate: the model's profile measured on this broker before its measured runs,
+    # its saturation trace's rates then and again after them (bench.calibrate.in_session)
+    calibration: Mapping[str, Any] | None = None
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -455,9 +458,41 @@ class Validation:
                 "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
                 "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
                 "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
+                "calibration": None if self.calibration is None else dict(self.calibration),
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
                 "checks": [c.__dict__ for c in self.checks]}
+
+
+def calibration_note(cal: Mapping[str, Any]) -> str:
+    """validate --calibrate's record (bench.calibrate.in_session.InSession.recheck) in a sentence:
+    the broker's saturated rates on the calibration's trace before and after the measured runs."""
+    before, after = cal.get("saturation_before") or {}, cal.get("saturation_after") or {}
+
+    def rates(rec: Mapping[str, Any]) -> str:
+        got = rec.get("committed_txns_per_s") or {}
+        return ", ".join(f"{d} {float(got[d]):,.1f}" for d in ("v4", "v5") if d in got)
+
+    def rate(rec: Mapping[str, Any], d: str) -> float | None:
+        got = (rec.get("committed_txns_per_s") or {}).get(d)
+        return None if got is None else float(got)
+
+    moved = [f"{d} {a / b - 1:+.0%}" for d in ("v4", "v5")
+             for b, a in [(rate(before, d), rate(after, d))] if b and a is not None]
+    text = (f"The model's profile ({cal.get('profile', 'profile.json')}) was calibrated on this broker in this session, "
+            f"before its measured runs (validate --calibrate). The calibration's saturation trace ran at {rates(before)} "
+            f"committed txn/s then; {cal.get('minutes_after_calibration', '?')} min later, after the measured runs, at "
+            f"{rates(after)} ({', '.join(moved) or 'not comparable'}): how far the broker itself moved while it was judged.")
+    model = cal.get("model_v5") or {}
+    mb, ma = (model.get(w) or {} for w in ("before", "after"))
+    b, a = rate(before, "v5"), rate(after, "v5")
+    if mb.get("committed_txns_per_s") and ma.get("committed_txns_per_s") is not None and b and a is not None:
+        expected = float(ma["committed_txns_per_s"]) / float(mb["committed_txns_per_s"])
+        text += (f" v5's rate falls with the txns its store holds: the calibrated model gives {mb['committed_txns_per_s']:g} "
+                 f"committed txn/s at the first measurement's history ({int(mb['history']):,} txns) and "
+                 f"{ma['committed_txns_per_s']:g} at the second's ({int(ma['history']):,}), {expected - 1:+.0%}; the broker's "
+                 f"v5 moved {a / b / expected - 1:+.0%} beyond that.")
+    return text
 
 
 def _model_history_note(history: tuple[int | None, int | None]) -> str:
@@ -549,7 +584,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None,
                       tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)),
                       (model_history(model), next((h for h in map(model_history, rated_sets if model_saturation is not None
-                                                                     else []) if h is not None), None)))
+                                                                     else []) if h is not None), None)),
+                      model["manifest"].get("validate", {}).get("calibration"))
 
 
 def model_history(rs: dict[str, Any]) -> int | None:
@@ -697,6 +733,8 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
              + f"; {v.broker_state_note()}). Model latencies: {v.profile_note}. Error = (model - broker) / broker. Goals: p50 within "
              f"±{GOALS.p50:.0%}, p99 within ±{GOALS.p99:.0%}, v5/v4 saturation ratio within ±{GOALS.ratio:.0%}; "
              f"counts exact or explained. {v.tally()}."]
+    if v.calibration:
+        notes.append(calibration_note(v.calibration))
     behind = [(d, us) for d, us in v.broker_lag_us if us >= LAG_NOTE_US]
     if behind:
         notes.append("The broker fell behind the trace (largest lag issuing a row, acks aside: "

@@ -261,3 +261,51 @@ def test_the_probes_wait_for_the_brokers_next_stats_update(monkeypatch: pytest.M
     assert next(scrapes, None) is None  # the fourth scrape ended it
     monkeypatch.setattr(cp, "scrape", lambda target: summary(1.5) | {(cp.PUBLISH + "_count", ()): 2.0})
     assert cp.await_stats_update(object(), limit_s=0.05) is None  # type: ignore[arg-type]
+
+
+def test_in_session_calibration_writes_the_profile_in_validates_out_and_reruns_its_saturation_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate --calibrate (bench.calibrate.in_session): calibrate's profile lands in the run's
+    directory; the recheck replays the saturation trace the calibration recorded, each design's rows
+    as many times over as then, and returns both measurements."""
+    import bench.calibrate.saturation as sat
+    from bench.calibrate.in_session import InSession
+    from bench.pulsar.target import parse_target
+    from bench.trace.tracestats import summarize
+
+    before = {"mix": sat.MIX, "events": 40, "seed": sat.SEED, "txns": 0, "repeat": {"v4": 3, "v5": 1},
+              "runs": {"v4": [600.0], "v5": [40.0]}, "txns_before": {"v5": [100]},
+              "committed_txns_per_s": {"v4": 600.0, "v5": 40.0}}
+    asked: dict[str, object] = {}
+
+    def calibrate(**kw: object) -> LatencyProfile:
+        asked.update(kw)
+        base = LatencyProfile.load("datasets/latency/constants.json")
+        return base.derived(provenance={**base.provenance, "extra": {"pulsar.saturation": before}}).save(str(kw["out"]))
+
+    def measure(target: object, scratch: Path, progress: object, traces: dict[str, Path], trace: Path) -> dict[str, object]:
+        once = summarize(trace).txns
+        asked["passes"] = {d: summarize(p).txns // once for d, p in traces.items()}
+        return {**before, "committed_txns_per_s": {"v4": 540.0, "v5": 30.0}, "txns_before": {"v5": [900]}}
+
+    monkeypatch.setattr(cal, "calibrate", calibrate)
+    monkeypatch.setattr(sat, "measure", measure)
+    target = parse_target("pulsar://127.0.0.1:1", "http://127.0.0.1:2", pulsar_dir=str(tmp_path / "broker"))
+    session = InSession(target, 50, "txnbench validate --calibrate", "pulsar-standalone-5.0.0-M1", {"v4": 10})
+    with pytest.raises(RuntimeError, match="recheck before profile"):
+        session.recheck(lambda _line: None)
+    path = session.profile(tmp_path, lambda _line: None, fresh=True)
+    assert path == tmp_path / "profile.json" and LatencyProfile.load(path).name == "constants"
+    assert (asked["pulsar"], asked["admin_url"], asked["samples"], asked["fresh_broker"], asked["warm_up_txns"]) == (
+        "pulsar://127.0.0.1:1", "http://127.0.0.1:2", 50, True, {"v4": 10})
+    assert asked["pulsar_dir"] == str(tmp_path / "broker") and asked["redis"] is None and asked["kafka"] is None
+    done = session.recheck(lambda _line: None)
+    assert asked["passes"] == {"v4": 3, "v5": 1}
+    assert done["saturation_before"]["committed_txns_per_s"] == {"v4": 600.0, "v5": 40.0}
+    assert done["saturation_after"] == {"committed_txns_per_s": {"v4": 540.0, "v5": 30.0}, "runs": before["runs"],
+                                        "txns_before": {"v5": [900]}, "repeat": {"v4": 3, "v5": 1}}
+    assert done["profile"] == "profile.json" and done["minutes_after_calibration"] >= 0
+    # the calibrated model's v5 at each measurement's history (the median-rate run's): what the history explains
+    model = done["model_v5"]
+    assert (model["before"]["history"], model["after"]["history"]) == (100, 900)
+    assert 0 < model["after"]["committed_txns_per_s"] <= model["before"]["committed_txns_per_s"]

@@ -480,3 +480,45 @@ def test_the_models_v5_store_starts_from_the_median_history_of_the_broker_runs_i
     assert broker_history(dirs + [tmp_path / "v4only"]) == 3660
     assert broker_history(dirs[:2]) == 2396  # of two, the lower
     assert broker_history([tmp_path / "v4only"]) == 0
+
+
+def test_the_section_says_how_far_the_broker_moved_after_the_calibration_in_its_session(tmp_path: Path) -> None:
+    """validate --calibrate records the calibration's saturation rates before and after the measured
+    runs in the model's manifest (bench.calibrate.in_session); the section quotes both and the change."""
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    cal = {"profile": "profile.json", "minutes_after_calibration": 9.5,
+           "saturation_before": {"committed_txns_per_s": {"v4": 600.0, "v5": 40.0}, "txns_before": {"v5": [2000, 2400, 2800]}},
+           "saturation_after": {"committed_txns_per_s": {"v4": 540.0, "v5": 30.0}, "txns_before": {"v5": [5000, 5400, 5800]}},
+           "model_v5": {"before": {"history": 2400, "committed_txns_per_s": 40.0},
+                        "after": {"history": 5400, "committed_txns_per_s": 32.0}}}
+    manifest_path = tmp_path / "model" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["validate"] = {"calibration": cal}
+    manifest_path.write_text(json.dumps(manifest))
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
+    assert v.to_json()["calibration"] == cal
+    md = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep").markdown.read_text()
+    assert ("The model's profile (profile.json) was calibrated on this broker in this session, before its measured runs "
+            "(validate --calibrate). The calibration's saturation trace ran at v4 600.0, v5 40.0 committed txn/s then; "
+            "9.5 min later, after the measured runs, at v4 540.0, v5 30.0 (v4 -10%, v5 -25%): how far the broker itself "
+            "moved while it was judged. v5's rate falls with the txns its store holds: the calibrated model gives 40 "
+            "committed txn/s at the first measurement's history (2,400 txns) and 32 at the second's (5,400), -20%; "
+            "the broker's v5 moved -6% beyond that.") in md
+    # a set validated with a profile from a file says nothing of it
+    assert validate_sets(load(tmp_path / "broker"), load(tmp_path / "broker"), None).to_json()["calibration"] is None
+
+
+def test_calibrate_and_a_latency_profile_are_refused_together_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    trace = tmp_path / "t.parquet"
+    trace.write_bytes(b"")  # refused before the trace is read
+    code = main(["validate", "--trace", str(trace), "--target", "pulsar://127.0.0.1:1", "--admin-url",
+                 "http://127.0.0.1:1", "--calibrate", "--latency-profile", "constants", "--out", str(tmp_path / "v")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1
+    assert "validate --calibrate measures the model's profile on this broker: not with --latency-profile constants" in err[0]
+    assert not (tmp_path / "v").exists()

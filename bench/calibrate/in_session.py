@@ -1,0 +1,84 @@
+"""``txnbench validate --calibrate``: the model's profile measured on the broker validate then runs
+the trace through, in the same broker session, just before its measured runs.
+
+Calibration and validation on separate brokers disagreed by the machine's state as much as by the
+model's: ten minutes apart, a fresh broker's saturated rates doubled (calibrate's 600 v4 / 40 v5
+txn/s at 23:48, validate's 905-1,490 / 83-91 from 00:01, 2026-11-26; datasets/validation/README.md).
+Here the calibration (:func:`bench.calibrate.calibrate.calibrate`, its probes and its saturation
+trace) runs first; after the broker's measured runs, its saturation trace runs again
+(:meth:`InSession.recheck`), so the section says how far the broker moved while it was judged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.pulsar.target import PulsarTarget
+
+Say = Callable[[str], None]
+
+
+@dataclasses.dataclass
+class InSession:
+    """What ``bench.pulsar.validate_run.run_validate`` calls for ``--calibrate``
+    (its ``calibration``): :meth:`profile` after the broker's restart, :meth:`recheck` after its
+    measured runs."""
+
+    target: PulsarTarget
+    samples: int
+    command: str
+    name: str
+    warm_up_txns: dict[str, int] | None = None
+    _record: dict[str, Any] | None = None  # the calibration's saturation measurement
+    _profile: Path | None = None
+    _done_at: float = 0.0
+
+    def profile(self, into: Path, say: Say, fresh: bool) -> Path:
+        """Calibrate on the broker (``fresh``: restarted with its data wiped first, as calibrate
+        --fresh-broker does) and write the profile to ``into/profile.json``."""
+        from bench.calibrate.calibrate import calibrate
+
+        prof = calibrate(redis=None, kafka=None, pulsar=self.target.service_url, admin_url=self.target.admin_url,
+                         samples=self.samples, out=str(into / "profile.json"), name=self.name, command=self.command,
+                         progress=say, fresh_broker=fresh, pulsar_dir=str(self.target.pulsar_dir) if self.target.pulsar_dir else None,
+                         client_warm_up=self.target.client_warm_up, warm_up_txns=self.warm_up_txns)
+        self._record = prof.provenance["extra"]["pulsar.saturation"]
+        self._done_at = time.monotonic()
+        assert prof.path is not None
+        self._profile = Path(prof.path)
+        return self._profile
+
+    def recheck(self, say: Say) -> dict[str, Any]:
+        """The calibration's saturation trace again, as it ran then (its rows as many times over):
+        the broker's rates now beside the calibration's. v5's falls with the txns its store holds
+        (``txns_before``), which the measured runs added to; v4's does not: so the calibrated model's
+        v5 rate at each measurement's history (``saturation.median_history``) is recorded beside
+        them, what the history alone explains."""
+        from bench.calibrate import saturation
+        from engine.profile import LatencyProfile
+
+        if self._record is None or self._profile is None:
+            raise RuntimeError("InSession.recheck before profile")
+        before = self._record
+        scratch = Path(tempfile.mkdtemp(prefix="txnbench-recheck-"))
+        try:
+            say("calibration: its saturation trace again, after the measured runs")
+            traces = saturation.traces_of(before, scratch)  # writes scratch/saturation.parquet, the rows once
+            after = saturation.measure(self.target, scratch, say, traces, scratch / "saturation.parquet")
+            prof = LatencyProfile.load(self._profile)
+            model = {}
+            for when, rec in (("before", before), ("after", after)):
+                history = saturation.median_history(rec)
+                rate = saturation.model_rates(prof, dict(prof.resources), traces["v5"], ("v5",), history)["v5"]
+                model[when] = {"history": history, "committed_txns_per_s": round(rate, 1)}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        keep = ("committed_txns_per_s", "runs", "txns_before", "repeat")
+        return {"profile": "profile.json", "minutes_after_calibration": round((time.monotonic() - self._done_at) / 60, 1),
+                "saturation_before": {k: before.get(k) for k in keep},
+                "saturation_after": {k: after.get(k) for k in keep}, "model_v5": model}
