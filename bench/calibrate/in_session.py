@@ -69,16 +69,19 @@ class InSession:
         try:
             say("calibration: its saturation trace again, after the measured runs")
             traces = saturation.traces_of(before, scratch)  # writes scratch/saturation.parquet, the rows once
-            after = saturation.measure(self.target, scratch, say, traces, scratch / "saturation.parquet")
+            # a run whose client lost its connection is left out: the measured runs are done by now
+            after = saturation.measure(self.target, scratch, say, traces, scratch / "saturation.parquet", tolerate=True)
             prof = LatencyProfile.load(self._profile)
             model = {}
             for when, rec in (("before", before), ("after", after)):
+                if "v5" not in rec.get("committed_txns_per_s", {}):
+                    continue
                 history = saturation.median_history(rec)
                 rate = saturation.model_rates(prof, dict(prof.resources), traces["v5"], ("v5",), history)["v5"]
                 model[when] = {"history": history, "committed_txns_per_s": round(rate, 1)}
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        keep = ("committed_txns_per_s", "runs", "txns_before", "repeat")
+        keep = ("committed_txns_per_s", "runs", "txns_before", "repeat", "failed_runs")
         return {"profile": "profile.json", "minutes_after_calibration": round((time.monotonic() - self._done_at) / 60, 1),
-                "saturation_before": {k: before.get(k) for k in keep},
-                "saturation_after": {k: after.get(k) for k in keep}, "model_v5": model}
+                "saturation_before": {k: before[k] for k in keep if k in before},
+                "saturation_after": {k: after[k] for k in keep if k in after}, "model_v5": model}

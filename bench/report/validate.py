@@ -492,6 +492,10 @@ def calibration_note(cal: Mapping[str, Any]) -> str:
                  f"committed txn/s at the first measurement's history ({int(mb['history']):,} txns) and "
                  f"{ma['committed_txns_per_s']:g} at the second's ({int(ma['history']):,}), {expected - 1:+.0%}; the broker's "
                  f"v5 moved {a / b / expected - 1:+.0%} beyond that.")
+    failed = after.get("failed_runs") or {}
+    if failed:
+        text += (" Left out of the second: " + ", ".join(f"{n} {d} run{'s' if n != 1 else ''}" for d, n in sorted(failed.items()))
+                 + " in which the broker committed no txn (the client lost its connection).")
     return text
 
 

@@ -490,7 +490,8 @@ def test_the_section_says_how_far_the_broker_moved_after_the_calibration_in_its_
     _set(tmp_path / "broker", trace, broker=True)
     cal = {"profile": "profile.json", "minutes_after_calibration": 9.5,
            "saturation_before": {"committed_txns_per_s": {"v4": 600.0, "v5": 40.0}, "txns_before": {"v5": [2000, 2400, 2800]}},
-           "saturation_after": {"committed_txns_per_s": {"v4": 540.0, "v5": 30.0}, "txns_before": {"v5": [5000, 5400, 5800]}},
+           "saturation_after": {"committed_txns_per_s": {"v4": 540.0, "v5": 30.0}, "txns_before": {"v5": [5000, 5400, 5800]},
+                                "failed_runs": {"v4": 1}},
            "model_v5": {"before": {"history": 2400, "committed_txns_per_s": 40.0},
                         "after": {"history": 5400, "committed_txns_per_s": 32.0}}}
     manifest_path = tmp_path / "model" / "manifest.json"
@@ -506,6 +507,7 @@ def test_the_section_says_how_far_the_broker_moved_after_the_calibration_in_its_
             "moved while it was judged. v5's rate falls with the txns its store holds: the calibrated model gives 40 "
             "committed txn/s at the first measurement's history (2,400 txns) and 32 at the second's (5,400), -20%; "
             "the broker's v5 moved -6% beyond that.") in md
+    assert "Left out of the second: 1 v4 run in which the broker committed no txn (the client lost its connection)." in md
     # a set validated with a profile from a file says nothing of it
     assert validate_sets(load(tmp_path / "broker"), load(tmp_path / "broker"), None).to_json()["calibration"] is None
 
