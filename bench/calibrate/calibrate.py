@@ -376,16 +376,53 @@ def _coordinator_kinds(profile: LatencyProfile, progress: Callable[[str], None])
     profile, note = coordinator_fit.fit(profile)
     prov = dict(profile.provenance)
     # what the model's fits wrote last goes (the resources' fit follows this one)
-    notes = str(prov.get("notes", ""))
-    cuts = [i for i in (notes.find("; coordinator.v4/v5: "), notes.find("; resources")) if i >= 0]
-    kept = "" if notes.startswith(("coordinator.v4/v5: ", "resources")) else notes[:min(cuts)] if cuts else notes
-    prov["notes"] = (kept + "; " if kept else "") + "coordinator.v4/v5: " + note
+    kept = _before(str(prov.get("notes", "")), (COORDINATOR_NOTE, RESOURCES_NOTE))
+    prov["notes"] = (kept + "; " if kept else "") + COORDINATOR_NOTE + note
     return profile.derived(provenance=prov)
+
+
+# how the notes of the model-fitted values begin (each fit drops its own and the later fits' notes)
+RPC_REFIT = "rpc, consumer.deliver (re-fitted"
+COORDINATOR_NOTE = "coordinator.v4/v5: "
+RESOURCES_NOTE = "resources"
+
+
+def _before(notes: str, markers: tuple[str, ...]) -> str:
+    """``notes`` up to the earliest note that begins with one of ``markers``."""
+    if notes.startswith(markers):
+        return ""
+    cuts = [i for i in (notes.find("; " + m) for m in markers) if i >= 0]
+    return notes[:min(cuts)] if cuts else notes
+
+
+def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyProfile:
+    """``profile`` with ``rpc`` (and ``consumer.deliver``, taken = rpc) fitted again to the plain
+    publishes and appends its probe recorded (``provenance.extra["pulsar.rpc_probe_us"]``,
+    bench.calibrate.calibrate_pulsar.rpc_of); as it is when it recorded none."""
+    from bench.calibrate.calibrate_pulsar import rpc_of
+    from bench.calibrate.hop_fit import as_distribution
+
+    probe = profile.provenance.get("extra", {}).get("pulsar.rpc_probe_us")
+    if not isinstance(probe, dict):
+        return profile
+    rpc = rpc_of(probe.get("publish") or {}, probe.get("append") or {})
+    if not rpc:
+        return profile
+    progress(f"fitting rpc to the probe's plain publishes: {rpc}")
+    hop = as_distribution(rpc)
+    prov = dict(profile.provenance)
+    # the fits after this one (coordinator kinds, resources) write their notes again
+    kept = _before(str(prov.get("notes", "")), (RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE))
+    prov["notes"] = (kept + "; " if kept else "") + (
+        f"{RPC_REFIT} by bench/calibrate/hop_fit.py to the probe's publish {probe['publish']} "
+        f"and append {probe['append']} µs): {rpc}")
+    return profile.derived(provenance=prov, operations={**profile.operations, "rpc": hop, "consumer.deliver": hop})
 
 
 def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
     """The profile at ``path`` with its model-fitted values fitted again, by the current model, to
-    the broker figures it recorded: the coordinator requests' handling to its probes' new-txn
+    the broker figures it recorded: ``rpc`` to its probe's plain publishes (when recorded: profiles
+    measured from 2026-11-27), the coordinator requests' handling to its probes' new-txn
     (``provenance.extra["pulsar.client_observed_us"]``), then the resources to the broker's
     saturated rates (``provenance.extra["pulsar.saturation"]``). What a change to the model's
     structure needs, without measuring the broker again. The measured operations stay; the notes
@@ -397,6 +434,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     if not isinstance(sat, dict) or "committed_txns_per_s" not in sat:
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
+    profile = _rpc(profile, progress)
     profile = _coordinator_kinds(profile, progress)
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
     fitted, note = with_resources(profile, sat["committed_txns_per_s"], sat)  # on the trace the rates were measured on

@@ -16,7 +16,9 @@ mapped from the broker's metrics where one means the same thing:
 - ``rpc``, ``consumer.deliver``, ``ledger.read``: probes, the client's plain publishes and their
   deliveries in the plain v4 runs read through the model's billing of those calls
   (:func:`_client_kinds`): ``rpc`` from a run at the validation traces' pace
-  (:data:`DENSE_SPACING_US` apart), ``ledger.read`` from the one 40 ms apart;
+  (:data:`DENSE_SPACING_US` apart; the hop distribution whose model publish, two hop draws and an
+  append draw, has its publishes' percentiles: bench/calibrate/hop_fit.py), ``ledger.read`` from
+  the one 40 ms apart;
 - ``meta.read`` / ``meta.list``: ``pulsar_metadata_store_ops_latency_ms`` type ``get`` during the
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
@@ -233,12 +235,6 @@ UNMEASURABLE = {
 }
 
 
-def _diff(a: dict[str, int], b: dict[str, int], scale: float = 1.0) -> dict[str, int]:
-    """Per-percentile ``(a - b) * scale`` over the percentiles both have (at least 1 µs): a
-    quantile of a difference approximated by the difference of quantiles."""
-    return _monotone({k: max(1, round((a[k] - b[k]) * scale)) for k in ("p50", "p90", "p99") if k in a and k in b})
-
-
 def plain_probes(events: Path) -> tuple[list[int], list[int], int]:
     """From the client's event log (jvm/PROTOCOL.md): per measured plain message ``p{i}`` (i >=
     WARMUP_TXNS), its publish latency (op ``end_us - start_us``) and its publish-answered ->
@@ -303,15 +299,25 @@ def _append(m: Measurement, plain: Samples | None, v4: tuple[Samples, Samples], 
     return {}
 
 
+def rpc_of(publish: dict[str, int], append: dict[str, int]) -> dict[str, int]:
+    """``rpc`` from the client's plain publish and the broker's append percentiles
+    (:func:`bench.calibrate.hop_fit.fit_hops`); {} without both p50s."""
+    from bench.calibrate.hop_fit import as_distribution, fit_hops
+
+    if "p50" not in publish or "p50" not in append:
+        return {}
+    return fit_hops(publish, as_distribution(_monotone(append)))
+
+
 def _client_kinds(m: Measurement, events: Path, dense: Path, append: dict[str, int], after: Samples) -> None:
     """rpc, consumer.deliver and ledger.read from the client's plain publishes and their deliveries
     in the plain v4 runs (the probes; the first WARMUP_TXNS skipped; ``events`` the run
     :data:`SPACING_US` apart, ``dense`` the one :data:`DENSE_SPACING_US` apart), by the model's own
     billing of those calls:
 
-    - a plain publish is ``rpc + ledger.append + rpc`` (engine/broker.py), so
-      ``rpc = (publish - append) / 2`` per percentile (the append is the broker's summary, the
-      publishes the dense run's);
+    - a plain publish is ``rpc + ledger.append + rpc`` (engine/broker.py), three independent
+      draws, so ``rpc`` is the hop distribution whose sum with the append has the dense run's
+      publish percentiles (:func:`rpc_of`; the append is the broker's summary);
     - a plain message's delivery, timed from its publish, is ``rpc + ledger.append + ledger.read +
       consumer.deliver`` (the dispatcher reads the entry once it is added and pushes it,
       engine/dispatcher.py); ``consumer.deliver`` is one hop to the consumer on the same loopback
@@ -328,11 +334,13 @@ def _client_kinds(m: Measurement, events: Path, dense: Path, append: dict[str, i
     samples, delivered, lag_us = plain_probes(dense)
     publish = _pcts(samples)
     m.extra["probe_max_issue_lag_us"] = lag_us
-    rpc = _diff(publish, append, 0.5) if "p50" in append and "p50" in publish else {}
+    rpc = rpc_of(publish, append)
     if len(samples) * 2 >= len(delivered) and publish.get("p50", 0) > append.get("p50", math.inf):
-        m.notes["rpc"] = (f"probe: (client's plain publish {publish} - broker append {append}) / 2 µs per percentile "
-                          f"({len(samples)} publishes {DENSE_SPACING_US // 1000} ms apart issued on time; the client's "
-                          f"largest lag {lag_us / 1000:.0f} ms), the model's publish being 2 hops + the append; "
+        m.extra["rpc_probe_us"] = {"publish": publish, "append": append}  # calibrate --refit fits rpc again from them
+        m.notes["rpc"] = (f"probe: the hop whose model publish, 2 hops + the append drawn independently, has the "
+                          f"client's plain publish {publish} µs with the broker's append {append} "
+                          f"(bench/calibrate/hop_fit.py; {len(samples)} publishes {DENSE_SPACING_US // 1000} ms apart "
+                          f"issued on time; the client's largest lag {lag_us / 1000:.0f} ms); "
                           f"the client's plain publish {SPACING_US // 1000} ms apart: {_pcts(sparse)}")
     else:
         rpc = _monotone(summary_quantiles(after, LOOKUP))

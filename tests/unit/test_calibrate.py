@@ -311,3 +311,31 @@ def test_in_session_calibration_writes_the_profile_in_validates_out_and_reruns_i
     model = done["model_v5"]
     assert (model["before"]["history"], model["after"]["history"]) == (100, 900)
     assert 0 < model["after"]["committed_txns_per_s"] <= model["before"]["committed_txns_per_s"]
+
+
+def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile that recorded its probe's plain publishes and appends (``pulsar.rpc_probe_us``,
+    measured from 2026-11-27) gets ``rpc`` and ``consumer.deliver`` fitted again
+    (bench/calibrate/hop_fit.py) before the coordinator kinds and resources; one note for it however
+    often it is re-fitted."""
+    from bench.calibrate import saturation
+    from bench.calibrate.calibrate_pulsar import rpc_of
+    from bench.calibrate.hop_fit import as_distribution
+
+    monkeypatch.setattr(saturation, "with_resources", lambda profile, rates, measured: (profile, "kept"))
+    source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
+    probe = {"publish": {"p0": 1_118, "p50": 1_987, "p90": 2_546, "p99": 5_034},
+             "append": {"p0": 1_202, "p50": 1_629, "p95": 2_262, "p99": 2_978}}
+    prov = {**source.provenance, "extra": {**source.provenance["extra"], "pulsar.rpc_probe_us": probe}}
+    with_probe = source.derived(provenance=prov).save(tmp_path / "in.json")
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--refit", str(with_probe.path), "--out", str(out)]) == 0
+    assert main(["calibrate", "--refit", str(out), "--out", str(out)]) == 0
+    got = LatencyProfile.load(out)
+    expected = as_distribution(rpc_of(probe["publish"], probe["append"]))
+    assert got.operations["rpc"] == got.operations["consumer.deliver"] == expected != source.operations["rpc"]
+    assert got.provenance["notes"].count("rpc, consumer.deliver (re-fitted by bench/calibrate/hop_fit.py") == 1
+    assert got.provenance["notes"].count("coordinator.v4/v5: ") == 1
+    # without the record, rpc stays as measured
+    assert main(["calibrate", "--refit", str(source.path), "--out", str(tmp_path / "q.json")]) == 0
+    assert LatencyProfile.load(tmp_path / "q.json").operations["rpc"] == source.operations["rpc"]
