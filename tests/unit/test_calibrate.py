@@ -184,17 +184,20 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     assert main(["calibrate", "--refit", str(source.path), "--out", str(out)]) == 0
     got = LatencyProfile.load(out)
     assert asked == [(recorded, record)]  # the measurement, which names the trace the rates were measured on
-    handled, handling_note = coordinator_fit.fit(source)  # on the profile's own resources
+    handled, handling_note = coordinator_fit.fit(source)  # on the profile's own resources (and its rpc, fitted already)
     assert got.operations == handled.operations and got.resources["metadata"].service_us == 777
     assert {k: v for k, v in got.operations.items() if not k.startswith("coordinator.")} == \
         {k: v for k, v in source.operations.items() if not k.startswith("coordinator.")}
     old_notes, notes = source.provenance["notes"], got.provenance["notes"]
-    # the measurement's notes stay, the old fits' go
-    kept = old_notes[:min(i for i in (old_notes.find("; coordinator.v4/v5: "), old_notes.find("; resources")) if i >= 0)]
-    assert notes.startswith(kept + "; coordinator.v4/v5: " + handling_note + "; resources (re-fitted ")
+    # the measurement's notes stay, the old fits' go (rpc's first: the shipped profile records its probe)
+    markers = ("; rpc, consumer.deliver (re-fitted", "; coordinator.v4/v5: ", "; resources")
+    kept = old_notes[:min(i for i in (old_notes.find(m) for m in markers) if i >= 0)]
+    rpc_note = old_notes[old_notes.find(markers[0]):old_notes.find(markers[1])]
+    assert rpc_note.startswith(markers[0]) and notes.count(markers[0][2:]) == 1
+    assert notes.startswith(kept + rpc_note + "; coordinator.v4/v5: " + handling_note + "; resources (re-fitted ")
     assert notes.count("coordinator.v4/v5: ") == 1
     assert notes.endswith("): the new fit")
-    assert notes.count("re-fitted") == 1
+    assert notes.count("resources (re-fitted") == 1
     assert got.provenance["refitted"]["command"].startswith("txnbench calibrate") and got.provenance["refitted"]["at"]
     assert "777 µs" in capsys.readouterr().out
 
