@@ -6,7 +6,9 @@ model's: ten minutes apart, a fresh broker's saturated rates doubled (calibrate'
 txn/s at 23:48, validate's 905-1,490 / 83-91 from 00:01, 2026-11-26; datasets/validation/README.md).
 Here the calibration (:func:`bench.calibrate.calibrate.calibrate`, its probes and its saturation
 trace) runs first; after the broker's measured runs, its saturation trace runs again
-(:meth:`InSession.recheck`), so the section says how far the broker moved while it was judged.
+(:meth:`InSession.recheck`), so the section says how far the broker moved while it was judged:
+on 2026-11-27, v4 -25 and +5 % within a session, v5 what its store's history explains but for -2
+and -11 % (datasets/validation/README.md, "In the broker's session").
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ class InSession:
         --fresh-broker does) and write the profile to ``into/profile.json``."""
         from bench.calibrate.calibrate import calibrate
 
+        broker_dir = str(self.target.pulsar_dir) if self.target.pulsar_dir else None
         prof = calibrate(redis=None, kafka=None, pulsar=self.target.service_url, admin_url=self.target.admin_url,
                          samples=self.samples, out=str(into / "profile.json"), name=self.name, command=self.command,
-                         progress=say, fresh_broker=fresh, pulsar_dir=str(self.target.pulsar_dir) if self.target.pulsar_dir else None,
+                         progress=say, fresh_broker=fresh, pulsar_dir=broker_dir,
                          client_warm_up=self.target.client_warm_up, warm_up_txns=self.warm_up_txns)
         self._record = prof.provenance["extra"]["pulsar.saturation"]
         self._done_at = time.monotonic()
