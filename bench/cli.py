@@ -552,20 +552,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _quiescent(args, manifest)
 
 
+def _command_line(name: str) -> str:
+    """The command as typed, for a profile's provenance; ``txnbench NAME`` when not run from the CLI."""
+    return "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [name] else f"txnbench {name}"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from bench.pulsar.validate_run import model_profile, run_validate
 
-    target = _target(args)
+    target, warm_up_txns = _target(args), _warm_up_txns(args)
     calibration = None
     if args.calibrate:  # the model's profile measured on this broker first (bench.calibrate.in_session)
         from bench.calibrate.in_session import InSession
 
-        command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["validate"] else "txnbench validate --calibrate"
-        calibration = InSession(target, args.calibrate_samples, command, model_profile(None).name, _warm_up_txns(args))
+        calibration = InSession(target, args.calibrate_samples, _command_line("validate"), model_profile(None).name,
+                                warm_up_txns)
     doc = run_validate(args.trace, target, args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
                        fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat,
-                       warm_up_txns=_warm_up_txns(args), calibration=calibration)
+                       warm_up_txns=warm_up_txns, calibration=calibration)
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
@@ -648,7 +653,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure latencies on real backends and write a latency profile (bench.calibrate.calibrate)."""
     from bench.calibrate.calibrate import calibrate, summary_lines
 
-    command = "txnbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] else "txnbench calibrate"
+    command = _command_line("calibrate")
     if args.refit:
         from bench.calibrate.calibrate import refit
         from engine.errors import ConfigError

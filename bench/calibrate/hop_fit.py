@@ -18,11 +18,11 @@ of the miss.
 
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
 
+from bench.calibrate.calibrate import percentiles
 from engine.clock import PERCENTILES, Distribution
 
 DRAWS = 20_000
@@ -48,11 +48,6 @@ def _sampled(points: list[tuple[float, int]], u: np.ndarray) -> np.ndarray:
     return np.floor(np.interp(u, qs, vs) + 0.5)
 
 
-def _nearest_rank(sorted_sums: np.ndarray, q: float) -> float:
-    n = len(sorted_sums)
-    return float(sorted_sums[min(n - 1, max(0, math.ceil(round(q * n, 6)) - 1))])
-
-
 def fit_hops(publish: Mapping[str, int], append: Distribution, hops: int = 2, draws: int = DRAWS,
              rounds: int = ROUNDS, seed: int = SEED) -> dict[str, int]:
     """The hop's percentiles (the names of :data:`engine.clock.PERCENTILES` up to :data:`TOP` that
@@ -69,8 +64,8 @@ def fit_hops(publish: Mapping[str, int], append: Distribution, hops: int = 2, dr
     hop = np.maximum(1.0, (target - np.array([append.at(q) for q in qs])) / hops)
     for _ in range(rounds):
         points = list(zip(qs, np.maximum.accumulate(np.round(hop)).astype(int).tolist()))
-        sums = np.sort(base + sum(_sampled(points, u) for u in u_hops))
-        got = np.array([_nearest_rank(sums, q) for q in qs])
+        got_all = percentiles((base + sum(_sampled(points, u) for u in u_hops)).tolist())
+        got = np.array([float(got_all[n]) for n in names])
         hop = np.maximum(1.0, hop + DAMPING * (target - got) / hops)
     final = np.maximum.accumulate(np.round(hop)).astype(int)
     return {n: int(v) for n, v in zip(names, final)}

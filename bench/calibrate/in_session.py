@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.pulsar.target import PulsarTarget
+from engine.profile import LatencyProfile
 
 Say = Callable[[str], None]
 
@@ -37,7 +38,7 @@ class InSession:
     name: str
     warm_up_txns: dict[str, int] | None = None
     _record: dict[str, Any] | None = None  # the calibration's saturation measurement
-    _profile: Path | None = None
+    _profile: LatencyProfile | None = None
     _done_at: float = 0.0
 
     def profile(self, into: Path, say: Say, fresh: bool) -> Path:
@@ -53,8 +54,8 @@ class InSession:
         self._record = prof.provenance["extra"]["pulsar.saturation"]
         self._done_at = time.monotonic()
         assert prof.path is not None
-        self._profile = Path(prof.path)
-        return self._profile
+        self._profile = prof
+        return Path(prof.path)
 
     def recheck(self, say: Say) -> dict[str, Any]:
         """The calibration's saturation trace again, as it ran then (its rows as many times over):
@@ -63,9 +64,9 @@ class InSession:
         v5 rate at each measurement's history (``saturation.median_history``) is recorded beside
         them, what the history alone explains."""
         from bench.calibrate import saturation
-        from engine.profile import LatencyProfile
 
-        if self._record is None or self._profile is None:
+        prof = self._profile
+        if self._record is None or prof is None:
             raise RuntimeError("InSession.recheck before profile")
         before = self._record
         scratch = Path(tempfile.mkdtemp(prefix="txnbench-recheck-"))
@@ -74,7 +75,6 @@ class InSession:
             traces = saturation.traces_of(before, scratch)  # writes scratch/saturation.parquet, the rows once
             # a run whose client lost its connection is left out: the measured runs are done by now
             after = saturation.measure(self.target, scratch, say, traces, scratch / "saturation.parquet", tolerate=True)
-            prof = LatencyProfile.load(self._profile)
             model = {}
             for when, rec in (("before", before), ("after", after)):
                 if "v5" not in rec.get("committed_txns_per_s", {}):

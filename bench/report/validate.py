@@ -469,13 +469,12 @@ def calibration_note(cal: Mapping[str, Any]) -> str:
     the broker's saturated rates on the calibration's trace before and after the measured runs."""
     before, after = cal.get("saturation_before") or {}, cal.get("saturation_after") or {}
 
-    def rates(rec: Mapping[str, Any]) -> str:
-        got = rec.get("committed_txns_per_s") or {}
-        return ", ".join(f"{d} {float(got[d]):,.1f}" for d in ("v4", "v5") if d in got)
-
     def rate(rec: Mapping[str, Any], d: str) -> float | None:
         got = (rec.get("committed_txns_per_s") or {}).get(d)
         return None if got is None else float(got)
+
+    def rates(rec: Mapping[str, Any]) -> str:
+        return ", ".join(f"{d} {r:,.1f}" for d in ("v4", "v5") for r in [rate(rec, d)] if r is not None)
 
     moved = [f"{d} {a / b - 1:+.0%}" for d in ("v4", "v5")
              for b, a in [(rate(before, d), rate(after, d))] if b and a is not None]
