@@ -169,7 +169,12 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     from bench.calibrate import coordinator_fit, saturation
     from engine.clock import ResourceSpec
 
-    source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
+    # refitted once first, so that the source holds every fit's note (a profile as calibrate wrote it has
+    # its rpc fit among the measurement's notes)
+    monkeypatch.setattr(saturation, "with_resources", lambda profile, rates, measured: (profile, "the first fit"))
+    first = tmp_path / "first.json"
+    assert main(["calibrate", "--refit", "datasets/latency/pulsar-standalone-5.0.0-M1.json", "--out", str(first)]) == 0
+    source = LatencyProfile.load(first)
     recorded = source.provenance["extra"]["pulsar.saturation"]["committed_txns_per_s"]
     record = source.provenance["extra"]["pulsar.saturation"]
     asked: list[tuple[dict[str, float], dict[str, object]]] = []
