@@ -147,6 +147,7 @@ class DegradedMetadataStore(WrappedStore):
         written: builtins.list[str] = []
         seqs: dict[str, int] = {}
         seq_read: dict[str, Record | None] = {}
+        issued: dict[str, int] = {}  # prefix -> the highest seq this batch assigned (it outlives a DeleteSequence)
 
         def guard(key: str) -> int:
             rec = got.get(key)
@@ -191,9 +192,11 @@ class DegradedMetadataStore(WrappedStore):
                         seqs[op.prefix] = -1
                 if seqs[op.prefix] == -1:
                     # no counter record: continue after the highest key (a listing, as ZooKeeper would)
-                    seqs[op.prefix] = max([sequence_of(op.prefix, k) or 0 for k in self.inner.list_keys(op.prefix)],
-                                          default=0)
+                    # or the highest this batch assigned before forgetting the counter
+                    seqs[op.prefix] = max([sequence_of(op.prefix, k) or 0 for k in self.inner.list_keys(op.prefix)]
+                                          + [issued.get(op.prefix, 0)])
                 seqs[op.prefix] += 1
+                issued[op.prefix] = seqs[op.prefix]
                 key = sequential_key(op.prefix, seqs[op.prefix])
                 fields = validate_fields(op.fields)
                 index_ops(key, None, fields)

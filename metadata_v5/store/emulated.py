@@ -112,6 +112,7 @@ class EmulatedMetadataStore(WrappedStore):
         nxt: dict[str, int | None] = {}  # prefix -> last seq issued; None: forgotten (DeleteSequence)
         last_forgets: dict[str, bool] = {}
         forgot: set[str] = set()  # forgotten since their last PutSequential in this batch
+        issued: dict[str, int] = {}  # prefix -> the highest seq this batch assigned (it outlives a forgetting)
 
         def counter(prefix: str) -> None:
             if prefix not in version:
@@ -127,10 +128,11 @@ class EmulatedMetadataStore(WrappedStore):
                 forgot.discard(prefix)
                 if n is None:
                     # No counter (a new prefix, or one forgotten by DeleteSequence): continue
-                    # after the highest key there before the batch, as the port promises.
+                    # after the highest key there before the batch or assigned in it, as the
+                    # port promises.
                     seqs = [sequence_of(prefix, k) for k in self.inner.list_keys(prefix)]
-                    n = max([q for q in seqs if q is not None], default=0)
-                nxt[prefix] = n + 1
+                    n = max([q for q in seqs if q is not None] + [issued.get(prefix, 0)])
+                nxt[prefix] = issued[prefix] = n + 1
                 last_forgets[prefix] = False
                 out.append(Put(sequential_key(prefix, n + 1), op.fields, ABSENT))
             elif isinstance(op, DeleteSequence):

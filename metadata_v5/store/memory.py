@@ -356,6 +356,7 @@ class MemoryData:
         writes nothing). Sequence counters this batch changes (``None``: forgotten) are an
         overlay applied only on success, not a copy of every counter (that made batches O(#txns))."""
         seqs: dict[str, int | None] = {}
+        issued: dict[str, int] = {}  # prefix -> the highest seq this batch assigned (it outlives a DeleteSequence)
         seen: set[str] | None = set() if len(ops) > 1 else None  # one op cannot write a key twice
         plan: builtins.list[_Step] = []
         no_entries: dict[str, tuple[str, int]] = {}
@@ -364,8 +365,8 @@ class MemoryData:
             if isinstance(op, PutSequential):
                 prefix = op.prefix
                 current = seqs[prefix] if prefix in seqs else self.seqs.get(prefix)
-                n = (current if current is not None else self._highest(prefix)) + 1
-                seqs[prefix] = n
+                n = (current if current is not None else max(self._highest(prefix), issued.get(prefix, 0))) + 1
+                seqs[prefix] = issued[prefix] = n
                 key = sequential_key(prefix, n)
                 fields = dict(op.fields)
             elif isinstance(op, Put):

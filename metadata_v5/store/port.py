@@ -437,7 +437,9 @@ class Delete:
 class DeleteSequence:
     """Forget ``prefix``'s sequence counter (GC of a finished txn's op prefix, in the batch that
     deletes its last records); a later :class:`PutSequential` continues after the highest key
-    still under the prefix, as of the state before its batch."""
+    still under the prefix, as of the state before its batch, or after the highest this batch
+    has already assigned there, whichever is higher (a key assigned before the forgetting stays,
+    and must not be assigned again)."""
 
     prefix: str
 

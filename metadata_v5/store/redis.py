@@ -102,6 +102,7 @@ for _, c in ipairs(req.c) do
 end
 -- 2. reads: sequence numbers, old versions and index entries (still no writes)
 local seqs, seqtouched, olds, written = {}, {}, {}, {}
+local issued = {}  -- prefix -> the highest seq this batch assigned (it outlives a forgetting)
 local dropped = false  -- a sequence counter that existed is dropped: a change (takes a revision)
 for i, op in ipairs(req.o) do
   if op.t == 'q' or op.t == 'ds' then
@@ -112,16 +113,18 @@ for i, op in ipairs(req.o) do
     seqtouched[op.p] = true
     if op.t == 'q' then
       if seqs[op.p] == false then
-        -- no counter: continue after the highest sequential key under the prefix
+        -- no counter: continue after the highest sequential key under the prefix, or the
+        -- highest this batch assigned there before forgetting the counter
         local top = redis.call('ZREVRANGEBYLEX', P .. 'keys', '(' .. op.p .. '\255', '[' .. op.p, 'LIMIT', 0, 1)
-        local n = 0
+        local n = issued[op.p] or 0
         if #top > 0 then
           local rest = string.sub(top[1], #op.p + 1)
-          if #rest == 20 and string.match(rest, '^%d+$') then n = tonumber(rest) end
+          if #rest == 20 and string.match(rest, '^%d+$') and tonumber(rest) > n then n = tonumber(rest) end
         end
         seqs[op.p] = n
       end
       seqs[op.p] = seqs[op.p] + 1
+      issued[op.p] = seqs[op.p]
       op.k = op.p .. string.format('%020d', seqs[op.p])
     else
       if seqs[op.p] ~= false then dropped = true end
