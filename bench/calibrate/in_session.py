@@ -41,9 +41,9 @@ class InSession:
     _profile: LatencyProfile | None = None
     _done_at: float = 0.0
 
-    def profile(self, into: Path, say: Say, fresh: bool) -> Path:
+    def profile(self, into: Path, say: Say, fresh: bool) -> LatencyProfile:
         """Calibrate on the broker (``fresh``: restarted with its data wiped first, as calibrate
-        --fresh-broker does) and write the profile to ``into/profile.json``."""
+        --fresh-broker does); the profile, written to ``into/profile.json``."""
         from bench.calibrate.calibrate import calibrate
 
         broker_dir = str(self.target.pulsar_dir) if self.target.pulsar_dir else None
@@ -53,9 +53,8 @@ class InSession:
                          client_warm_up=self.target.client_warm_up, warm_up_txns=self.warm_up_txns)
         self._record = prof.provenance["extra"]["pulsar.saturation"]
         self._done_at = time.monotonic()
-        assert prof.path is not None
         self._profile = prof
-        return Path(prof.path)
+        return prof
 
     def recheck(self, say: Say) -> dict[str, Any]:
         """The calibration's saturation trace again, as it ran then (its rows as many times over):

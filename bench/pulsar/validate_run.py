@@ -225,7 +225,7 @@ class SessionCalibration(Protocol):
     """``--calibrate`` (bench.calibrate.in_session.InSession): the model's profile measured on
     the broker after its restart, and the broker's drift measured after the measured runs."""
 
-    def profile(self, into: Path, say: Callable[[str], None], fresh: bool) -> Path: ...
+    def profile(self, into: Path, say: Callable[[str], None], fresh: bool) -> LatencyProfile: ...
 
     def recheck(self, say: Callable[[str], None]) -> dict[str, Any]: ...
 
@@ -267,8 +267,8 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     with staged_dir(out, force=force) as tmp:
         shown = {str(tmp): str(out)}
         if calibration is not None:  # restarts the broker itself when fresh_broker (calibrate --fresh-broker)
-            path = calibration.profile(tmp, say, fresh_broker)
-            prof = dataclasses.replace(LatencyProfile.load(path), path=shown_path(path, shown))
+            measured = calibration.profile(tmp, say, fresh_broker)  # as saved, in tmp
+            prof = dataclasses.replace(measured, path=shown_path(str(measured.path), shown))
             say(f"model: calibrated on this broker -> {prof.path}")
         elif fresh_broker:
             restart_fresh(target.pulsar_dir)

@@ -304,8 +304,9 @@ def test_in_session_calibration_writes_the_profile_in_validates_out_and_reruns_i
     session = InSession(target, 50, "txnbench validate --calibrate", "pulsar-standalone-5.0.0-M1", {"v4": 10})
     with pytest.raises(RuntimeError, match="recheck before profile"):
         session.recheck(lambda _line: None)
-    path = session.profile(tmp_path, lambda _line: None, fresh=True)
-    assert path == tmp_path / "profile.json" and LatencyProfile.load(path).name == "constants"
+    got = session.profile(tmp_path, lambda _line: None, fresh=True)
+    assert got.path is not None and Path(got.path) == tmp_path / "profile.json" and got.name == "constants"
+    assert LatencyProfile.load(got.path).sha256 == got.sha256  # the one it saved
     assert (asked["pulsar"], asked["admin_url"], asked["samples"], asked["fresh_broker"], asked["warm_up_txns"]) == (
         "pulsar://127.0.0.1:1", "http://127.0.0.1:2", 50, True, {"v4": 10})
     assert asked["pulsar_dir"] == str(tmp_path / "broker") and asked["redis"] is None and asked["kafka"] is None
