@@ -228,7 +228,12 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     "ledger.read": 100,
     "cursor.empty_read": 20,  # a read that returns at once because the cursor is at maxReadPosition
     "consumer.deliver": 100,
-    "rpc": 200,  # one broker-to-broker/client RPC hop
+    "rpc": 200,  # one hop between the client and a broker
+    # one hop of a request a broker sends on its own client (PulsarService.getClient: the v4
+    # END_TXN fan-out's TransactionBufferClientImpl, the transaction buffer's snapshot topic);
+    # calibrate fits it to the broker's pulsar_txn_tb_client_commit_latency. A profile without it
+    # bills it as its ``rpc`` (engine.profile), as every profile did before it existed
+    "rpc.broker": 200,
     "meta.read": 300,
     # each further read of a batch issued at once (master's recovery reads every header it finds
     # concurrently): the store's service time per op, ≈ Redis pipelined EVALSHA (61k/s here)

@@ -4,7 +4,8 @@ A profile is one JSON file (``datasets/latency/NAME.json``; the format is the la
 contract, described in ``datasets/README.md``): ``name``, ``provenance`` (where, when and how it was
 measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_US`, each
 ``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
-``p50``; a kind of :data:`LATER_KINDS` may be left out) and optional ``resources`` (``service_us`` µs
+``p50``; a kind of :data:`LATER_KINDS` may be left out, and so may ``rpc.broker``, then the
+profile's ``rpc``: :data:`SAME_AS`) and optional ``resources`` (``service_us`` µs
 or ``"latency"``, ``concurrency``, optional ``shared``, ``kinds``, ``latency_kinds``: see
 :class:`engine.clock.ResourceSpec`). A bad file is one :class:`ConfigError` naming the file and the key.
 """
@@ -27,6 +28,9 @@ CONSTANTS_NAME = "constants"
 # Kinds added after profiles were shipped: a profile without one bills it 0, as every profile did
 # before it existed (and writes it only when it is not 0, so those files read back byte for byte)
 LATER_KINDS = frozenset({"meta.list_keys", "coordinator.v4", "coordinator.v5"})
+# Kinds split from another after profiles were shipped: a profile without one bills it as the
+# kind it was split from (and writes it only when it differs, so those files read back byte for byte)
+SAME_AS = {"rpc.broker": "rpc"}
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class LatencyProfile:
         for kind in ops:
             if kind not in DEFAULT_LATENCIES_US:
                 raise bad(f"operations.{kind}", f"unknown operation kind; expected {', '.join(DEFAULT_LATENCIES_US)}")
-        ops = {**{k: {"constant": 0} for k in LATER_KINDS}, **ops}
+        ops = {**{k: {"constant": 0} for k in LATER_KINDS}, **{k: ops[o] for k, o in SAME_AS.items() if o in ops}, **ops}
         missing = [k for k in DEFAULT_LATENCIES_US if k not in ops]
         if missing:
             raise bad(f"operations.{missing[0]}", "missing (a profile gives every operation kind)")
@@ -127,6 +131,8 @@ class LatencyProfile:
         ops: dict[str, Any] = {}
         for kind, dist in self.operations.items():
             if kind in LATER_KINDS and dist.is_constant and dist.points[0][1] == 0:
+                continue
+            if kind in SAME_AS and dist == self.operations.get(SAME_AS[kind]):
                 continue
             if dist.is_constant:
                 ops[kind] = {"constant": dist.points[0][1]}

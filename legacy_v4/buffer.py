@@ -162,7 +162,7 @@ class TopicTransactionBuffer(TransactionBuffer):
             wait = self._ready_at_us - self._scope.now_us()
             if self.state is TBState.INITIALIZING and self._found_no_snapshot:
                 # then the first snapshot's send, billed when it is taken (_take_first_snapshot)
-                wait += self._meter.of("rpc") + self._meter.of("ledger.append")
+                wait += self._meter.of("rpc.broker") + self._meter.of("ledger.append")
                 if not self._ongoing:
                     # Pulsar's parked append reaches the ledger only after the first snapshot, so
                     # a txn entry never lies in the ledger without one (a crash in between loses
@@ -299,14 +299,15 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     def _take_snapshot(self, why: str) -> int:
         """Write a snapshot: a send to __transaction_buffer_snapshot (an RPC and that topic's
-        append, D18); returns its time."""
+        append, D18; the broker's own client sends it, SystemTopicClient, so ``rpc.broker``);
+        returns its time."""
         if not self._first_record_written:  # else the parked first append wrote it already
             self._snapshots.write(TBSnapshot(self._ledger.name, self._max_read, tuple(self._aborts.items())))
         self._first_record_written = False
         self.stats["snapshot_writes"] += 1
         self.stats[f"snapshot_writes.{why}"] += 1
         with self._meter.tab() as took:
-            self._meter.bill("rpc")
+            self._meter.bill("rpc.broker")
             self._meter.bill("ledger.append", "bookie", snapshot_ledger_name(self._ledger.name))
         return took.us
 
@@ -354,8 +355,9 @@ class TopicTransactionBuffer(TransactionBuffer):
     def recover(self) -> None:
         self.state = TBState.INITIALIZING
         snap = self._snapshots.latest(self._ledger.name)
-        # TableView.readLatest: at least one hasMoreEventsAsync round trip before the answer (D17)
-        lookup = self._meter.took("rpc")
+        # TableView.readLatest: at least one hasMoreEventsAsync round trip before the answer (D17),
+        # on the broker's own client
+        lookup = self._meter.took("rpc.broker")
         self.stats["snapshot_lookups"] += 1
         if snap is None:  # noNeedToRecover, once the lookup has answered
             self._found_no_snapshot = True

@@ -20,8 +20,9 @@ retryable and retries without bound).
 
 Modelled time: a log append is durable when the synchronous call returns, and the step that
 waits for it continues ``ledger.append`` later. An RPC's handler runs when the request has
-travelled (``rpc``) and the participant's write has completed (``ledger.append``); its answer
-travels back (``rpc``). The client hears the outcome ``ledger.append + rpc`` after the final
+travelled (``rpc.broker``: the coordinator's broker sends it on its own client,
+``TransactionBufferClientImpl``) and the participant's write has completed (``ledger.append``);
+its answer travels back (``rpc.broker``). The client hears the outcome ``ledger.append + rpc`` after the final
 UPDATE was appended.
 """
 
@@ -268,9 +269,11 @@ class V4TransactionCoordinator(TransactionCoordinator):
         for ledger, sub in targets:
             self.stats["end_txn.rpcs_sent"] += 1
             self.stats["end_txn.rpcs_sent." + ("partition" if sub is None else "subscription")] += 1
-            # the END_TXN RPC and the participant's marker (or pending-ack log) append
+            # the END_TXN RPC and the participant's marker (or pending-ack log) append; the RPC
+            # goes on the broker's own client (TransactionBufferClientImpl), so its hops are
+            # ``rpc.broker``, not the client's ``rpc``
             with self._meter.tab() as took:
-                self._meter.bill("rpc")
+                self._meter.bill("rpc.broker")
                 self._meter.bill("ledger.append", "bookie", ledger)
             self._scope.call_later(took.us, self._rpc, meta, rnd, ledger, sub, action, lwm, deadline)
 
@@ -293,9 +296,9 @@ class V4TransactionCoordinator(TransactionCoordinator):
                 self._scope.call_at(deadline, self._answer, meta, rnd, False)
             return
         except TxnbenchError:
-            self._scope.call_later(self._meter.took("rpc"), self._answer, meta, rnd, False)
+            self._scope.call_later(self._meter.took("rpc.broker"), self._answer, meta, rnd, False)
             return
-        self._scope.call_later(applied.us + self._meter.took("rpc"), self._answer, meta, rnd, True)
+        self._scope.call_later(applied.us + self._meter.took("rpc.broker"), self._answer, meta, rnd, True)
 
     def _answer(self, meta: TxnMeta, rnd: _Round, ok: bool) -> None:
         rnd.pending -= 1

@@ -398,7 +398,9 @@ def _before(notes: str, markers: tuple[str, ...]) -> str:
 def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyProfile:
     """``profile`` with ``rpc`` (and ``consumer.deliver``, taken = rpc) fitted again to the plain
     publishes and appends its probe recorded (``provenance.extra["pulsar.rpc_probe_us"]``,
-    bench.calibrate.calibrate_pulsar.rpc_of); as it is when it recorded none."""
+    bench.calibrate.calibrate_pulsar.rpc_of), and ``rpc.broker`` to the END_TXN_ON_PARTITION
+    requests it recorded (``pulsar.rpc_broker_probe_us``), else kept equal to ``rpc`` where it
+    was; as it is when it recorded no probe."""
     from bench.calibrate.calibrate_pulsar import rpc_of
     from bench.calibrate.hop_fit import as_distribution
 
@@ -410,13 +412,23 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
         return profile
     progress(f"fitting rpc to the probe's plain publishes: {rpc}")
     hop = as_distribution(rpc)
+    ops = {**profile.operations, "rpc": hop, "consumer.deliver": hop}
+    note = (f"{RPC_REFIT} by bench/calibrate/hop_fit.py to the probe's publish {probe['publish']} "
+            f"and append {probe['append']} µs): {rpc}")
+    # rpc.broker likewise, to the END_TXN_ON_PARTITION requests recorded (profiles measured from
+    # 2026-11-27 07:00); a profile that recorded none bills it as its rpc, re-fitted or not
+    tb = profile.provenance.get("extra", {}).get("pulsar.rpc_broker_probe_us")
+    broker_hop = rpc_of(tb.get("end_txn_on_partition") or {}, tb.get("append") or {}) if isinstance(tb, dict) else {}
+    if broker_hop:
+        ops["rpc.broker"] = as_distribution(broker_hop)
+        note += f", rpc.broker to END_TXN_ON_PARTITION {tb['end_txn_on_partition']} µs: {broker_hop}"
+    elif profile.operations["rpc.broker"] == profile.operations["rpc"]:
+        ops["rpc.broker"] = hop
     prov = dict(profile.provenance)
     # the fits after this one (coordinator kinds, resources) write their notes again
     kept = _before(str(prov.get("notes", "")), (RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE))
-    prov["notes"] = (kept + "; " if kept else "") + (
-        f"{RPC_REFIT} by bench/calibrate/hop_fit.py to the probe's publish {probe['publish']} "
-        f"and append {probe['append']} µs): {rpc}")
-    return profile.derived(provenance=prov, operations={**profile.operations, "rpc": hop, "consumer.deliver": hop})
+    prov["notes"] = (kept + "; " if kept else "") + note
+    return profile.derived(provenance=prov, operations=ops)
 
 
 def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:

@@ -19,6 +19,10 @@ mapped from the broker's metrics where one means the same thing:
   (:data:`DENSE_SPACING_US` apart; the hop distribution whose model publish, two hop draws and an
   append draw, has its publishes' percentiles: bench/calibrate/hop_fit.py), ``ledger.read`` from
   the one 40 ms apart;
+- ``rpc.broker``: ``pulsar_txn_tb_client_commit_latency`` of the v4 txn run's topic (the
+  coordinator's broker sending END_TXN_ON_PARTITION on its own client to the marker's append and
+  back, TransactionBufferClientImpl; a Summary over its last 10 minutes) read as two hops and an
+  append (:func:`_broker_hop`); ``rpc`` where the broker exported none;
 - ``meta.read`` / ``meta.list``: ``pulsar_metadata_store_ops_latency_ms`` type ``get`` during the
   v5 run (MetadataStoreStats counts getChildren with get), ``meta.write`` / ``meta.cas``: type
   ``put`` (a CAS is a put there). Quantiles interpolated in the histogram's buckets (1, 3, 5, 10,
@@ -84,6 +88,8 @@ TOPIC = "persistent://public/default/calib-partition-0"
 META = "pulsar_metadata_store_ops_latency_ms"
 PUBLISH = "pulsar_broker_publish_latency"
 LOOKUP = "pulsar_broker_lookup"
+# per topic, in ns: TransactionBufferClientImpl.commitTxnOnTopic's END_TXN_ON_PARTITION, sent -> answered
+TB_CLIENT = "pulsar_txn_tb_client_commit_latency"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -182,12 +188,9 @@ def topic_write_quantiles(before: Samples, after: Samples) -> tuple[dict[str, in
     1000 ms, overflow) of the one run's topic: a topic (its namespace is the run's own) that the
     scrape before the run did not have. Interpolated inside a bucket as histogram_quantiles does;
     buckets are per-bucket counts (their sum is ``_count``) or cumulative (the largest is)."""
-    topics = {dict(labs).get("topic", "") for (n, labs) in after if n == WRITE + "_count"}
-    fresh = sorted(t for t in topics if t.endswith("/" + TOPIC.rsplit("/", 1)[1])
-                   and not any(dict(labs).get("topic") == t for (n, labs) in before))
-    if not fresh:
+    topic = _probe_topic(before, after, WRITE + "_count")
+    if not topic:
         return {}, 0, ""
-    topic = fresh[-1]
     counts: dict[float, float] = {}
     total = 0.0
     for (metric, labs), v in after.items():
@@ -223,6 +226,32 @@ def _monotone(p: dict[str, int]) -> dict[str, int]:
         if k in p:
             last = out[k] = max(p[k], last)
     return out
+
+
+def _probe_topic(before: Samples, after: Samples, metric: str) -> str:
+    """The calibration topic of the one run between the scrapes: one that ``metric`` names after it
+    and nothing named before it (its namespace is the run's own); "" when there is none."""
+    topics = {dict(labs).get("topic", "") for (n, labs) in after if n == metric}
+    fresh = sorted(t for t in topics if t.endswith("/" + TOPIC.rsplit("/", 1)[1])
+                   and not any(dict(labs).get("topic") == t for (n, labs) in before))
+    return fresh[-1] if fresh else ""
+
+
+def tb_client_quantiles(before: Samples, after: Samples) -> tuple[dict[str, int], int]:
+    """p50/p95/p99/p999/max (µs) and count of the v4 txn run's END_TXN_ON_PARTITION requests at
+    the coordinator's broker, from its :data:`TB_CLIENT` Summary (ns) for the run's topic."""
+    topic = _probe_topic(before, after, TB_CLIENT + "_count")
+    names = {"0.5": "p50", "0.95": "p95", "0.99": "p99", "0.999": "p999", "1.0": "max"}
+    out, count = {}, 0
+    for (n, labs), v in after.items():
+        lab = dict(labs)
+        if lab.get("topic") != topic or not topic or math.isnan(v):
+            continue
+        if n == TB_CLIENT and lab.get("quantile") in names:
+            out[names[lab["quantile"]]] = round(v / 1000)
+        elif n == TB_CLIENT + "_count":
+            count = int(v)
+    return _monotone(out), count
 
 
 UNMEASURABLE = {
@@ -307,6 +336,26 @@ def rpc_of(publish: dict[str, int], append: dict[str, int]) -> dict[str, int]:
     if "p50" not in publish or "p50" not in append:
         return {}
     return fit_hops(publish, as_distribution(_monotone(append)))
+
+
+def _broker_hop(m: Measurement, v4: tuple[Samples, Samples], append: dict[str, int]) -> None:
+    """``rpc.broker`` into ``m``: the hop whose two draws and the marker's append (the model's
+    END_TXN_ON_PARTITION: legacy_v4.coordinator) have the v4 txn run's END_TXN_ON_PARTITION
+    percentiles at the broker (:func:`tb_client_quantiles`), fitted as ``rpc`` is
+    (:func:`rpc_of`); ``rpc`` (taken) when the broker exported none for the run's topic."""
+    tb, n = tb_client_quantiles(*v4)
+    hop = rpc_of(tb, append)
+    if hop:
+        m.operations["rpc.broker"] = hop
+        m.how["rpc.broker"] = "metric"
+        m.extra["rpc_broker_probe_us"] = {"end_txn_on_partition": tb, "append": append}
+        m.notes["rpc.broker"] = (f"{TB_CLIENT} of the v4 txn run's topic ({n} END_TXN_ON_PARTITION requests "
+                                 f"on the broker's own client: {tb} µs) read as two hops and the marker's append "
+                                 f"{append} µs (bench/calibrate/hop_fit.py)")
+    elif "rpc" in m.operations:
+        m.operations["rpc.broker"] = m.operations["rpc"]
+        m.how["rpc.broker"] = m.how.get("rpc", "probe")
+        m.notes["rpc.broker"] = f"taken = rpc: the broker exported no {TB_CLIENT} for the v4 txn run's topic"
 
 
 def _client_kinds(m: Measurement, events: Path, dense: Path, append: dict[str, int], after: Samples) -> None:
@@ -457,6 +506,7 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         append = _append(m, plain_after if plain_waited is not None else None, scraped["v4"], samples)
         _client_kinds(m, scratch / "plain" / "pulsar-events-v4.jsonl", scratch / "dense" / "pulsar-events-v4.jsonl",
                       append, scraped["v4"][1])
+        _broker_hop(m, scraped["v4"], append)
         before, after = scraped["v5"]
         for mtype, kinds in (("get", ("meta.read", "meta.list")), ("put", ("meta.write", "meta.cas"))):
             q, n = histogram_quantiles(before, after, META, {"type": mtype, "status": "success"}, lowest_from_sum=True)

@@ -131,6 +131,38 @@ def test_pulsar_append_is_the_plain_runs_summary_else_the_topics_buckets() -> No
     assert cp._append(m, None, ({}, {}), 300) == {} and "ledger.append" in m.unmeasurable
 
 
+def test_rpc_broker_is_the_hop_of_the_runs_own_end_txn_on_partition_requests_else_rpc() -> None:
+    """``rpc.broker``: the v4 txn run's topic's ``pulsar_txn_tb_client_commit_latency`` (ns, as a
+    broker exports it) read as two hops and the marker's append; an earlier run's topic is not
+    this run's; with none exported, taken = rpc."""
+    from bench.calibrate import calibrate_pulsar as cp
+    from bench.calibrate.measurement import Measurement
+
+    mine, other = "persistent://public/tb-1-v4-default/calib-partition-0", "persistent://public/tb-0-v4-default/calib-partition-0"
+
+    def summary(topic: str, q: dict[str, float], count: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {(cp.TB_CLIENT, (("quantile", k), ("topic", topic))): v for k, v in q.items()}
+        return {**out, (cp.TB_CLIENT + "_count", (("topic", topic),)): count}
+
+    before = summary(other, {"0.5": 9e6}, 3)
+    after = {**before, **summary(mine, {"0.5": 1_847_903.0, "0.75": 2e6, "0.95": 3_156_151.0, "0.99": 5_384_680.0,
+                                        "0.9999": float("nan"), "1.0": 7_357_240.0}, 500)}
+    tb, n = cp.tb_client_quantiles(before, after)
+    assert (tb, n) == ({"p50": 1848, "p95": 3156, "p99": 5385, "max": 7357}, 500)
+    assert cp.tb_client_quantiles(after, after) == ({}, 0)
+    append = {"p0": 285, "p50": 1564, "p95": 2419, "p99": 4436}
+    m = Measurement("pulsar", "5")
+    m.operations["rpc"] = {"p50": 488}
+    cp._broker_hop(m, (before, after), append)
+    assert m.operations["rpc.broker"] == cp.rpc_of(tb, append) and m.how["rpc.broker"] == "metric"
+    assert 0 < m.operations["rpc.broker"]["p50"] < (1848 - 1564) / 2  # two hops share what the append leaves
+    assert m.extra["rpc_broker_probe_us"] == {"end_txn_on_partition": tb, "append": append}
+    m = Measurement("pulsar", "5")
+    m.operations["rpc"] = {"p50": 488}
+    cp._broker_hop(m, (after, after), append)
+    assert m.operations["rpc.broker"] == {"p50": 488} and m.notes["rpc.broker"].startswith("taken = rpc")
+
+
 def test_pulsar_publish_summary_gives_every_exported_quantile_but_no_nan() -> None:
     """``pulsar_broker_publish_latency`` as a broker exports it (ms, quantiles 0 ... 1): the append's
     percentiles, p95 included; a quantile with no observation in the window (NaN) is left out."""
@@ -345,6 +377,15 @@ def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path
     assert got.operations["rpc"] == got.operations["consumer.deliver"] == expected != source.operations["rpc"]
     assert got.provenance["notes"].count("rpc, consumer.deliver (re-fitted by bench/calibrate/hop_fit.py") == 1
     assert got.provenance["notes"].count("coordinator.v4/v5: ") == 1
+    assert got.operations["rpc.broker"] == expected  # none recorded: kept equal to rpc
+    # with the END_TXN_ON_PARTITION requests recorded, rpc.broker is fitted to them
+    tb = {"end_txn_on_partition": {"p50": 1_848, "p95": 3_156, "p99": 5_385}, "append": probe["append"]}
+    prov = {**prov, "extra": {**prov["extra"], "pulsar.rpc_broker_probe_us": tb}}
+    with_tb = source.derived(provenance=prov).save(tmp_path / "tb.json")
+    assert main(["calibrate", "--refit", str(with_tb.path), "--out", str(out)]) == 0
+    got = LatencyProfile.load(out)
+    assert got.operations["rpc.broker"] == as_distribution(rpc_of(tb["end_txn_on_partition"], tb["append"])) != expected
+    assert got.operations["rpc"] == expected and "rpc.broker to END_TXN_ON_PARTITION" in got.provenance["notes"]
     # without the record, rpc stays as measured
     assert main(["calibrate", "--refit", str(source.path), "--out", str(tmp_path / "q.json")]) == 0
     assert LatencyProfile.load(tmp_path / "q.json").operations["rpc"] == source.operations["rpc"]

@@ -3,8 +3,11 @@ only), low-water marks, END_TXN fan-out timing, retries, RPC timeouts and the ti
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from engine.clock import LatencyModel
 from engine.dispatcher import DispatchMode
 from engine.errors import ConfigError, TxnNotFound, TxnTimeout
 from engine.ids import Design, TxnID
@@ -116,6 +119,30 @@ def test_end_txn_timing_and_rpc_counts() -> None:
     st = s.stats()
     assert st["tc.end_txn.rpcs_sent"] == 2 and st["tc.end_txn.rpcs_sent.partition"] == 2
     assert st.get("tc.end_txn.rpcs_failed", 0) == 0 and st.get("tc.end_txn.retries", 0) == 0
+
+
+def test_the_end_txn_fan_out_travels_on_the_brokers_own_client() -> None:
+    """END_TXN_ON_PARTITION and its answer are the broker's own requests
+    (TransactionBufferClientImpl on PulsarService.getClient): each costs ``rpc.broker``, and the
+    client's END_TXN and its reply ``rpc``."""
+    def commit_time(**latency: int) -> int:
+        s = v4()
+        s.config = dataclasses.replace(s.config, latency=LatencyModel().with_overrides(**latency))
+        s.broker = s.new_broker()
+        done: list[int] = []
+        t = s.new_txn()
+        s.publish(T, "a", txn=t)
+        s.publish(U, "b", txn=t)
+        s.run()
+        t0 = s.sched.now_us()
+        s.broker.end_txn(t, TxnAction.COMMIT, lambda _t, _s: done.append(s.sched.now_us() - t0))
+        s.run()
+        return done[0]
+
+    base = commit_time(rpc=200, rpc_broker=200)
+    assert base == 3_800  # as above: rpc.broker is rpc in the constants
+    assert commit_time(rpc=200, rpc_broker=1_200) == base + 2 * 1_000  # the fan-out's two hops, its partitions at once
+    assert commit_time(rpc=1_200, rpc_broker=200) == base + 2 * 1_000  # the client's request and reply
 
 
 def test_low_water_mark_is_smallest_live_sequence_minus_one() -> None:
