@@ -401,7 +401,7 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
     bench.calibrate.calibrate_pulsar.rpc_of), and ``rpc.broker`` to the END_TXN_ON_PARTITION
     requests it recorded (``pulsar.rpc_broker_probe_us``), else kept equal to ``rpc`` where it
     was; as it is when it recorded no probe."""
-    from bench.calibrate.calibrate_pulsar import rpc_of
+    from bench.calibrate.calibrate_pulsar import broker_hop_of, rpc_of
     from bench.calibrate.hop_fit import as_distribution
 
     probe = profile.provenance.get("extra", {}).get("pulsar.rpc_probe_us")
@@ -418,7 +418,7 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
     # rpc.broker likewise, to the END_TXN_ON_PARTITION requests recorded (profiles measured from
     # 2026-11-27 07:00); a profile that recorded none bills it as its rpc, re-fitted or not
     tb = profile.provenance.get("extra", {}).get("pulsar.rpc_broker_probe_us")
-    broker_hop = rpc_of(tb.get("end_txn_on_partition") or {}, tb.get("append") or {}) if isinstance(tb, dict) else {}
+    broker_hop = broker_hop_of(tb.get("end_txn_on_partition") or {}, tb.get("append") or {}) if isinstance(tb, dict) else {}
     if broker_hop:
         ops["rpc.broker"] = as_distribution(broker_hop)
         note += f", rpc.broker to END_TXN_ON_PARTITION {tb['end_txn_on_partition']} µs: {broker_hop}"

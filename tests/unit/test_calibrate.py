@@ -154,7 +154,8 @@ def test_rpc_broker_is_the_hop_of_the_runs_own_end_txn_on_partition_requests_els
     m = Measurement("pulsar", "5")
     m.operations["rpc"] = {"p50": 488}
     cp._broker_hop(m, (before, after), append)
-    assert m.operations["rpc.broker"] == cp.rpc_of(tb, append) and m.how["rpc.broker"] == "metric"
+    # fitted up to p95: the Summary's 0.99 may be its maximum (its 1 % rank error)
+    assert m.operations["rpc.broker"] == cp.rpc_of({"p50": 1848, "p95": 3156}, append) and m.how["rpc.broker"] == "metric"
     assert 0 < m.operations["rpc.broker"]["p50"] < (1848 - 1564) / 2  # two hops share what the append leaves
     assert m.extra["rpc_broker_probe_us"] == {"end_txn_on_partition": tb, "append": append}
     m = Measurement("pulsar", "5")
@@ -367,8 +368,11 @@ def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path
     source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
     probe = {"publish": {"p0": 1_118, "p50": 1_987, "p90": 2_546, "p99": 5_034},
              "append": {"p0": 1_202, "p50": 1_629, "p95": 2_262, "p99": 2_978}}
-    prov = {**source.provenance, "extra": {**source.provenance["extra"], "pulsar.rpc_probe_us": probe}}
-    with_probe = source.derived(provenance=prov).save(tmp_path / "in.json")
+    # a profile from before rpc.broker was measured: no record of it, and it bills it as its rpc
+    extra = {k: v for k, v in source.provenance["extra"].items() if k != "pulsar.rpc_broker_probe_us"}
+    prov = {**source.provenance, "extra": {**extra, "pulsar.rpc_probe_us": probe}}
+    with_probe = source.derived(provenance=prov, operations={**source.operations, "rpc.broker": source.operations["rpc"]}
+                                ).save(tmp_path / "in.json")
     out = tmp_path / "p.json"
     assert main(["calibrate", "--refit", str(with_probe.path), "--out", str(out)]) == 0
     assert main(["calibrate", "--refit", str(out), "--out", str(out)]) == 0
@@ -384,7 +388,7 @@ def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path
     with_tb = source.derived(provenance=prov).save(tmp_path / "tb.json")
     assert main(["calibrate", "--refit", str(with_tb.path), "--out", str(out)]) == 0
     got = LatencyProfile.load(out)
-    assert got.operations["rpc.broker"] == as_distribution(rpc_of(tb["end_txn_on_partition"], tb["append"])) != expected
+    assert got.operations["rpc.broker"] == as_distribution(rpc_of({"p50": 1_848, "p95": 3_156}, tb["append"])) != expected
     assert got.operations["rpc"] == expected and "rpc.broker to END_TXN_ON_PARTITION" in got.provenance["notes"]
     # without the record, rpc stays as measured
     assert main(["calibrate", "--refit", str(source.path), "--out", str(tmp_path / "q.json")]) == 0
