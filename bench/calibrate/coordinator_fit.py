@@ -28,10 +28,13 @@ QUANTILES = ("p50", "p90", "p99")
 
 
 def observed(profile: LatencyProfile) -> dict[str, dict[str, int]]:
-    """Per design, the client's new-txn p50/p90/p99 (µs) in the calibration's txn probes; {} for
-    a profile that recorded none (not calibrated on a broker)."""
+    """Per design, the client's new-txn p50/p90/p99 (µs) in the calibration's txn probes: over
+    their measured txns (``pulsar.client_measured_us``, recorded from 2026-11-27 07:40), else over
+    the whole runs, their first txns' set-up included (``pulsar.client_observed_us``, profiles
+    measured before); {} for a profile that recorded none (not calibrated on a broker). The
+    model's new-txn it is set against is the whole run's: the model has no set-up."""
     extra = profile.provenance.get("extra", {}) if isinstance(profile.provenance, dict) else {}
-    seen = extra.get("pulsar.client_observed_us") or {}
+    seen = extra.get("pulsar.client_measured_us") or extra.get("pulsar.client_observed_us") or {}
     out: dict[str, dict[str, int]] = {}
     for design in DESIGNS:
         lat = ((seen.get(design) or {}).get("new_txn_us")) or {}
@@ -93,8 +96,10 @@ def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
         kind = coordinator_kind(d)
         parts.append(f"{kind}: the client's new-txn {seen[d]} less the model's without it {without[d]} µs "
                      f"(p50/p90/p99; the model's with it {got[d]})")
-    note = (f"residual of the txn probes' new-txn ({samples} + warm-up txns per design, v5's store from {history} "
-            "txns): " + "; ".join(parts))
+    over = ("the client's over the measured ones, the model's over the whole run" if extra.get("pulsar.client_measured_us")
+            else "both over the whole run")
+    note = (f"residual of the txn probes' new-txn ({samples} + warm-up txns per design, {over}; v5's store from "
+            f"{history} txns): " + "; ".join(parts))
     prov = dict(profile.provenance)
     kinds_prov = dict(prov.get("kinds") or {})
     for d in DESIGNS:

@@ -98,3 +98,50 @@ def test_the_fit_gives_back_a_handling_the_broker_was_built_with(tmp_path: Path)
     assert fitted.provenance["kinds"]["coordinator.v5"]["how"] == "residual"
     assert f"the model's with it { {q: seen['v5'][f'{q}_us'] for q in coordinator_fit.QUANTILES} })" in note
     assert coordinator_fit.fit(base) == (base, "")  # no probes recorded: nothing to fit
+
+
+def test_the_fit_takes_the_probes_measured_txns_over_the_whole_runs(tmp_path: Path) -> None:
+    """A profile that recorded the probes' measured txns (``pulsar.client_measured_us``) is fitted
+    to them, not to the whole runs' figures with their set-up; one that recorded only the whole
+    runs (before 2026-11-27 07:40) to those, as it was."""
+    samples = 20
+    base = LatencyProfile.constants()
+    without = coordinator_fit.model_new_txn(base, write_trace(tmp_path / "t.parquet", samples), 0)
+
+    def record(extra_us: int) -> dict[str, dict[str, dict[str, int]]]:
+        return {d: {"new_txn_us": {f"{q}_us": without[d][q] + extra_us for q in coordinator_fit.QUANTILES}}
+                for d in ("v4", "v5")}
+
+    whole, measured = record(9_000), record(300)
+    both = LatencyProfile("b", {"samples": samples, "extra": {"pulsar.client_observed_us": whole,
+                                                              "pulsar.client_measured_us": measured}},
+                          base.operations, {})
+    fitted, note = coordinator_fit.fit(both)
+    assert fitted.operations["coordinator.v5"] == Distribution.constant(300) and "over the measured ones" in note
+    older = LatencyProfile("o", {"samples": samples, "extra": {"pulsar.client_observed_us": whole}}, base.operations, {})
+    fitted, note = coordinator_fit.fit(older)
+    assert fitted.operations["coordinator.v5"] == Distribution.constant(9_000) and "both over the whole run" in note
+
+
+def test_the_txn_probes_figures_leave_out_the_warm_up_txns(tmp_path: Path) -> None:
+    """``calibrate_pulsar.txn_probes``: per op kind over the measured txns ``t{i}``/``x{i}``/``p{i}``
+    (i >= WARMUP_TXNS) only; failed ops and other events are not counted."""
+    from bench.calibrate.calibrate_pulsar import WARMUP_TXNS, txn_probes
+
+    lines = []
+    for i in range(WARMUP_TXNS + 10):
+        slow = 50_000 if i < WARMUP_TXNS else 0  # the warm-up's set-up
+        t0 = i * 40_000
+        lines += [{"ev": "op", "op": "new_txn", "txn": f"t{i}", "start_us": t0, "end_us": t0 + 2_000 + i + slow, "ok": True},
+                  {"ev": "op", "op": "publish", "txn": f"t{i}", "msg": f"x{i}", "start_us": t0, "end_us": t0 + 4_000, "ok": True},
+                  {"ev": "op", "op": "publish", "msg": f"p{i}", "start_us": t0, "end_us": t0 + 2_100, "ok": True},
+                  {"ev": "op", "op": "commit", "txn": f"t{i}", "start_us": t0, "end_us": t0 + 5_000 + slow, "ok": True},
+                  {"ev": "deliver", "msg": f"p{i}", "t_us": t0 + 9_000}]
+    lines.append({"ev": "op", "op": "new_txn", "txn": f"t{WARMUP_TXNS + 10}", "start_us": 0, "end_us": 99_999, "ok": False})
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    got = txn_probes(path)
+    first = 2_000 + WARMUP_TXNS
+    assert got["new_txn_us"] == {"count": 10, "p50_us": first + 4, "p90_us": first + 8, "p99_us": first + 9, "max_us": first + 9}
+    assert got["end_txn_us"]["max_us"] == 5_000 and got["publish_txn_us"]["p50_us"] == 4_000
+    assert got["publish_nontxn_us"] == {"count": 10, "p50_us": 2_100, "p90_us": 2_100, "p99_us": 2_100, "max_us": 2_100}
