@@ -22,8 +22,8 @@ Modelled time: a log append is durable when the synchronous call returns, and th
 waits for it continues ``ledger.append`` later. An RPC's handler runs when the request has
 travelled (``rpc.broker``: the coordinator's broker sends it on its own client,
 ``TransactionBufferClientImpl``) and the participant's write has completed (``ledger.append``);
-its answer travels back (``rpc.broker``). The client hears the outcome ``ledger.append + rpc`` after the final
-UPDATE was appended.
+its answer travels back (``rpc.broker``). The client hears the outcome ``ledger.append + rpc``
+after the final UPDATE was appended.
 """
 
 from __future__ import annotations

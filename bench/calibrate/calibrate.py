@@ -416,7 +416,7 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
     note = (f"{RPC_REFIT} by bench/calibrate/hop_fit.py to the probe's publish {probe['publish']} "
             f"and append {probe['append']} µs): {rpc}")
     # rpc.broker likewise, to the END_TXN_ON_PARTITION requests recorded (profiles measured from
-    # 2026-11-27 07:00); a profile that recorded none bills it as its rpc, re-fitted or not
+    # 2026-11-27 06:47); a profile that recorded none bills it as its rpc, re-fitted or not
     tb = profile.provenance.get("extra", {}).get("pulsar.rpc_broker_probe_us")
     broker_hop = broker_hop_of(tb.get("end_txn_on_partition") or {}, tb.get("append") or {}) if isinstance(tb, dict) else {}
     if broker_hop:
