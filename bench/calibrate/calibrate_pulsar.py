@@ -168,14 +168,17 @@ def histogram_quantiles(before: Samples, after: Samples, name: str, labels: dict
     return out, int(total)
 
 
-def summary_quantiles(after: Samples, name: str) -> dict[str, int]:
-    """A Prometheus Summary's quantiles (ms -> µs) as scraped: its recent window."""
+def summary_quantiles(after: Samples, name: str, labels: dict[str, str] | None = None,
+                      us_per_unit: float = 1000) -> dict[str, int]:
+    """A Prometheus Summary's quantiles (in ms, else ``us_per_unit``; -> µs) as scraped, of the
+    child with ``labels`` (any when None): its recent window."""
     names = {"0.0": "p0", "0.5": "p50", "0.95": "p95", "0.99": "p99", "0.999": "p999", "1.0": "max"}
     out = {}
     for (n, labs), v in after.items():
-        q = dict(labs).get("quantile")
-        if n == name and q in names and not math.isnan(v):
-            out[names[q]] = round(v * 1000)
+        lab = dict(labs)
+        q = lab.get("quantile")
+        if n == name and q in names and not math.isnan(v) and all(lab.get(k) == w for k, w in (labels or {}).items()):
+            out[names[q]] = round(v * us_per_unit)
     return out
 
 
@@ -241,17 +244,10 @@ def tb_client_quantiles(before: Samples, after: Samples) -> tuple[dict[str, int]
     """p50/p95/p99/p999/max (µs) and count of the v4 txn run's END_TXN_ON_PARTITION requests at
     the coordinator's broker, from its :data:`TB_CLIENT` Summary (ns) for the run's topic."""
     topic = _probe_topic(before, after, TB_CLIENT + "_count")
-    names = {"0.5": "p50", "0.95": "p95", "0.99": "p99", "0.999": "p999", "1.0": "max"}
-    out, count = {}, 0
-    for (n, labs), v in after.items():
-        lab = dict(labs)
-        if lab.get("topic") != topic or not topic or math.isnan(v):
-            continue
-        if n == TB_CLIENT and lab.get("quantile") in names:
-            out[names[lab["quantile"]]] = round(v / 1000)
-        elif n == TB_CLIENT + "_count":
-            count = int(v)
-    return _monotone(out), count
+    if not topic:
+        return {}, 0
+    count = next(int(v) for (n, labs), v in after.items() if n == TB_CLIENT + "_count" and dict(labs).get("topic") == topic)
+    return _monotone(summary_quantiles(after, TB_CLIENT, {"topic": topic}, us_per_unit=0.001)), count
 
 
 UNMEASURABLE = {
