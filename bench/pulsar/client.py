@@ -20,6 +20,12 @@ from bench.pulsar.target import PulsarTarget
 ROOT = Path(__file__).resolve().parents[2]
 PULSAR_SH = ROOT / "scripts" / "pulsar.sh"
 MAIN_CLASS = "txnbench.client.TraceClient"
+# The trace client's JVM. It shares the machine's cores with the broker it measures, so its own
+# JIT is kept to C1: with C2 a fresh client compiled for 4.0-5.8 s of CPU in a 25-40-s paced run,
+# and the broker's new-txn p99 on omb-slow-2000 was 18.6-60.9 ms (v5) and 11.6-22.4 ms (v4),
+# against 1.1-1.5 s and 11.5-11.8 / 6.8 ms with C1 on the same broker (2026-11-27, per-thread
+# /proc schedstat; datasets/validation/README.md).
+JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def _script(*args: str, timeout: float = 600) -> str:
@@ -77,7 +83,7 @@ def run_client(target: PulsarTarget, design: str, rows: Path, workdir: Path,
     called before it is told to go on (jvm/PROTOCOL.md, "Warm-up"). Returns the program's exit
     code (0) or raises: a refused row is a TraceError naming ``source`` and the row, a fatal error
     BackendUnavailable."""
-    cmd = [java, "-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp", class_path(), MAIN_CLASS,
+    cmd = [java, *JVM_OPTIONS, "-cp", class_path(), MAIN_CLASS,
            "--service-url", target.service_url, "--admin-url", target.admin_url, "--design", design,
            "--rows", str(rows), "--pacing", target.pacing, "--drain-ms", str(target.drain_ms),
            "--quiet-ms", str(target.quiet_ms),
