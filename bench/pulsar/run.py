@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.replay.measure import peak_rss_mb
-from bench.pulsar.client import JVM_OPTIONS, run_client
+from bench.pulsar.client import run_client
 from bench.pulsar.cpu import CpuSampler, broker_pid, txn_phase
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
@@ -101,8 +101,7 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     extra = {
         "target": TARGET,
         "pulsar": {"version": broker["version"], "config": broker["config"], "service_url": target.service_url,
-                   "admin_url": target.admin_url, "client": {**folded.client, "jvm_options": list(JVM_OPTIONS)},
-                   **mapped.manifest()},
+                   "admin_url": target.admin_url, "client": folded.client, **mapped.manifest()},
         "pacing": target.pacing,
         "rates": folded.rates,
         "max_lag_us": folded.done.get("max_lag_us"),

@@ -21,6 +21,7 @@ from bench.cli import main
 from bench.replay.config import RunConfig
 from bench.report.model_vs_broker import agreement
 from bench.check import check
+from bench.pulsar.client import JVM_OPTIONS
 from bench.pulsar.run import pulsar_replay
 from bench.pulsar.target import PulsarTarget, parse_target
 from bench.replay.runner import replay_trace
@@ -102,6 +103,8 @@ def test_sample_prefix_agrees_with_the_models(tmp_path: Path, target: PulsarTarg
     for design in ("v4", "v5"):
         run = manifest["runs"][design]
         assert run["target"] == "pulsar" and run["config"]["engine"] == design
+        # the options the client's JVM reports it was started with: the launcher's (C1 only)
+        assert set(JVM_OPTIONS) <= set(run["pulsar"]["client"]["client"]["jvm_options"].split()), run["pulsar"]["client"]
         a = agreement(tmp_path / "model", labels[design], broker, design)
         assert a.delivered_pairs[0] > 50
         assert a.delivered_equal, (design, a.only_model, a.only_broker)

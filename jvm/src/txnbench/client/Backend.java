@@ -47,9 +47,13 @@ interface Backend extends AutoCloseable {
     /** The label carried by every message (jvm/PROTOCOL.md). */
     String MSG_PROPERTY = "txnbench-msg";
 
+    /** {@code m} as a JSON object, with the options this JVM was started with ({@code jvm_options}). */
     static String settingsJson(Map<String, String> m) {
+        Map<String, String> all = new java.util.LinkedHashMap<>(m);
+        all.put("jvm_options", String.join(" ",
+                java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()));
         StringBuilder b = new StringBuilder("{");
-        m.forEach((k, v) -> {
+        all.forEach((k, v) -> {
             if (b.length() > 1) b.append(',');
             Json.quote(b, k);
             b.append(':');
