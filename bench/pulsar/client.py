@@ -20,11 +20,11 @@ from bench.pulsar.target import PulsarTarget
 ROOT = Path(__file__).resolve().parents[2]
 PULSAR_SH = ROOT / "scripts" / "pulsar.sh"
 MAIN_CLASS = "txnbench.client.TraceClient"
-# The trace client's JVM. It shares the machine's cores with the broker it measures, so its own
-# JIT is kept to C1: with C2 a fresh client compiled for 4.0-5.8 s of CPU in a 25-40-s paced run,
-# and the broker's new-txn p99 on omb-slow-2000 was 18.6-60.9 ms (v5) and 11.6-22.4 ms (v4),
-# against 1.1-1.5 s and 11.5-11.8 / 6.8 ms with C1 on the same broker (2026-11-27, per-thread
-# /proc schedstat; datasets/validation/README.md).
+# The trace client's JVM. It shares the machine's cores with the broker it measures, so its JIT
+# is kept to C1: with C2 a fresh client compiled for 4.0-5.8 s of CPU over a paced run of 25-40 s
+# (its warm-up included), with C1 for 1.1-1.5 s. On one broker, runs alternated, the broker's
+# new-txn p99 on omb-slow-2000 was 18.6-60.9 ms (v5) and 11.6-22.4 (v4) with C2, 11.5-11.8 and
+# 6.8 with C1 (2026-11-27; datasets/validation/README.md, "The trace client's own JIT").
 JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
