@@ -307,9 +307,7 @@ def txn_probes(events: Path) -> dict[str, dict[str, int]]:
             continue
         kind = "publish_txn_us" if e["op"] == "publish" and e.get("txn") else PROBE_OPS[e["op"]]
         samples.setdefault(kind, []).append(int(e["end_us"]) - int(e["start_us"]))
-    from bench.calibrate.calibrate import percentiles
-
-    return {kind: {"count": len(v), **{f"{n}_us": x for n, x in percentiles(v).items() if n in ("p50", "p90", "p99", "max")}}
+    return {kind: {"count": len(v), **{f"{n}_us": x for n, x in _pcts(v).items() if n in ("p50", "p90", "p99", "max")}}
             for kind, v in sorted(samples.items())}
 
 

@@ -1,5 +1,7 @@
 package txnbench.client;
 
+import java.lang.management.ManagementFactory;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 
@@ -49,9 +51,8 @@ interface Backend extends AutoCloseable {
 
     /** {@code m} as a JSON object, with the options this JVM was started with ({@code jvm_options}). */
     static String settingsJson(Map<String, String> m) {
-        Map<String, String> all = new java.util.LinkedHashMap<>(m);
-        all.put("jvm_options", String.join(" ",
-                java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()));
+        Map<String, String> all = new LinkedHashMap<>(m);
+        all.put("jvm_options", String.join(" ", ManagementFactory.getRuntimeMXBean().getInputArguments()));
         StringBuilder b = new StringBuilder("{");
         all.forEach((k, v) -> {
             if (b.length() > 1) b.append(',');
