@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.pulsar.client import MAIN_CLASS
-from bench.pulsar.cpu import machine_cpu_s as machine_cpu, stat_cpu_s
+from bench.pulsar.cpu import machine_cpu_s as machine_cpu, threads_cpu_s as thread_cpu
 from benchmarks.broker_threads import ROOT, running_broker, txn_phase
 
 PERIOD_S = 0.02
@@ -55,18 +55,6 @@ def store_ops(admin: str) -> dict[tuple[str, str], float]:
     return out
 
 
-def thread_cpu(pid: str) -> dict[str, float]:
-    """Per broker thread (by name; same-named threads summed), its CPU seconds so far."""
-    out: dict[str, float] = defaultdict(float)
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue  # the thread ended
-        out[stat[stat.index("(") + 1:stat.rindex(")")]] += stat_cpu_s(stat)
-    return out
-
-
 def client_pid() -> str | None:
     """The running trace client's pid (the JVM of ``bench.pulsar.client``), if any."""
     found = subprocess.run(["pgrep", "-f", MAIN_CLASS], capture_output=True, text=True).stdout.split()
@@ -81,10 +69,10 @@ def sample(pid: str, into: list[tuple[float, dict[str, float]]], stop: threading
         cpu = thread_cpu(pid)
         client = client or client_pid()
         if client is not None:
-            try:
-                cpu.update({CLIENT + name: s for name, s in thread_cpu(client).items()})
-            except OSError:  # it ended
+            client_cpu = thread_cpu(client)
+            if not client_cpu:  # it ended
                 client = None
+            cpu.update({CLIENT + name: s for name, s in client_cpu.items()})
         cpu[MACHINE_BUSY], cpu[MACHINE_ALL] = machine_cpu()
         into.append((time.time() * 1000, cpu))
         stop.wait(PERIOD_S)

@@ -5,8 +5,17 @@ an as-fast-as-possible run is limited by whichever runs out first: the broker, o
 run records, over its txn phase (the first new_txn issued to the last commit or abort answered,
 as ``bench.replay.measure.committed_rate`` counts the rate), how many cores the machine kept busy
 and how many of them were the broker's process (``/proc/PID/stat``: user + system ticks; the
-broker's pid from ``scripts/pulsar.sh``'s DIR). Sampled every 20 ms by a thread beside the
-client; the ticks are 10 ms, so a phase of a few hundred ms reads to about 10 %.
+broker's pid from ``scripts/pulsar.sh``'s DIR), and of those the v5 coordinator's sweep thread's.
+Sampled every 20 ms by a thread beside the client; the ticks are 10 ms, so a phase of a few
+hundred ms reads to about 10 %.
+
+The sweep thread is the broker's own background work that lands in runs at random. Its timeout
+sweep (every 60 s) and GC sweep (every 300 s after the last one ended, retention 900 s) scan the
+store by listing (``TransactionCoordinatorV5.sweepTimeouts``/``sweepGc``/``gcOneTxn``; on RocksDB
+``AbstractMetadataStore.storeScanByIndex`` lists every key under ``/txn/op``, the never-deleted
+sequence counters included, once per GC candidate). Once finalized txns outlive the retention,
+a GC sweep kept a core busy for 40-70 s (2026-11-27, after about 6,000 txns). So a broker run
+first waits for that thread to be idle (:func:`await_sweep_idle`), and records its cores.
 """
 
 from __future__ import annotations
@@ -19,6 +28,12 @@ from typing import Any, Iterable
 
 PERIOD_S = 0.02
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+# TransactionCoordinatorV5's sweeps run on one thread, DefaultThreadFactory("pulsar-txn-v5-sweep");
+# Linux keeps the first 15 bytes of a thread's name
+SWEEP_THREAD = "pulsar-txn-v5-sweep"[:15]
+SWEEP_WINDOW_S = 0.25  # an idle sweep thread: under IDLE_SHARE of a core over one such window
+IDLE_SHARE = 0.3
+SWEEP_WAIT_LIMIT_S = 300.0  # a GC sweep took 40-70 s; past this a run goes ahead and says how long it waited
 
 
 def stat_cpu_s(stat: str) -> float:
@@ -33,6 +48,65 @@ def process_cpu_s(pid: str) -> float | None:
         return stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
+
+
+def threads_cpu_s(pid: str) -> dict[str, float]:
+    """Per thread name (same-named threads summed), the CPU seconds of process ``pid``'s threads so
+    far; empty once it is gone."""
+    out: dict[str, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        out[name] = out.get(name, 0.0) + stat_cpu_s(stat)
+    return out
+
+
+def thread_id(pid: str, name: str) -> str | None:
+    """The id of process ``pid``'s (first) thread named ``name``; None if it has none, or is gone."""
+    try:
+        tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name))
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            if (task / "comm").read_text().strip() == name:
+                return task.name
+        except OSError:
+            continue
+    return None
+
+
+def task_cpu_s(pid: str, tid: str) -> float | None:
+    """CPU seconds of one thread so far; None once it is gone."""
+    try:
+        return stat_cpu_s(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
+    except OSError:
+        return None
+
+
+def await_sweep_idle(pid: str | None, limit_s: float = SWEEP_WAIT_LIMIT_S,
+                     window_s: float = SWEEP_WINDOW_S) -> float | None:
+    """Wait until the broker's sweep thread (:data:`SWEEP_THREAD`) used under :data:`IDLE_SHARE` of
+    a core over a window, or ``limit_s`` passed; returns the seconds waited beyond the first
+    window (0.0: idle at once), None without a broker pid or a sweep thread."""
+    tid = thread_id(pid, SWEEP_THREAD) if pid else None
+    if pid is None or tid is None:
+        return None
+    start = time.monotonic()
+    while True:
+        before = task_cpu_s(pid, tid)
+        time.sleep(window_s)
+        after = task_cpu_s(pid, tid)
+        waited = time.monotonic() - start - window_s
+        if before is None or after is None or after - before < IDLE_SHARE * window_s or waited >= limit_s:
+            return round(max(waited, 0.0), 2)
 
 
 def machine_cpu_s() -> tuple[float, float]:
@@ -58,12 +132,14 @@ def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float] | None:
 
 
 class CpuSampler:
-    """Samples (epoch ms, the broker's CPU s or None, machine busy s, machine all s) every
-    :data:`PERIOD_S` from ``start`` to ``stop``; :meth:`over` gives a window's use."""
+    """Samples (epoch ms, the broker's CPU s or None, machine busy s, machine all s, the broker's
+    sweep thread's CPU s or None) every :data:`PERIOD_S` from ``start`` to ``stop``; :meth:`over`
+    gives a window's use."""
 
     def __init__(self, broker_pid: str | None) -> None:
         self.pid = broker_pid
-        self.samples: list[tuple[float, float | None, float, float]] = []
+        self.sweep = thread_id(broker_pid, SWEEP_THREAD) if broker_pid else None
+        self.samples: list[tuple[float, float | None, float, float, float | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txnbench-cpu", daemon=True)
 
@@ -78,25 +154,28 @@ class CpuSampler:
     def _run(self) -> None:
         while True:
             busy, every = machine_cpu_s()
-            self.samples.append((time.time() * 1000, process_cpu_s(self.pid) if self.pid else None, busy, every))
+            self.samples.append((time.time() * 1000, process_cpu_s(self.pid) if self.pid else None, busy, every,
+                                 task_cpu_s(self.pid, self.sweep) if self.pid and self.sweep else None))
             if self._stop.wait(PERIOD_S):
                 return
 
     def over(self, lo_ms: float, hi_ms: float) -> dict[str, Any] | None:
         """Cores used over [lo_ms, hi_ms] (the samples inside it): ``machine_busy_cores``,
-        ``broker_cores`` (None without the broker's pid), ``cores`` and ``span_ms``; None when
-        fewer than two samples fall inside."""
+        ``broker_cores`` (None without the broker's pid), ``sweep_cores`` (of the broker's, its
+        sweep thread's; None without one), ``cores`` and ``span_ms``; None when fewer than two
+        samples fall inside."""
         inside = [s for s in self.samples if lo_ms <= s[0] <= hi_ms]
         if len(inside) < 2:
             return None
-        (t0, b0, busy0, all0), (t1, b1, busy1, all1) = inside[0], inside[-1]
+        (t0, b0, busy0, all0, s0), (t1, b1, busy1, all1, s1) = inside[0], inside[-1]
         cores = os.cpu_count() or 1
         wall_s = (all1 - all0) / cores  # the machine's clock, in the same ticks as the rest
         if wall_s <= 0:
             return None
         return {"span_ms": round(t1 - t0, 1), "cores": cores,
                 "machine_busy_cores": round((busy1 - busy0) / wall_s, 2),
-                "broker_cores": None if b0 is None or b1 is None else round((b1 - b0) / wall_s, 2)}
+                "broker_cores": None if b0 is None or b1 is None else round((b1 - b0) / wall_s, 2),
+                "sweep_cores": None if s0 is None or s1 is None else round((s1 - s0) / wall_s, 2)}
 
 
 def broker_pid(pulsar_dir: Path | None) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from bench.replay.measure import peak_rss_mb
 from bench.pulsar.client import run_client
-from bench.pulsar.cpu import CpuSampler, broker_pid, txn_phase
+from bench.pulsar.cpu import CpuSampler, await_sweep_idle, broker_pid, txn_phase
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
 from bench.pulsar.rows import MappedRows, new_run_id, write_rows
@@ -79,8 +79,11 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     fold = EventFold(design, rows, back, trace_span_us=span, history=history, ended=frozenset(ended))
     warm = warm_up_rows(trace, mapped, target, scratch)
     snap: list[Snapshot] = [] if warm is not None else [Snapshot(target)]  # after the warm-up, if any
+    pid = broker_pid(target.pulsar_dir)
+    # the broker's v5 sweeps can hold a core for a minute (bench.pulsar.cpu): not into this run
+    sweep_wait_s = await_sweep_idle(pid)
     started = time.perf_counter()
-    with CpuSampler(broker_pid(target.pulsar_dir)) as cpu:
+    with CpuSampler(pid) as cpu:
         run_client(target, design, mapped.path, scratch, fold.feed, source=str(trace), warm_up_rows=warm,
                    on_warmed=lambda: snap.append(Snapshot(target)))
     wall = time.perf_counter() - started
@@ -107,6 +110,7 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
         "max_lag_us": folded.done.get("max_lag_us"),
         "drain": {k: folded.done.get(k) for k in ("t_us", "drain_ms")},
         "cpu": _phase_cpu(cpu, scratch / f"events-{design}.jsonl"),
+        "sweep_wait_s": sweep_wait_s,
     }
     return BrokerRun(cfg, result, extra, folded.history)
 

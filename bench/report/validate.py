@@ -377,6 +377,25 @@ def _by_design(rs: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+# a broker run's cores over its txn phase (bench.pulsar.cpu): the machine's busy ones, the broker
+# process's, of those the v5 coordinator's sweep thread's (None: not recorded), and the seconds the
+# run waited first for that thread to idle (None: no such thread, or not recorded)
+RunCpu = tuple[float, float | None, float | None, float | None]
+
+
+def run_cpu(run: Mapping[str, Any]) -> RunCpu | None:
+    """A broker run's :data:`RunCpu` from its manifest entry; None without a CPU record."""
+    cpu = run.get("cpu")
+    if not cpu:
+        return None
+    return cpu["machine_busy_cores"], cpu["broker_cores"], cpu.get("sweep_cores"), run.get("sweep_wait_s")
+
+
+def _cpu_json(c: RunCpu | None) -> dict[str, Any] | None:
+    return None if c is None else {"machine_busy_cores": c[0], "broker_cores": c[1], "sweep_cores": c[2],
+                                   "sweep_wait_s": c[3]}
+
+
 @dataclass(frozen=True)
 class Validation:
     checks: tuple[Check, ...]
@@ -402,9 +421,9 @@ class Validation:
     # run at the trace's pace, and in each asap run (None where the run exported no sum)
     broker_put_us: tuple[tuple[str, float | None], ...] = ()
     saturation_put_us: tuple[tuple[str, tuple[float | None, ...]], ...] = ()
-    # per design, each asap run's cores over its txn phase (bench.pulsar.cpu): (the machine's busy
-    # cores, the broker process's or None), None where the run recorded none; and the machine's cores
-    saturation_cpu: tuple[tuple[str, tuple[tuple[float, float | None] | None, ...]], ...] = ()
+    # per design, each asap run's cores over its txn phase (bench.pulsar.cpu: :data:`RunCpu`), None
+    # where the run recorded none; and the machine's cores
+    saturation_cpu: tuple[tuple[str, tuple[RunCpu | None, ...]], ...] = ()
     cores: int | None = None
     # per design, how many times over its asap runs replayed the trace's rows (bench.trace.repeated),
     # and their txn phases' shortest and longest span in ms (bench.pulsar.cpu; None: not recorded)
@@ -419,6 +438,7 @@ class Validation:
     # validate --calibrate: the model's profile measured on this broker before its measured runs,
     # its saturation trace's rates then and again after them (bench.calibrate.in_session)
     calibration: Mapping[str, Any] | None = None
+    broker_cpu: tuple[tuple[str, RunCpu | None], ...] = ()  # per design, the run at the trace's pace's
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -452,8 +472,8 @@ class Validation:
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
                 "broker_mean_put_us": dict(self.broker_put_us),
                 "broker_saturation_mean_put_us": {d: list(n) for d, n in self.saturation_put_us},
-                "broker_saturation_cpu": {d: [None if c is None else {"machine_busy_cores": c[0], "broker_cores": c[1]}
-                                              for c in n] for d, n in self.saturation_cpu},
+                "broker_saturation_cpu": {d: [_cpu_json(c) for c in n] for d, n in self.saturation_cpu},
+                "broker_cpu": {d: _cpu_json(c) for d, c in self.broker_cpu},
                 "cores": self.cores, "saturation_repeat": dict(self.saturation_repeat),
                 "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
                 "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
@@ -546,7 +566,7 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     runs: dict[str, list[float]] = {}
     sat_failed: dict[str, list[int]] = {}
     sat_put: dict[str, list[float | None]] = {}
-    sat_cpu: dict[str, list[tuple[float, float | None] | None]] = {}
+    sat_cpu: dict[str, list[RunCpu | None]] = {}
     cores = None
     spans: list[float] = []
     repeats: dict[str, int] = {}
@@ -558,7 +578,7 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
             sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
             cpu = rs["manifest"]["runs"][lab].get("cpu")
-            sat_cpu.setdefault(d, []).append(None if not cpu else (cpu["machine_busy_cores"], cpu["broker_cores"]))
+            sat_cpu.setdefault(d, []).append(run_cpu(rs["manifest"]["runs"][lab]))
             cores = cpu["cores"] if cpu else cores
             if cpu and cpu.get("span_ms"):
                 spans.append(float(cpu["span_ms"]))
@@ -588,7 +608,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)),
                       (model_history(model), next((h for h in map(model_history, rated_sets if model_saturation is not None
                                                                      else []) if h is not None), None)),
-                      model["manifest"].get("validate", {}).get("calibration"))
+                      model["manifest"].get("validate", {}).get("calibration"),
+                      tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())))
 
 
 def model_history(rs: dict[str, Any]) -> int | None:
@@ -694,8 +715,7 @@ def _saturation_runs(runs: tuple[tuple[str, tuple[float, ...]], ...]) -> str:
     return f", {max(len(r) for _, r in runs)} runs, the median per design ({spans})"
 
 
-def _saturation_cpu_note(runs: tuple[tuple[str, tuple[tuple[float, float | None] | None, ...]], ...],
-                         cores: int | None) -> str:
+def _saturation_cpu_note(runs: tuple[tuple[str, tuple[RunCpu | None, ...]], ...], cores: int | None) -> str:
     """Who used the cores in the asap runs (bench.pulsar.cpu), and which design's rate the broker
     did not limit: one whose broker process used under half the machine's busy cores, with the
     machine near full, ran into the trace client sharing the machine."""
@@ -703,7 +723,7 @@ def _saturation_cpu_note(runs: tuple[tuple[str, tuple[tuple[float, float | None]
     for d, n in runs:
         parts.append(f"{d} " + ", ".join("-" if c is None else f"{c[0]:g} ({'?' if c[1] is None else f'{c[1]:g}'})"
                                          for c in n))
-        full = [(busy, broker) for busy, broker in filter(None, n)
+        full = [(busy, broker) for busy, broker, *_ in filter(None, n)
                 if broker is not None and cores and busy >= 0.8 * cores]
         if full and all(broker < busy / 2 for busy, broker in full):
             client_bound.append(d)
@@ -714,6 +734,25 @@ def _saturation_cpu_note(runs: tuple[tuple[str, tuple[tuple[float, float | None]
                  "the rest was the trace client (a JVM started for the run, its JIT included) and this program, "
                  "so that rate is the client's limit on this machine as much as the broker's.")
     return note
+
+
+def _sweep_note(paced: tuple[tuple[str, RunCpu | None], ...],
+                asap: tuple[tuple[str, tuple[RunCpu | None, ...]], ...]) -> str:
+    """What the broker's v5 sweep thread took of the runs, and how long they waited for it first
+    (bench.pulsar.cpu); "" when no run recorded it."""
+    runs = [c for _, c in paced if c] + [c for _, n in asap for c in n if c]
+    if not any(c[2] is not None for c in runs):
+        return ""
+    show = lambda c: "-" if c is None or c[2] is None else f"{c[2]:g}"  # noqa: E731
+    waits = [c[3] for c in runs if c[3]]
+    return ("The broker's v5 sweep thread (pulsar-txn-v5-sweep: TransactionCoordinatorV5's timeout and GC sweeps, "
+            "which list the store's keys; a GC sweep on a broker with thousands of finalized txns can hold a core for "
+            "a minute) used, in cores over each run's txn phase: at the trace's pace "
+            + ", ".join(f"{d} {show(c)}" for d, c in paced)
+            + ("; asap " + "; ".join(f"{d} " + ", ".join(show(c) for c in n) for d, n in asap) if asap else "")
+            + ". Each run first waited for it to idle: "
+            + (f"{sum(waits):.0f} s in all, before {len(waits)} of {len(runs)} runs." if waits
+               else "none had to wait."))
 
 
 def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str]:
@@ -760,6 +799,9 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      + ".")
     if v.saturation_cpu:
         notes.append(_saturation_cpu_note(v.saturation_cpu, v.cores))
+    sweep = _sweep_note(v.broker_cpu, v.saturation_cpu)
+    if sweep:
+        notes.append(sweep)
     if v.saturation_span_ms is not None and v.saturation_span_ms[0] < SHORT_PHASE_MS:
         lo, hi = v.saturation_span_ms
         notes.append(f"The broker's asap runs saturated it for {lo:.0f}-{hi:.0f} ms (their txn phases): too short "

@@ -104,7 +104,11 @@ def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: P
         cpu = measured["runs"][d]["cpu"]
         assert cpu["span_ms"] > 100 and 0 <= cpu["broker_cores"] <= cpu["cores"]
         assert cpu["machine_busy_cores"] >= cpu["broker_cores"] - 0.1
+        # the v5 coordinator's sweep thread is found by its name in the 5.0.0-M1 broker, and read
+        assert 0 <= cpu["sweep_cores"] <= cpu["broker_cores"] + 0.05
+        assert measured["runs"][d]["sweep_wait_s"] >= 0
     doc = json.loads((out / "validation.json").read_text())
+    assert doc["broker_cpu"]["v5"]["sweep_wait_s"] == measured["runs"]["v5"]["sweep_wait_s"]
     assert doc["broker_state"] == {"fresh": True, "warm_up_runs": 1, "warm_up_txns": {"v4": 1, "v5": 1}}
     rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
     assert rows[("v4", "Counts", "txns committed")]["broker"] == 1  # the warm-up's txn is not counted

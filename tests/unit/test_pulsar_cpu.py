@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.pulsar.cpu import CpuSampler, broker_pid, txn_phase
+from bench.pulsar.cpu import SWEEP_THREAD, CpuSampler, await_sweep_idle, broker_pid, thread_id, txn_phase
 
 
 def test_a_spinning_process_counts_as_about_one_busy_core() -> None:
@@ -50,3 +50,52 @@ def test_the_txn_phase_runs_from_the_first_new_txn_to_the_last_end() -> None:
               {"ev": "op", "op": "abort", "start_us": 6000, "end_us": 7000}]
     assert txn_phase(events) == (1002.0, 1008.0)
     assert txn_phase(events[:2]) is None  # no txn: no phase
+
+
+def _named(name: str, spin_s: float) -> subprocess.Popen[bytes]:
+    """A process whose one thread is named ``name`` (as a JVM names its threads), spinning for
+    ``spin_s`` seconds, then idle."""
+    code = (f"open('/proc/self/comm', 'w').write({name!r})\nimport time\nend = time.monotonic() + {spin_s}\n"
+            "while time.monotonic() < end: pass\ntime.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 10
+    while thread_id(str(child.pid), name) is None and time.monotonic() < deadline:  # named once it has started
+        time.sleep(0.01)
+    return child
+
+
+def test_the_brokers_sweep_thread_is_found_by_its_name_and_its_cores_are_counted() -> None:
+    child = _named(SWEEP_THREAD, 600)
+    try:
+        assert thread_id(str(child.pid), SWEEP_THREAD) == str(child.pid)  # the main thread's id is the pid
+        assert thread_id(str(child.pid), "pulsar-io-4-1") is None
+        with CpuSampler(str(child.pid)) as cpu:
+            time.sleep(0.6)
+    finally:
+        child.kill()
+        child.wait()
+    got = cpu.over(cpu.samples[0][0], cpu.samples[-1][0])
+    assert got is not None and 0.5 < got["sweep_cores"] <= got["broker_cores"] + 0.05
+    # a process without that thread: no sweep figure
+    with CpuSampler(str(os.getpid())) as mine:
+        time.sleep(0.1)
+    assert mine.over(mine.samples[0][0], mine.samples[-1][0])["sweep_cores"] is None  # type: ignore[index]
+
+
+def test_a_run_waits_for_a_busy_sweep_thread_and_not_for_an_idle_one() -> None:
+    busy = _named(SWEEP_THREAD, 1.2)
+    stuck = _named(SWEEP_THREAD, 600)
+    idle = _named(SWEEP_THREAD, 0)
+    try:
+        waited = await_sweep_idle(str(busy.pid))
+        assert waited is not None and waited > 0.2  # it spun about another second
+        assert await_sweep_idle(str(busy.pid)) == 0.0  # now idle: no wait
+        assert await_sweep_idle(str(idle.pid)) == 0.0
+        gave_up = await_sweep_idle(str(stuck.pid), limit_s=0.5)  # still busy at the limit: the run goes ahead
+        assert gave_up is not None and gave_up >= 0.5
+    finally:
+        for child in (busy, stuck, idle):
+            child.kill()
+            child.wait()
+    assert await_sweep_idle(None) is None  # no broker pid
+    assert await_sweep_idle(str(os.getpid())) is None  # no sweep thread

@@ -104,7 +104,7 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
          issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
          store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None, repeated: int | None = None,
-         only: str | None = None) -> None:
+         only: str | None = None, sweep_wait_s: dict[str, float | None] | None = None) -> None:
     """A result set of v4 and v5 (``only``: of that design) as bench.replay.runner (model) or
     bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``."""
     both = ("v4", "v5") if broker else ("v4", "v5-shipped")
@@ -128,7 +128,8 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
                       "wall_seconds": 1.0, **({"pacing": pacing, "pulsar": {"version": "5.0.0-M1"}, "max_lag_us": lag_us,
                                                "rates": {"committed_txns_per_s": None,
                                                          **({"max_issue_lag_us": issue_lag_us} if issue_lag_us is not None else {})},
-                                               **({"cpu": cpu[lab]} if cpu and lab in cpu else {})}
+                                               **({"cpu": cpu[lab]} if cpu and lab in cpu else {}),
+                                               **({"sweep_wait_s": sweep_wait_s[lab]} if sweep_wait_s else {})}
                                             if broker else {})}
                 for lab in labels}
         manifest = {"trace": {"path": str(trace), "rows": 4, "profile": "hand", "seed": "1",
@@ -294,17 +295,49 @@ def test_the_section_says_who_used_the_cores_in_the_asap_runs(tmp_path: Path) ->
               "v5": {"span_ms": 900.0, "cores": 2, "machine_busy_cores": 1.8, "broker_cores": 1.2}})
     _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
-    assert dict(v.saturation_cpu) == {"v4": ((1.9, 0.4), None), "v5": ((1.8, 1.2), None)}
+    # sets written before the sweep thread was read: its cores and wait are None
+    assert dict(v.saturation_cpu) == {"v4": ((1.9, 0.4, None, None), None), "v5": ((1.8, 1.2, None, None), None)}
     assert v.cores == 2
-    assert v.to_json()["broker_saturation_cpu"]["v4"] == [{"machine_busy_cores": 1.9, "broker_cores": 0.4}, None]
+    assert v.to_json()["broker_saturation_cpu"]["v4"] == [{"machine_busy_cores": 1.9, "broker_cores": 0.4,
+                                                           "sweep_cores": None, "sweep_wait_s": None}, None]
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
                tmp_path / "rep").markdown.read_text()
     assert "Cores in use over the txn phase of each asap run, the machine's busy (the broker process's) of its 2: " \
            "v4 1.9 (0.4), -; v5 1.8 (1.2), -." in md
     assert "In v4 the machine was near full and the broker used under half of it" in md  # v5's broker had 2/3
+    assert "sweep thread" not in md  # no run recorded it
     # sets without CPU records say nothing of it
     none = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap2")])
     assert none.saturation_cpu == () and none.to_json()["broker_saturation_cpu"] == {}
+
+
+def test_the_section_says_what_the_brokers_v5_sweep_took_of_each_run_and_how_long_runs_waited_for_it(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    run = lambda sweep: {"span_ms": 900.0, "cores": 2, "machine_busy_cores": 1.5, "broker_cores": 1.0,  # noqa: E731
+                         "sweep_cores": sweep}
+    # at the trace's pace: v4 waited 61.5 s for a GC sweep to end, v5 none; the second asap run's
+    # v5 had the sweep start inside its txn phase (0.9 of a core), after waiting 0.25 s itself
+    _set(tmp_path / "broker", trace, broker=True, cpu={"v4": run(0.0), "v5": run(0.0)},
+         sweep_wait_s={"v4": 61.5, "v5": 0.0})
+    _set(tmp_path / "asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         cpu={"v4": run(0.0), "v5": run(0.01)}, sweep_wait_s={"v4": 0.0, "v5": 0.0})
+    _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         cpu={"v4": run(0.0), "v5": run(0.9)}, sweep_wait_s={"v4": 0.0, "v5": 0.25})
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
+    assert dict(v.broker_cpu) == {"v4": (1.5, 1.0, 0.0, 61.5), "v5": (1.5, 1.0, 0.0, 0.0)}
+    assert dict(v.saturation_cpu)["v5"] == ((1.5, 1.0, 0.01, 0.0), (1.5, 1.0, 0.9, 0.25))
+    doc = v.to_json()
+    assert doc["broker_cpu"]["v4"] == {"machine_busy_cores": 1.5, "broker_cores": 1.0, "sweep_cores": 0.0,
+                                       "sweep_wait_s": 61.5}
+    assert doc["broker_saturation_cpu"]["v5"][1]["sweep_cores"] == 0.9
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
+               tmp_path / "rep").markdown.read_text()
+    assert ("in cores over each run's txn phase: at the trace's pace v4 0, v5 0; asap v4 0, 0; v5 0.01, 0.9. "
+            "Each run first waited for it to idle: 62 s in all, before 2 of 6 runs.") in md
+    # a set whose runs found no sweep thread (a broker without the v5 coordinator) says nothing of it
+    _set(tmp_path / "plain", trace, broker=True, cpu={"v4": {**run(None)}, "v5": {**run(None)}})
+    assert "sweep thread" not in build([tmp_path / "model", tmp_path / "plain"], tmp_path / "rep2").markdown.read_text()
 
 
 def test_the_section_says_how_often_the_asap_runs_replayed_the_rows_and_flags_short_phases(tmp_path: Path) -> None:
