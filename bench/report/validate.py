@@ -438,7 +438,7 @@ class Validation:
     # validate --calibrate: the model's profile measured on this broker before its measured runs,
     # its saturation trace's rates then and again after them (bench.calibrate.in_session)
     calibration: Mapping[str, Any] | None = None
-    broker_cpu: tuple[tuple[str, RunCpu | None], ...] = ()  # per design, the run at the trace's pace's
+    broker_cpu: tuple[tuple[str, RunCpu | None], ...] = ()  # per design, its run at the trace's pace
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
