@@ -168,6 +168,8 @@ def pulsar_replay(trace: str | Path, designs: list[str], target: PulsarTarget, o
                     histories[d] = runs[-1].history
                 # the client's own events, as read: the evidence behind every number of the run
                 shutil.copyfile(scratch / f"events-{d}.jsonl", writer.dir / f"pulsar-events-{d}.jsonl")
+                # and its JVM's log: the Pulsar client's warnings (why it closed a connection, for one)
+                shutil.copyfile(scratch / f"client-{d}.log", writer.dir / f"pulsar-client-{d}.log")
             extras = {r.cfg.label: r.extra for r in runs}
             finish_results(writer, [(r.cfg, r.result) for r in runs], manifest,  # type: ignore[misc]
                            extra_run=lambda res: extras[res.label])

@@ -105,6 +105,8 @@ def test_sample_prefix_agrees_with_the_models(tmp_path: Path, target: PulsarTarg
         assert run["target"] == "pulsar" and run["config"]["engine"] == design
         # the options the client's JVM reports it was started with: the launcher's (C1 only)
         assert set(JVM_OPTIONS) <= set(run["pulsar"]["client"]["client"]["jvm_options"].split()), run["pulsar"]["client"]
+        # the client's JVM log is kept beside its events (the Pulsar client's warnings)
+        assert (broker / f"pulsar-client-{design}.log").is_file() and (broker / f"pulsar-events-{design}.jsonl").is_file()
         a = agreement(tmp_path / "model", labels[design], broker, design)
         assert a.delivered_pairs[0] > 50
         assert a.delivered_equal, (design, a.only_model, a.only_broker)
