@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from engine.errors import BackendUnavailable, ConfigError, TraceError
 from bench.pulsar.target import PulsarTarget
@@ -26,6 +26,29 @@ MAIN_CLASS = "txnbench.client.TraceClient"
 # new-txn p99 on omb-slow-2000 was 18.6-60.9 ms (v5) and 11.6-22.4 (v4) with C2, 11.5-11.8 and
 # 6.8 with C1 (2026-11-27; datasets/validation/README.md, "The trace client's own JIT").
 JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# Pulsar client warnings in the program's log that tell of trouble its events do not name, by the
+# run's count key. An out-of-order receipt (a producer's later send acknowledged first): the client
+# closes its connection on it (ProducerImpl.ackReceived), failing every op in flight there with
+# ConnectException; seen 8-20 ms after a topic's TopicTransactionBuffer flushed the txn publishes
+# it held during its first snapshot (2026-11-27, datasets/validation/README.md)
+LOG_WARNINGS = {"Got ack for msg with unexpected sequence id": "client_warnings.out_of_order_receipt"}
+
+
+def log_warnings(log: Path, namespaces: Iterable[str]) -> dict[str, int]:
+    """Per :data:`LOG_WARNINGS` count key, the program log's warnings of that kind on a topic of
+    ``namespaces`` (the measured rows'; a warm-up's run in a namespace of their own); keys
+    without one are left out, as is a log that is missing."""
+    marks = [f"://{ns}/" for ns in namespaces]
+    out: dict[str, int] = {}
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        for text, key in LOG_WARNINGS.items():
+            if text in line and any(m in line for m in marks):
+                out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _script(*args: str, timeout: float = 600) -> str:

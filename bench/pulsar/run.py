@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.replay.measure import peak_rss_mb
-from bench.pulsar.client import run_client
+from bench.pulsar.client import log_warnings, run_client
 from bench.pulsar.cpu import CpuSampler, await_sweep_idle, broker_pid, txn_phase
 from bench.pulsar.fold import EventFold
 from bench.pulsar.metrics import Snapshot
@@ -95,6 +95,7 @@ def run_design(trace: str | Path, mapped: MappedRows, target: PulsarTarget, scra
     counts.update({"events." + op: n for op, n in mapped.ops.items()})
     for k, v in before.counts(sorted(mapped.namespaces)).items():
         counts[k] = counts.get(k, 0) + v
+    counts.update(log_warnings(scratch / f"client-{design}.log", mapped.namespaces))
     cfg = PulsarRunConfig(engine=design, service_url=target.service_url, admin_url=target.admin_url,
                           pacing=target.pacing, drain_ms=target.drain_ms, quiet_ms=target.quiet_ms)
     result = RunResult(label=design, deliveries=folded.deliveries, txns=folded.txns, counts=dict(sorted(counts.items())),

@@ -377,6 +377,9 @@ def _by_design(rs: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+OUT_OF_ORDER = "client_warnings.out_of_order_receipt"  # bench.pulsar.client.LOG_WARNINGS
+
+
 # a broker run's cores over its txn phase (bench.pulsar.cpu): the machine's busy ones, the broker
 # process's, of those the v5 coordinator's sweep thread's (None: not recorded), and the seconds the
 # run waited first for that thread to idle (None: no such thread, or not recorded)
@@ -439,6 +442,9 @@ class Validation:
     # its saturation trace's rates then and again after them (bench.calibrate.in_session)
     calibration: Mapping[str, Any] | None = None
     broker_cpu: tuple[tuple[str, RunCpu | None], ...] = ()  # per design, its run at the trace's pace
+    # per design, in each asap run: the receipts the client got out of order and closed its
+    # connection on (client_warnings.out_of_order_receipt, from its log: bench.pulsar.client)
+    saturation_reorders: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -470,6 +476,7 @@ class Validation:
                                                                          "warm_up_txns": dict(self.broker_state[2])},
                 "broker_failed_ops": {d: dict(f) for d, f in self.broker_failures},
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
+                "broker_saturation_out_of_order_receipts": {d: list(n) for d, n in self.saturation_reorders},
                 "broker_mean_put_us": dict(self.broker_put_us),
                 "broker_saturation_mean_put_us": {d: list(n) for d, n in self.saturation_put_us},
                 "broker_saturation_cpu": {d: [_cpu_json(c) for c in n] for d, n in self.saturation_cpu},
@@ -565,6 +572,7 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     sat_sets = [saturation] if isinstance(saturation, dict) else list(saturation or [])
     runs: dict[str, list[float]] = {}
     sat_failed: dict[str, list[int]] = {}
+    sat_reorder: dict[str, list[int]] = {}
     sat_put: dict[str, list[float | None]] = {}
     sat_cpu: dict[str, list[RunCpu | None]] = {}
     cores = None
@@ -576,6 +584,7 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
             repeats.setdefault(d, int(rs["manifest"].get("trace", {}).get("repeated") or 1))
             before.setdefault(d, []).append(txns_before(rs, lab))
             sat_failed.setdefault(d, []).append(sum(failed_ops(rs, lab).values()))
+            sat_reorder.setdefault(d, []).append(int(rs["counts"].get(lab, {}).get(OUT_OF_ORDER, 0)))
             sat_put.setdefault(d, []).append(mean_put_us(rs["counts"].get(lab, {})))
             cpu = rs["manifest"]["runs"][lab].get("cpu")
             sat_cpu.setdefault(d, []).append(run_cpu(rs["manifest"]["runs"][lab]))
@@ -609,7 +618,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       (model_history(model), next((h for h in map(model_history, rated_sets if model_saturation is not None
                                                                      else []) if h is not None), None)),
                       model["manifest"].get("validate", {}).get("calibration"),
-                      tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())))
+                      tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())),
+                      tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)))
 
 
 def model_history(rs: dict[str, Any]) -> int | None:
@@ -823,6 +833,13 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         notes.append("Operations failed in the broker's asap runs, run by run: "
                      + "; ".join(f"{d} " + ", ".join(map(str, n)) for d, n in sat_failed)
                      + ": a run with failures is a rate of that run's trouble as much as of the broker.")
+    if v.saturation_reorders:
+        notes.append("Receipts the trace client got out of order in the broker's asap runs (a producer's later send "
+                     "acknowledged first), run by run: "
+                     + "; ".join(f"{d} " + ", ".join(map(str, n)) for d, n in v.saturation_reorders)
+                     + " (pulsar-client-*.log). The client closes its connection on each (ProducerImpl.ackReceived), "
+                     "failing the ops in flight on it; they came just after a topic's transaction buffer flushed the "
+                     "publishes it held during its first snapshot (datasets/validation/README.md).")
     dups = [(d, n) for d, n in v.duplicates if n]
     if dups:
         notes.append("The broker delivered " + ", ".join(f"{n} (subscription, msg) pairs more than once on {d}" for d, n in dups)

@@ -311,6 +311,25 @@ def test_the_section_says_who_used_the_cores_in_the_asap_runs(tmp_path: Path) ->
     assert none.saturation_cpu == () and none.to_json()["broker_saturation_cpu"] == {}
 
 
+def test_the_section_counts_the_receipts_the_client_got_out_of_order_in_each_asap_run(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    _set(tmp_path / "model", trace, broker=False)
+    _set(tmp_path / "broker", trace, broker=True)
+    # the first asap run's client closed its connection on two out-of-order receipts, the second on none
+    _set(tmp_path / "asap", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         store={"client_warnings.out_of_order_receipt": 2})
+    _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
+    assert dict(v.saturation_reorders) == {"v4": (2, 0), "v5": (2, 0)}
+    assert v.to_json()["broker_saturation_out_of_order_receipts"] == {"v4": [2, 0], "v5": [2, 0]}
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
+               tmp_path / "rep").markdown.read_text()
+    assert "acknowledged first), run by run: v4 2, 0; v5 2, 0 (pulsar-client-*.log)" in md
+    # none anywhere: nothing said, an empty mapping
+    quiet = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap2")])
+    assert quiet.saturation_reorders == () and quiet.to_json()["broker_saturation_out_of_order_receipts"] == {}
+
+
 def test_the_section_says_what_the_brokers_v5_sweep_took_of_each_run_and_how_long_runs_waited_for_it(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     _set(tmp_path / "model", trace, broker=False)
