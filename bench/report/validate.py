@@ -838,8 +838,9 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      "acknowledged first), run by run: "
                      + "; ".join(f"{d} " + ", ".join(map(str, n)) for d, n in v.saturation_reorders)
                      + " (pulsar-client-*.log). The client closes its connection on each (ProducerImpl.ackReceived), "
-                     "failing the ops in flight on it; they came just after a topic's transaction buffer flushed the "
-                     "publishes it held during its first snapshot (datasets/validation/README.md).")
+                     "failing the ops in flight on it. On 2026-11-27 each came 8-20 ms after that topic's transaction "
+                     "buffer flushed the txn publishes it held during its first snapshot; how the broker reorders them "
+                     "is not established (datasets/validation/README.md).")
     dups = [(d, n) for d, n in v.duplicates if n]
     if dups:
         notes.append("The broker delivered " + ", ".join(f"{n} (subscription, msg) pairs more than once on {d}" for d, n in dups)
