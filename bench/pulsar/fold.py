@@ -36,6 +36,7 @@ class _Txn:
     label: str
     opened: bool | None = None  # None: new_txn not answered
     opened_us: int | None = None  # when the client issued new_txn
+    answered_us: int | None = None  # when its answer came back (ok or not)
     requested_us: int | None = None
     action: str | None = None
     end_us: int | None = None
@@ -189,7 +190,7 @@ class EventFold:
         txn_label = ev.get("txn")
         if op == "new_txn":
             txn = self._txn(str(txn_label))
-            txn.opened, txn.opened_us = ok, start
+            txn.opened, txn.opened_us, txn.answered_us = ok, start, end
             if ok:
                 self._count("txns.started")
                 self.hist.record("new_txn_us", end - start)
@@ -270,7 +271,7 @@ class EventFold:
                 self.hist.record("time_to_first_dispatch_after_crash_us", min(after) - crash)
 
         txns: dict[str, list[Any]] = {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us",
-                                                      "messages", "opened_ts_us")}
+                                                      "messages", "opened_ts_us", "new_txn_answered_ts_us")}
         aborted: set[str] = set()
         for txn in self.txns.values():
             if txn.opened is False:
@@ -301,6 +302,7 @@ class EventFold:
             txns["commit_requested_ts_us"].append(txn.requested_us)
             txns["messages"].append(len(txn.msgs))
             txns["opened_ts_us"].append(txn.opened_us)
+            txns["new_txn_answered_ts_us"].append(txn.answered_us)
         self.counts["undelivered_at_end"] = sum(
             1 for msg, p in self.pubs.items()
             if msg not in first and p.topic in self.subscribed and (p.txn is None or p.txn not in aborted))

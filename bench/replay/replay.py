@@ -110,6 +110,7 @@ class _Txn:
     sends_done_us: int = 0  # virtual time: when its last publish is answered (its END_TXN waits)
     end_waiting: bool = False  # a commit or abort row waits for its sends (_end_after_sends)
     open_us: int = 0  # virtual time: when new_txn's answer is back (its ops wait for it)
+    answered_us: int | None = None  # when new_txn's answer came back (txns.parquet new_txn_answered_ts_us)
     gated: int = 0  # its publishes and acks not issued yet (waiting for open_us, or for its topic)
     end_row: tuple[Event, TxnAction] | None = None  # its commit or abort row, waiting for those
 
@@ -314,6 +315,7 @@ class Replayer:
         txn.id = self.broker.new_txn(timeout_ms)
         took_us = 0 if self._wall else self.broker.last_new_txn_us  # wall time: answered on return
         txn.open_us = now + took_us
+        txn.answered_us = self.sched.now_us() if self._wall else txn.open_us
         self.hist.record("new_txn_us", took_us)
         if self._bound is not None:
             heapq.heappush(self._answers, txn.open_us)
@@ -882,6 +884,7 @@ class Replayer:
         rows["commit_requested_ts_us"].append(txn.end_requested_us)
         rows["messages"].append(txn.published)
         rows["opened_ts_us"].append(txn.opened_us)
+        rows["new_txn_answered_ts_us"].append(txn.answered_us)
         if self._txn_sink is not None and len(rows["txn"]) >= self._sink_rows:
             self._txn_sink(rows)
             self._txn_rows = _empty_txns()
@@ -944,5 +947,5 @@ def _empty_deliveries() -> dict[str, list[Any]]:
 
 def _empty_txns() -> dict[str, list[Any]]:
     return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages",
-                            "opened_ts_us")}
+                            "opened_ts_us", "new_txn_answered_ts_us")}
 

@@ -35,6 +35,7 @@ TXN_SCHEMA = pa.schema(
         ("engine", pa.string()), ("txn", pa.string()), ("outcome", pa.string()),
         ("end_ts_us", pa.int64()), ("visible_ts_us", pa.int64()),
         ("commit_requested_ts_us", pa.int64()), ("messages", pa.int64()), ("opened_ts_us", pa.int64()),
+        ("new_txn_answered_ts_us", pa.int64()),
     ]
 )
 FILES = ("deliveries.parquet", "txns.parquet", "counts.json", "latency.json", "recovery.json", "manifest.json",

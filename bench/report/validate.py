@@ -34,6 +34,8 @@ import pyarrow.parquet as pq
 
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
+from bench.report.new_txn_modes import NewTxnModes, new_txn_modes
+from bench.report.new_txn_modes import note as modes_note
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
@@ -445,6 +447,9 @@ class Validation:
     # per design, in each asap run: the receipts the client got out of order and closed its
     # connection on (client_warnings.out_of_order_receipt, from its log: bench.pulsar.client)
     saturation_reorders: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # per design, the new-txns of the model's run and of the broker's at the trace's pace in two
+    # kinds: behind one of the client's end-txns or not (None: the run recorded no answer times)
+    new_txn_modes: tuple[tuple[str, NewTxnModes | None, NewTxnModes | None], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -484,6 +489,8 @@ class Validation:
                 "cores": self.cores, "saturation_repeat": dict(self.saturation_repeat),
                 "broker_saturation_span_ms": None if self.saturation_span_ms is None else list(self.saturation_span_ms),
                 "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
+                "new_txn_modes": {d: {"model": None if m is None else m.to_json(),
+                                      "broker": None if b is None else b.to_json()} for d, m, b in self.new_txn_modes},
                 "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
                 "calibration": None if self.calibration is None else dict(self.calibration),
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
@@ -619,7 +626,9 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                                                                      else []) if h is not None), None)),
                       model["manifest"].get("validate", {}).get("calibration"),
                       tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())),
-                      tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)))
+                      tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)),
+                      tuple((d, new_txn_modes(_txns(model, mlab[d])), new_txn_modes(_txns(broker, blab[d])))
+                            for d in ("v4", "v5") if d in mlab and d in blab))
 
 
 def model_history(rs: dict[str, Any]) -> int | None:
@@ -864,6 +873,10 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         metric = next(m for lab, m in LATENCY_OPS if lab == label)
         notes.append(f"{design} {label} missed ({'; '.join(pcts)}): the model bills "
                      f"{BILLED.get(design, {}).get(metric, 'no modelled cost')}.")
+        if metric == "new_txn_us":
+            kinds = next((modes_note(design, m, b) for d, m, b in v.new_txn_modes if d == design), "")
+            if kinds:
+                notes.append(kinds)
     troubled = {d for d, f in failed}
     for c in v.checks:
         if c.verdict == "differs":

@@ -109,6 +109,8 @@ def test_deliveries_keep_the_trace_names_and_counts_add_up() -> None:
     # one commit, answered at 3000 µs, over the txn phase from t0's new_txn issued at 20 µs
     assert r.rates["committed_txns_per_s"] == round(1 / 0.00298, 1)
     assert dict(zip(r.txns["txn"], r.txns["opened_ts_us"])) == {"t0": 20, "t1": 3100, "t2": 4600, "t3": 4800}
+    # and heard new_txn's answer: the op's end
+    assert dict(zip(r.txns["txn"], r.txns["new_txn_answered_ts_us"])) == {"t0": 60, "t1": 3200, "t2": 4700, "t3": 4900}
 
 
 def test_the_history_feeds_the_projects_checker() -> None:

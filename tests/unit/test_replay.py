@@ -145,3 +145,17 @@ def test_a_message_a_txn_acked_before_its_delivery_is_never_delivered(tmp_path: 
         assert counts["deliveries"] == 1, engine  # m2 only
         assert counts["undelivered_at_end"] == 1, engine  # m1: its one subscription took the txn ack first
         assert counts["txns.committed"] == 2, engine
+
+
+def test_txns_record_when_new_txn_was_answered(tmp_path: Path) -> None:
+    # v4's new_txn: rpc + the coordinator's log append + rpc, 1 400 after its issue at 10 µs;
+    # v5's is what latency.json measured for its one new_txn
+    rows = [{"ts_us": 10, "op": "new_txn", "txn": "t1"},
+            {"ts_us": 20, "op": "publish", "topic": T, "msg": "m0", "size": 1, "txn": "t1"},
+            {"ts_us": 100, "op": "commit", "txn": "t1"}]
+    trace = write(tmp_path / "t.parquet", rows)
+    v4 = Replayer(RunConfig(engine="v4")).run(read_events(trace))
+    assert (v4.txns["opened_ts_us"], v4.txns["new_txn_answered_ts_us"]) == ([10], [10 + 1_400])
+    v5 = Replayer(RunConfig(engine="v5")).run(read_events(trace))
+    took = v5.txns["new_txn_answered_ts_us"][0] - v5.txns["opened_ts_us"][0]
+    assert took == v5.latency["new_txn_us"]["sum_us"] and took > 1_400  # the sequence CAS and the header create

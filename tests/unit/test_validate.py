@@ -13,6 +13,7 @@ from bench.replay.measure import Histograms
 from bench.report.report import build
 from bench.replay.results import load, result_dir
 from bench.replay.measure import committed_rate
+from bench.report.new_txn_modes import NewTxnModes
 from bench.report.validate import (GOALS, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
 from bench.pulsar.validate_run import model_latency
@@ -104,9 +105,12 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
          end_txn_p50: tuple[int, int] = (5000, 5000), appends: int = 4, meta_reads: int = 40, lag_us: int = 7,
          issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
          store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None, repeated: int | None = None,
-         only: str | None = None, sweep_wait_s: dict[str, float | None] | None = None) -> None:
+         only: str | None = None, sweep_wait_s: dict[str, float | None] | None = None,
+         v5_txns: list[tuple[int, int, int, int]] | None = None) -> None:
     """A result set of v4 and v5 (``only``: of that design) as bench.replay.runner (model) or
-    bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``."""
+    bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``, its
+    new_txn answered at 50 µs; ``v5_txns``: v5's committed txns instead, each (new_txn issued,
+    answered, commit issued, answered), with their new_txn latencies."""
     both = ("v4", "v5") if broker else ("v4", "v5-shipped")
     labels = tuple(lab for lab in both if only is None or lab.startswith(only))
     ends = tuple(e for lab, e in zip(both, ends) if lab in labels)
@@ -138,12 +142,18 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
             manifest["target"] = {"kind": "pulsar", "version": "5.0.0-M1", "pacing": pacing}
             if state is not None:
                 manifest["validate"] = {"broker": state}
-        w.finish(counts=counts, recovery=[],
-                 latency={lab: _latency({"end_txn_us": [p50] * 98 + [2 * p50] * 2}) for lab, p50 in zip(labels, end_txn_p50)},
-                 txns={"engine": list(labels), "txn": ["t0"] * len(labels), "outcome": ["committed"] * len(labels),
-                       "end_ts_us": list(ends), "visible_ts_us": [e + 10 for e in ends],
-                       "commit_requested_ts_us": [e - 100 for e in ends], "messages": [1] * len(labels),
-                       "opened_ts_us": [0] * len(labels)},
+        latency = {lab: _latency({"end_txn_us": [p50] * 98 + [2 * p50] * 2}) for lab, p50 in zip(labels, end_txn_p50)}
+        # (engine, txn, new_txn issued, answered, commit issued, answered)
+        rows = [(lab, "t0", 0, 50, e - 100, e) for lab, e in zip(labels, ends)]
+        if v5_txns is not None:
+            v5 = labels[-1]
+            rows = [r for r in rows if r[0] != v5] + [(v5, f"t{i}", *t) for i, t in enumerate(v5_txns)]
+            latency[v5] = _latency({"end_txn_us": [5000] * 100, "new_txn_us": [b - a for a, b, _, _ in v5_txns]})
+        w.finish(counts=counts, recovery=[], latency=latency,
+                 txns={"engine": [r[0] for r in rows], "txn": [r[1] for r in rows], "outcome": ["committed"] * len(rows),
+                       "end_ts_us": [r[5] for r in rows], "visible_ts_us": [r[5] + 10 for r in rows],
+                       "commit_requested_ts_us": [r[4] for r in rows], "messages": [1] * len(rows),
+                       "opened_ts_us": [r[2] for r in rows], "new_txn_answered_ts_us": [r[3] for r in rows]},
                  manifest=manifest)
 
 
@@ -189,6 +199,31 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["validation"]["saturation"] == str(tmp_path / "asap")
     assert len(summary["validation"]["checks"]) == len(v.checks)
+
+
+def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    # the broker: t1-t3 wait behind t0's long end-txn (10 ms each), t0 and t4 do not (2 ms): p50 10 ms
+    _set(tmp_path / "broker", trace, broker=True, v5_txns=[
+        (0, 2_000, 3_000, 50_000), (5_000, 15_000, 60_000, 61_000), (6_000, 16_000, 62_000, 63_000),
+        (7_000, 17_000, 64_000, 65_000), (70_000, 72_000, 73_000, 74_000)])
+    # the model: each kind 5 % slower, but t3 comes after t0's end: two behind, three not, p50 2.1 ms
+    _set(tmp_path / "model", trace, broker=False, v5_txns=[
+        (0, 2_100, 3_000, 50_000), (5_000, 15_500, 60_000, 61_000), (6_000, 16_500, 62_000, 63_000),
+        (51_000, 53_100, 64_000, 65_000), (70_000, 72_100, 73_000, 74_000)])
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
+    assert {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}["new-txn p50"] == "missed"
+    kinds = {d: (m, b) for d, m, b in v.new_txn_modes}
+    assert kinds["v5"] == (NewTxnModes(5, 2, 10_500, 2_100), NewTxnModes(5, 3, 10_000, 2_000))
+    assert kinds["v4"] == (NewTxnModes(1, 0, None, 50), NewTxnModes(1, 0, None, 50))
+    rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
+    md = rep.markdown.read_text()
+    assert ("v5 new-txn by kind: 3 of the broker's 5 new-txns overlapped one of the client's end-txns (2 of 5 in "
+            "the model). Their median was 10,000 µs at the broker and 10,500 in the model (+5%); the others' was "
+            "2,000 and 2,100 (+5%)") in md
+    assert "v4 new-txn by kind" not in md  # v4's new-txn rows have no broker latency here: nothing missed
+    doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["new_txn_modes"]
+    assert doc["v5"]["broker"] == {"new_txns": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "rest_p50_us": 2_000}
 
 
 def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:
