@@ -248,6 +248,15 @@ class MeteredTxnRecords(TxnRecords):
         for _ in participants:
             self._bill_sequence_append()
 
+    def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
+                                     state: TxnStatus) -> Callable[[], None]:
+        """Billed now as :meth:`put_participant_events` (so the thread making them is held for
+        them from here, before any request that arrives later); the events are written by the
+        returned call."""
+        for _ in participants:
+            self._bill_sequence_append()
+        return lambda: self.inner.put_participant_events(participants, txn, state)
+
     def _bill_sequence_append(self) -> None:
         """One put on a store with native sequence keys (Oxia); elsewhere
         ``AbstractMetadataStore.putWithSequenceKeysCompat`` (L725-765): the counter's GET and

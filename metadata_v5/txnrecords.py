@@ -255,6 +255,13 @@ class TxnRecords(ABC):
         or ``/txn/subscription-events/<seg>:<sub>-<seq>``, fanOutEvents L475-508), one store batch
         per participant, issued at once. Never deleted."""
 
+    def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
+                                     state: TxnStatus) -> Callable[[], None]:
+        """:meth:`put_participant_events` with its effect left to the returned call: the metered
+        port bills the puts now, where the caller's thread makes them, and the events land when
+        the caller says (nothing to bill here)."""
+        return lambda: self.put_participant_events(participants, txn, state)
+
     @abstractmethod
     def watch_participant_events(self, segment: str, subscription: str | None, owner: object,
                                  listener: Callable[[], None]) -> None:

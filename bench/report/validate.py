@@ -82,7 +82,9 @@ BILLED: dict[str, dict[str, str]] = {
     "v5": {
         "new_txn_us": "rpc + the request's handling (coordinator.v5) + the sequence key (meta.read + meta.cas) + the "
                       "header create (meta.write) + rpc back; "
-                      "the writes queue for the profile's metadata service time when the profile has one",
+                      "the writes queue for the profile's metadata service time when the profile has one, behind "
+                      "whatever the connection's thread holds (an END_TXN's whole chain of store calls on the "
+                      "emulated store)",
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has queued "
                           "(capacity.IO_THREAD), plus the op-record write (emulated sequence key: meta.read + meta.cas "
                           "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration "
@@ -94,7 +96,8 @@ BILLED: dict[str, dict[str, str]] = {
                       "fan-out: meta.list + a meta.read per op record the emulated scan fetches, and the events "
                       "(emulated sequence key: meta.read + meta.cas + meta.write) right after the CAS, then rpc back; "
                       "its writes queue in arrival order on the broker's IO thread, each holding it for the "
-                      "profile's metadata service time when the profile has one",
+                      "profile's metadata service time when the profile has one, the whole chain before any "
+                      "request that arrives after it",
         "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
                                 "op record scanned, meta.write of the deletes) and the dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "

@@ -6,6 +6,7 @@ not in the PIP design."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -247,6 +248,39 @@ def test_coordinator_restart_between_cas_and_fan_out_leaves_the_commit_unseen() 
     # the buffer never hears of it: y stays pinned (the checker calls a committed txn's entry that
     # never arrives a lost write) until another event on the segment or the GC's repair
     assert found["shipped"][0] == [] and found["shipped"][1]["lost_write"] == 1
+
+
+def test_a_new_txn_arriving_during_an_end_txn_waits_for_its_whole_chain_on_an_emulated_store(tmp_path: Path) -> None:
+    """On RocksDB every store call of END_TXN completes on the connection's thread: the reads,
+    the CAS, listOpsByTxn and each participant's event put run there one after another
+    (TransactionCoordinatorV5 L431-508), so a new-txn that arrives meanwhile is answered after
+    that END_TXN is (the broker did so for 85 of 107 such new-txns over three validation sets,
+    2026-11-27), not in between its scan and its events."""
+    from bench.calibrate.saturation import _metadata
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+    from engine.profile import LatencyProfile
+    from tests.unit.test_trace import write
+
+    topics = [f"persistent://public/default/t-{i}" for i in range(8)]
+    rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
+    rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
+    rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
+             for i, tp in enumerate(topics)]
+    rows += [{"ts_us": 100_000, "op": "commit", "txn": "a"}, {"ts_us": 100_500, "op": "new_txn", "txn": "b"},
+             {"ts_us": 200_000, "op": "commit", "txn": "b"}]
+    profile = LatencyProfile.constants()
+    latency = profile.to_latency_model(1).with_resources({"metadata": _metadata(800)})
+    config = next(c for c in model_configs(latency, profile) if c.engine == "v5")  # the emulated store
+    txns = Replayer(config).run(read_events(write(tmp_path / "t.parquet", rows))).txns
+    got = {t: (o, a, e) for t, o, a, e in zip(txns["txn"], txns["opened_ts_us"], txns["new_txn_answered_ts_us"],
+                                              txns["end_ts_us"])}
+    a_ended = got["a"][2]
+    assert a_ended - 100_000 > 8 * 800  # a's END_TXN holds the thread for its eight events' puts at least
+    assert got["b"][1] > a_ended  # b's new-txn answered after a's END_TXN
+    alone = got["a"][1] - got["a"][0]  # a new-txn on an idle thread
+    assert got["b"][1] - got["b"][0] > alone + 8 * 800
 
 
 def test_a_conflicting_txn_ack_still_writes_its_op_record() -> None:
