@@ -59,6 +59,11 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
     assert "## Model vs broker — model vs broker" in md and "no asap run" in md
     assert not (out / "broker-asap").exists() and not (out / "broker-warm-up").exists()
     assert doc["broker_state"] == {"fresh": False, "warm_up_runs": 0, "warm_up_txns": {}}
+    # each run's new-txns in kinds, from the answer times its txns.parquet records (the broker's
+    # from the client's events): every new-txn the trace opened was answered
+    for d in ("v4", "v5"):
+        for side in ("model", "broker"):
+            assert doc["new_txn_modes"][d][side]["new_txns"] == rows[(d, "Counts", "txns committed")]["broker"]
 
 
 def _namespaces(admin_url: str) -> list[str]:
