@@ -47,38 +47,32 @@ class Resource:
     is served in arrival order (a Netty event loop's task queue), so no request takes a gap
     before one admitted earlier."""
 
-    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order", "_chained_to")
+    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order")
 
     def __init__(self, spec: ResourceSpec, in_order: bool = False) -> None:
         self.spec = spec
         # a queue served in arrival order (a thread; concurrency k: k threads taking from one
         # queue): a request starts after every one admitted before it, never in a gap before
-        # them; each slot then keeps one block, from when it was last idle. Chained calls
-        # (:meth:`_chained`) are a single thread's: they go on slot 0
+        # them; each slot then keeps one block, from when it was last idle
         self.in_order = in_order
-        self._chained_to = 0  # the end of the last chained request (:meth:`admit` ``chained``)
         self._starts: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self._ends: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self.busy_us = 0  # service time summed over requests
         self.queued_us = 0  # time requests waited for a slot, summed
         self.requests = 0
 
-    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, chained: bool = False,
-              own: bool = False) -> int:
+    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, own: bool = False) -> int:
         """A request issued at ``at_us`` taking ``latency_us`` once served: returns how long
         after ``at_us`` it completes: its wait for a slot plus its latency, or its service time
         when that is longer (the answer cannot come before the work that makes it is done: a
         profile's fitted service time can exceed a latency measured on an idle broker).
         ``now_us``: no later request is issued before it (blocks that ended by then are forgotten).
-        ``chained``: on an in-order resource, the next call of a chain whose previous call ended
-        at ``at_us`` on this thread (:meth:`_chained`). ``own``: the request holds its slot for
-        its own latency whatever the resource's service time (``ResourceSpec.latency_kinds``)."""
+        ``own``: the request holds its slot for its own latency whatever the resource's service
+        time (``ResourceSpec.latency_kinds``)."""
         service = self.spec.service_us
         if service is None or own:  # the request's own latency is the work (see ResourceSpec)
             service = latency_us
         if self.in_order:
-            if chained:
-                return self._chained(at_us, latency_us, service)
             return self._admit_in_order(at_us, latency_us, service)
         best, best_slot = -1, 0
         for k, (starts, ends) in enumerate(zip(self._starts, self._ends)):
@@ -100,17 +94,6 @@ class Resource:
         k = min(range(len(self._ends)), key=lambda j: self._ends[j][0] if self._ends[j] else 0)
         ends = self._ends[k]
         return self._queue(k, at_us, max(at_us, ends[0]) if ends else at_us, latency_us, service)
-
-    def _chained(self, at_us: int, latency_us: int, service: int) -> int:
-        """A call the thread makes right after the chain's previous one, which completed on it (a
-        RocksDB write: its callbacks run there at once), before what arrived since: it starts at
-        ``at_us`` (after other chained calls), and what is queued behind moves back by its
-        service. The requests already admitted keep their answers, each early by at most this
-        call's service (a few ms against a saturated queue's hundreds): the thread's busy time
-        is kept, its order only approximated."""
-        start = max(at_us, self._chained_to)
-        self._chained_to = start + service
-        return self._queue(0, at_us, start, latency_us, service)
 
     def _queue(self, k: int, at_us: int, start: int, latency_us: int, service: int) -> int:
         """Book ``service`` from ``start`` on in-order slot ``k``: onto its block when that is

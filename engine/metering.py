@@ -33,7 +33,7 @@ class Tab:
     ``joins`` adds its total to the enclosing tab when it closes, as one call (a unit of several
     serial calls inside a batch, or a batch inside a serial sequence)."""
 
-    __slots__ = ("us", "_meter", "_further_us", "_n", "_join", "start_us", "chained")
+    __slots__ = ("us", "_meter", "_further_us", "_n", "_join", "start_us")
 
     def __init__(self, meter: Meter | None = None, further_us: int | None = -1, join: bool = False) -> None:
         self.us = 0
@@ -42,7 +42,6 @@ class Tab:
         self._n = 0
         self._join = join
         self.start_us = 0  # when its first call is issued (for the resources' queues)
-        self.chained = False  # the rest of a chain on its thread (Meter.chained), and its inner tabs
 
     def add(self, took_us: int) -> None:
         f = self._further_us
@@ -66,8 +65,6 @@ class Tab:
         tabs = meter._tabs
         if meter._run is not None:  # only the resources' queues need to know when
             self.start_us = tabs[-1].issue_at() if self._join and tabs else meter._now()
-            if self._join and tabs:
-                self.chained = tabs[-1].chained
         tabs.append(self)
         return self
 
@@ -162,8 +159,7 @@ class Meter:
         for _ in range(times):
             lat = of(kind)
             if res is not None:
-                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat, self._now(),
-                                top is not None and top.chained, own)
+                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat, self._now(), own)
             if top is not None:
                 top.add(lat)
             took += lat
@@ -180,7 +176,7 @@ class Meter:
         top = tabs[-1] if tabs else None
         if res is not None:
             lat = res.admit(top.issue_at() if top is not None else self._now(), lat, self._now(),
-                            top is not None and top.chained, kind in res.spec.latency_kinds)
+                            kind in res.spec.latency_kinds)
         if top is not None:
             top.add(lat)
         return lat
@@ -263,15 +259,6 @@ class Meter:
         """A serial tab of its own: ``with meter.tab() as t: ...`` then wait ``t.us`` (not
         added to an enclosing tab)."""
         return Tab(self)
-
-    def chained(self) -> Tab:
-        """A serial tab of its own for the rest of a chain, run as a later step, whose previous
-        call completed on the caller's thread (a RocksdbMetadataStore write: what is chained to
-        it runs there at once): on an in-order thread its calls go right after that call, not
-        behind what arrived meanwhile (:meth:`engine.capacity.Resource.admit` ``chained``)."""
-        tab = Tab(self)
-        tab.chained = True
-        return tab
 
     def unit(self) -> Tab:
         """Serial calls that count as one call of the enclosing tab (a store call made of

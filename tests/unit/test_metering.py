@@ -293,30 +293,6 @@ def test_plain_publishes_and_deliveries_wait_for_the_io_thread(design: str) -> N
         assert late >= late_free + service and early >= early_free + service
 
 
-def test_a_chained_call_goes_right_after_its_chain_not_behind_what_arrived_since() -> None:
-    """TransactionCoordinatorV5 runs fanOutEvents right after the CAS and the scan, on the thread
-    that made them (RocksDB completes them there): the model's later step for the events goes
-    to the front of an in-order thread's queue, and what is queued behind moves back."""
-    res = Resource(ResourceSpec(service_us=100, concurrency=1), in_order=True)
-    assert res.admit(0, 10) == 100  # the chain's CAS: 0..100
-    assert res.admit(50, 10) == 150  # arrived meanwhile: 100..200
-    assert res.admit(100, 10, chained=True) == 100  # the chain goes on at 100: 100..200
-    assert res.admit(100, 10, chained=True) == 200  # and again, after it: 200..300
-    assert res.free_at(100) == 400  # everything: 4 x 100 from 0
-    assert (res.busy_us, res.requests) == (400, 4)
-    idle = Resource(ResourceSpec(service_us=100, concurrency=1), in_order=True)
-    assert idle.admit(1_000, 10, chained=True) == 100 and idle.free_at(0) == 1_100
-    m = _meter(metadata=ResourceSpec(service_us=100, concurrency=1))
-    with m.tab(), m.batch(None):  # issued at once
-        m.bill("meta.cas", "metadata", "io")  # 0..100
-        m.bill("meta.cas", "metadata", "io")  # 100..200
-    with m.chained() as rest, m.batch(None):  # issued at 0, ahead of the two
-        m.bill("meta.write", "metadata", "io")
-    with m.tab() as after:
-        m.bill("meta.write", "metadata", "io")
-    assert rest.us == 1_000 and after.us == 300 + 1_000  # the batch inside inherits the chain
-
-
 def test_the_end_txn_events_do_not_queue_behind_requests_sent_after_the_commit() -> None:
     """Shipped v5: the events follow END_TXN's CAS and scan on the IO thread at once
     (TransactionCoordinatorV5 L456-L508), so another txn's publishes sent right behind the
