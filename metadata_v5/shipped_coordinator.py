@@ -12,10 +12,10 @@ D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.
   thread, so the chain holds it from the first read to the last event's put: a request that
   arrives meanwhile waits for all of it (2026-11-27, three validation sets: the broker answered
   15 of 22, 29 of 34 and 41 of 51 new-txns that overlapped an end-txn after that end-txn's
-  answer, a median 1.6-2.6 ms after it). The events land as a step of their own, once the scan is done: a crash between the
-  CAS and the fan-out leaves the participants unaware of the decision (D8). A repeated END_TXN with the same
-  action skips the CAS and re-runs the fan-out (L439-446, D7); a lost CAS is returned to the
-  client, not retried (L456).
+  answer, a median 1.6-2.6 ms after it). The events land as a step of their own, once the scan
+  is done: a crash between the CAS and the fan-out leaves the participants unaware of the
+  decision (D8). A repeated END_TXN with the same action skips the CAS and re-runs the fan-out
+  (L439-446, D7); a lost CAS is returned to the client, not retried (L456).
 * GC (``gcFinalized`` L572-595, ``gcOneTxn`` L608-633): a finished txn with op records left gets
   its events re-published (``GcMode.REPAIR``); without, its header is deleted.
 """
