@@ -27,10 +27,11 @@ class NewTxnModes:
     behind: int  # of those, how many overlapped one of the run's end-txns
     behind_p50_us: int | None  # their median new-txn latency (None: none)
     rest_p50_us: int | None  # the others' median
+    after: int = 0  # of those behind, how many were answered after every end-txn they overlapped
 
     def to_json(self) -> dict[str, Any]:
         return {"new_txns": self.total, "behind_end_txn": self.behind, "behind_p50_us": self.behind_p50_us,
-                "rest_p50_us": self.rest_p50_us}
+                "rest_p50_us": self.rest_p50_us, "answered_after_the_end_txn": self.after}
 
 
 def _median(xs: list[int]) -> int | None:
@@ -40,8 +41,10 @@ def _median(xs: list[int]) -> int | None:
 def new_txn_modes(txns: Iterable[Mapping[str, Any]]) -> NewTxnModes | None:
     """The kinds of one run's new-txns, from its ``txns.parquet`` rows (one engine's). A new-txn
     is ``opened_ts_us`` -> ``new_txn_answered_ts_us``, an end-txn ``commit_requested_ts_us`` ->
-    ``end_ts_us``. They overlap when each began before the other ended. None when the rows have
-    no answer times (results written before that column) or no new-txn was answered."""
+    ``end_ts_us``. They overlap when each began before the other ended. ``after`` counts the
+    new-txns answered after the end-txns they overlapped were: on one thread that serves an
+    END_TXN's store calls as one chain, nearly all. None when the rows have no answer times
+    (results written before that column) or no new-txn was answered."""
     news: list[tuple[int, int]] = []
     ends: list[tuple[int, int]] = []
     for row in txns:
@@ -60,10 +63,15 @@ def new_txn_modes(txns: Iterable[Mapping[str, Any]]) -> NewTxnModes | None:
         latest.append(max(b, latest[-1]) if latest else b)
     behind: list[int] = []
     rest: list[int] = []
+    after = 0
     for issued, back in news:
         k = bisect.bisect_left(starts, back)  # the end-txns asked before this new-txn was answered
-        (behind if k and latest[k - 1] > issued else rest).append(back - issued)
-    return NewTxnModes(len(news), len(behind), _median(behind), _median(rest))
+        if k and latest[k - 1] > issued:  # the latest of those is one it overlapped
+            behind.append(back - issued)
+            after += back > latest[k - 1]
+        else:
+            rest.append(back - issued)
+    return NewTxnModes(len(news), len(behind), _median(behind), _median(rest), after)
 
 
 def _us(v: int | None) -> str:
@@ -79,7 +87,8 @@ def note(design: str, model: NewTxnModes | None, broker: NewTxnModes | None) -> 
     if model is None or broker is None:
         return ""
     return (f"{design} new-txn by kind: {broker.behind} of the broker's {broker.total} new-txns overlapped one of "
-            f"the client's end-txns ({model.behind} of {model.total} in the model). Their median was "
+            f"the client's end-txns ({model.behind} of {model.total} in the model), and {broker.after} of those were "
+            f"answered after it ({model.after} in the model). Their median was "
             f"{_us(broker.behind_p50_us)} µs at the broker and {_us(model.behind_p50_us)} in the model"
             f"{_error(model.behind_p50_us, broker.behind_p50_us)}; the others' was {_us(broker.rest_p50_us)} and "
             f"{_us(model.rest_p50_us)}{_error(model.rest_p50_us, broker.rest_p50_us)} (txns.parquet, "

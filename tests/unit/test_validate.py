@@ -203,9 +203,10 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
 
 def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
-    # the broker: t1-t3 wait behind t0's long end-txn (10 ms each), t0 and t4 do not (2 ms): p50 10 ms
+    # the broker: t1-t3 wait behind t0's end-txn (10 ms each, t3 answered after it), t0 and t4 do
+    # not (2 ms): p50 10 ms
     _set(tmp_path / "broker", trace, broker=True, v5_txns=[
-        (0, 2_000, 3_000, 50_000), (5_000, 15_000, 60_000, 61_000), (6_000, 16_000, 62_000, 63_000),
+        (0, 2_000, 3_000, 16_500), (5_000, 15_000, 60_000, 61_000), (6_000, 16_000, 62_000, 63_000),
         (7_000, 17_000, 64_000, 65_000), (70_000, 72_000, 73_000, 74_000)])
     # the model: each kind 5 % slower, but t3 comes after t0's end: two behind, three not, p50 2.1 ms
     _set(tmp_path / "model", trace, broker=False, v5_txns=[
@@ -214,16 +215,17 @@ def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: 
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}["new-txn p50"] == "missed"
     kinds = {d: (m, b) for d, m, b in v.new_txn_modes}
-    assert kinds["v5"] == (NewTxnModes(5, 2, 10_500, 2_100), NewTxnModes(5, 3, 10_000, 2_000))
+    assert kinds["v5"] == (NewTxnModes(5, 2, 10_500, 2_100), NewTxnModes(5, 3, 10_000, 2_000, after=1))
     assert kinds["v4"] == (NewTxnModes(1, 0, None, 50), NewTxnModes(1, 0, None, 50))
     rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
     md = rep.markdown.read_text()
     assert ("v5 new-txn by kind: 3 of the broker's 5 new-txns overlapped one of the client's end-txns (2 of 5 in "
-            "the model). Their median was 10,000 µs at the broker and 10,500 in the model (+5%); the others' was "
-            "2,000 and 2,100 (+5%)") in md
+            "the model), and 1 of those were answered after it (0 in the model). Their median was 10,000 µs at the "
+            "broker and 10,500 in the model (+5%); the others' was 2,000 and 2,100 (+5%)") in md
     assert "v4 new-txn by kind" not in md  # v4's new-txn rows have no broker latency here: nothing missed
     doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["new_txn_modes"]
-    assert doc["v5"]["broker"] == {"new_txns": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "rest_p50_us": 2_000}
+    assert doc["v5"]["broker"] == {"new_txns": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "rest_p50_us": 2_000,
+                                   "answered_after_the_end_txn": 1}
 
 
 def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:
