@@ -117,7 +117,7 @@ class ShippedCoordinator(CoordinatorV5):
         self._registered.pop(txn, None)
         # The events land as a later step of their own, once the scan is done: a crash before it
         # loses them (D8). The answer follows the last event's put.
-        self._sched.call_later(scanned_us, self._publish, publish)
+        self._sched.call_later(scanned_us, publish)
         if on_done is not None:
             self._sched.call_later(took.us + self._meter.took("rpc"), self._answer, on_done, txn, state)
 
@@ -152,13 +152,10 @@ class ShippedCoordinator(CoordinatorV5):
             write = self._records.put_participant_events_later(participants, txn, state)
 
         def publish() -> None:
-            write()
-            self.stats["event_writes"] += len(participants)
+            if not self._closed:  # a crash before this step loses the events (D8)
+                write()
+                self.stats["event_writes"] += len(participants)
         return publish
-
-    def _publish(self, publish: Callable[[], None]) -> None:
-        if not self._closed:
-            publish()
 
     def _answer(self, on_done: EndTxnCallback, txn: TxnID, state: TxnStatus) -> None:
         if not self._closed:
@@ -199,7 +196,7 @@ class ShippedCoordinator(CoordinatorV5):
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1
             self._registered.pop(txn, None)
-            self._sched.call_later(scanned_us, self._publish, publish)
+            self._sched.call_later(scanned_us, publish)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
     def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:

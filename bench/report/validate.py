@@ -34,8 +34,7 @@ import pyarrow.parquet as pq
 
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
-from bench.report.new_txn_modes import NewTxnModes, new_txn_modes
-from bench.report.new_txn_modes import note as modes_note
+from bench.report.new_txn_modes import NewTxnModes, new_txn_modes, note as modes_note
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
