@@ -235,6 +235,11 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     # bills it as its ``rpc`` (engine.profile), as every profile did before it existed
     "rpc.broker": 200,
     "meta.read": 300,
+    # each record an emulated store's index scan GETs, one after another (storeGet, outside the
+    # store's metrics); calibrate times it with the broker's classes (bench.calibrate.store_probe).
+    # A profile without it bills it as its ``meta.read`` (engine.profile), as every profile did
+    # before it existed
+    "meta.scan_get": 300,
     # each further read of a batch issued at once (master's recovery reads every header it finds
     # concurrently): the store's service time per op, ≈ Redis pipelined EVALSHA (61k/s here)
     "meta.pipelined": 20,

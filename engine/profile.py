@@ -4,8 +4,8 @@ A profile is one JSON file (``datasets/latency/NAME.json``; the format is the la
 contract, described in ``datasets/README.md``): ``name``, ``provenance`` (where, when and how it was
 measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_US`, each
 ``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
-``p50``; a kind of :data:`LATER_KINDS` may be left out, and so may ``rpc.broker``, then the
-profile's ``rpc``: :data:`SAME_AS`) and optional ``resources`` (``service_us`` µs
+``p50``; a kind of :data:`LATER_KINDS` may be left out, and so may ``rpc.broker`` and
+``meta.scan_get``, then the profile's ``rpc`` and ``meta.read``: :data:`SAME_AS`) and optional ``resources`` (``service_us`` µs
 or ``"latency"``, ``concurrency``, optional ``shared``, ``kinds``, ``latency_kinds``: see
 :class:`engine.clock.ResourceSpec`). A bad file is one :class:`ConfigError` naming the file and the key.
 """
@@ -30,7 +30,7 @@ CONSTANTS_NAME = "constants"
 LATER_KINDS = frozenset({"meta.list_keys", "coordinator.v4", "coordinator.v5"})
 # Kinds split from another after profiles were shipped: a profile without one bills it as the
 # kind it was split from (and writes it only when it differs, so those files read back byte for byte)
-SAME_AS = {"rpc.broker": "rpc"}
+SAME_AS = {"rpc.broker": "rpc", "meta.scan_get": "meta.read"}
 
 
 @dataclass(frozen=True)

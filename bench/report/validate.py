@@ -92,13 +92,14 @@ BILLED: dict[str, dict[str, str]] = {
                              "queued (capacity.IO_THREAD)",
         "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
                       "the request's handling (coordinator.v5), 2 meta.read (the header, twice) + meta.cas, then the "
-                      "fan-out: meta.list + a meta.read per op record the emulated scan fetches, and the events "
+                      "fan-out: meta.list + meta.list_keys per thousand keys walked + a meta.scan_get per op record the "
+                      "emulated scan fetches, and the events "
                       "(emulated sequence key: meta.read + meta.cas + meta.write) right after the CAS, then rpc back; "
                       "its writes queue in arrival order on the broker's IO thread, each holding it for the "
                       "profile's metadata service time when the profile has one, the whole chain before any "
                       "request that arrives after it",
-        "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.read per "
-                                "op record scanned, meta.write of the deletes) and the dispatcher's next read",
+        "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.scan_get "
+                                "per op record scanned, meta.write of the deletes) and the dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "
                            "after what the connection's IO thread has queued",
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish; the delivery after what the "

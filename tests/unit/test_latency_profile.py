@@ -240,15 +240,22 @@ def test_a_kind_added_later_reads_as_zero_from_a_profile_without_it_and_is_writt
 
 
 def test_a_split_kind_reads_as_the_kind_it_was_split_from_and_is_written_only_when_it_differs(tmp_path: Path) -> None:
-    """Profiles shipped before ``rpc.broker`` billed the broker's own hops as ``rpc``: they load
-    so, and write back byte for byte; a profile that measured its own reads back equal."""
+    """Profiles shipped before ``rpc.broker`` billed the broker's own hops as ``rpc``, and before
+    ``meta.scan_get`` a scan's GETs as ``meta.read``: they load so, and write back byte for byte;
+    a profile that measured its own reads back equal."""
+    from engine.profile import SAME_AS
+
     hop = {"p0": 150, "p50": 300, "p99": 900}
-    older = {k: v for k, v in _ops(rpc=hop).items() if k != "rpc.broker"}
+    read = {"p50": 21, "p90": 39, "p99": 43}
+    older = {k: v for k, v in _ops(rpc=hop, **{"meta.read": read}).items() if k not in SAME_AS}
     prof = LatencyProfile.from_json({"name": "old", "operations": older})
     assert prof.operations["rpc.broker"] == prof.operations["rpc"] == Distribution(((0.0, 150), (0.5, 300), (0.99, 900)))
+    assert prof.operations["meta.scan_get"] == prof.operations["meta.read"] == Distribution(((0.5, 21), (0.9, 39), (0.99, 43)))
     # (the later kinds at 0 are left out as well)
     assert json.loads(prof.to_text())["operations"] == {k: v for k, v in older.items() if v != {"constant": 0}}
-    own = LatencyProfile.from_json({"name": "new", "operations": _ops(rpc=hop, **{"rpc.broker": {"p50": 120, "p99": 400}})})
+    own = LatencyProfile.from_json({"name": "new", "operations": _ops(rpc=hop, **{
+        "rpc.broker": {"p50": 120, "p99": 400}, "meta.read": read, "meta.scan_get": {"p50": 1, "p99": 6}})})
     back = LatencyProfile.load(own.save(tmp_path / "n.json").path or "")
     assert back.operations["rpc.broker"] == Distribution(((0.5, 120), (0.99, 400)))
+    assert back.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.99, 6)))
     assert back.operations["rpc"] == prof.operations["rpc"] and back.operations == own.operations
