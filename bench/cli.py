@@ -654,6 +654,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from bench.calibrate.calibrate import calibrate, summary_lines
 
     command = _command_line("calibrate")
+    if args.store_probe and not args.refit:
+        from engine.errors import ConfigError
+
+        raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
     if args.refit:
         from bench.calibrate.calibrate import refit
         from engine.errors import ConfigError
@@ -661,7 +665,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.redis or args.kafka or args.pulsar:
             raise ConfigError("calibrate --refit re-fits a profile's resources without measuring: "
                               "not with --redis, --kafka or --pulsar")
-        profile = refit(args.refit, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        profile = refit(args.refit, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                        store_probe=args.store_probe)
         print("\n".join(summary_lines(profile)))
         return 0
     profile = calibrate(redis=args.redis, kafka=args.kafka, pulsar=args.pulsar, admin_url=args.admin_url,
@@ -944,6 +949,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")
+    p.add_argument("--store-probe", action="store_true",
+                   help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
+                        "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")
     p.add_argument("--out", required=True, metavar="FILE", help="the profile file to write (JSON)")
     p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("migrate", help="migrate a topic's v4 transaction state to v5 metadata (or --demo)")

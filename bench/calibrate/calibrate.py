@@ -431,14 +431,39 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
     return profile.derived(provenance=prov, operations=ops)
 
 
-def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProfile:
+    """``profile`` with ``meta.scan_get`` from a store probe's measures (bench.calibrate.store_probe),
+    said so in its provenance (``kinds``, ``extra["pulsar.store_probe"]`` and the notes, before
+    the model-fitted values' notes, which the fits write after)."""
+    from bench.calibrate import store_probe
+
+    ops = {**profile.operations, store_probe.KIND: LatencyProfile.from_json(
+        {"name": "x", "operations": {**{k: {"constant": 0} for k in DEFAULT_LATENCIES_US},
+                                     store_probe.KIND: store_probe.scan_get_spec(probe)}}).operations[store_probe.KIND]}
+    prov = dict(profile.provenance)
+    text = store_probe.note(probe)
+    prov["kinds"] = {**prov.get("kinds", {}), store_probe.KIND: {"how": "probe", "backend": "pulsar", "source": text}}
+    prov["extra"] = {**prov.get("extra", {}), "pulsar.store_probe": probe}
+    notes = str(prov.get("notes", ""))
+    kept = _before(notes, (store_probe.KIND + " [", RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE))
+    fitted = notes[len(kept):].lstrip("; ")
+    if fitted.startswith(store_probe.KIND + " ["):  # an earlier probe's note goes
+        fitted = fitted.split("; ", 1)[1] if "; " in fitted else ""
+    prov["notes"] = "; ".join(n for n in (kept, f"{store_probe.KIND} [pulsar]: {text}", fitted) if n)
+    return profile.derived(provenance=prov, operations=ops)
+
+
+def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None,
+          store_probe: bool = False) -> LatencyProfile:
     """The profile at ``path`` with its model-fitted values fitted again, by the current model, to
     the broker figures it recorded: ``rpc`` to its probe's plain publishes (when recorded: profiles
     measured from 2026-11-27), the coordinator requests' handling to its probes' new-txn
     (``provenance.extra["pulsar.client_observed_us"]``), then the resources to the broker's
     saturated rates (``provenance.extra["pulsar.saturation"]``). What a change to the model's
     structure needs, without measuring the broker again. The measured operations stay; the notes
-    say when and by what command the resources were re-fitted."""
+    say when and by what command the resources were re-fitted. ``store_probe``: first time the
+    emulated scan's GETs with the broker's classes on this machine (no broker needed:
+    :func:`with_scan_get`), for a profile measured before calibrate did."""
     from bench.calibrate.saturation import with_resources
 
     profile = LatencyProfile.load(path)
@@ -446,6 +471,10 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     if not isinstance(sat, dict) or "committed_txns_per_s" not in sat:
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
+    if store_probe:
+        from bench.calibrate.store_probe import measure
+
+        profile = with_scan_get(profile, measure(progress))
     profile = _rpc(profile, progress)
     profile = _coordinator_kinds(profile, progress)
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")

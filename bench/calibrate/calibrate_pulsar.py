@@ -30,6 +30,9 @@ mapped from the broker's metrics where one means the same thing:
   (:func:`histogram_quantiles`: RocksDB gets average 0.02-0.05 ms here, not the 0.5 ms that plain
   interpolation says); background ops of the broker are counted too.
 
+- ``meta.scan_get``: no metric times an emulated scan's per-record ``storeGet``; the store probe
+  times it with the broker's classes on this machine (:mod:`bench.calibrate.store_probe`).
+
 ``calibrate`` then measures ``coordinator.v4``/``coordinator.v5`` from the txn runs' new-txn at the
 client, less the model's (:mod:`bench.calibrate.coordinator_fit`).
 
@@ -60,6 +63,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.calibrate import store_probe
 from bench.calibrate.measurement import Measurement
 from bench.pulsar.metrics import scrape
 from bench.pulsar.target import PulsarTarget, parse_target, probe
@@ -550,6 +554,11 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
                                      "buckets 1/3/5/10.. ms, interpolated; the 1-ms bucket spread over twice its "
                                      "ops' mean, from the histogram's sum of currentTimeMillis differences)")
                     m.how[kind] = "metric"
+        # the scan's storeGets, which no broker metric times: with the broker's classes, in a JVM of their own
+        sp = store_probe.measure(progress)
+        m.operations[store_probe.KIND] = store_probe.scan_get_spec(sp)
+        m.notes[store_probe.KIND] = store_probe.note(sp)
+        m.extra["store_probe"] = sp
         m.unmeasurable.update(UNMEASURABLE)
         return m
     finally:

@@ -1,0 +1,91 @@
+"""The store probe's figures (bench.calibrate.store_probe) and how a profile takes them
+(bench.calibrate.calibrate.with_scan_get, ``calibrate --refit --store-probe``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.calibrate import store_probe
+from bench.calibrate.calibrate import with_scan_get
+from bench.cli import main
+from engine.clock import Distribution
+from engine.errors import BackendUnavailable
+from engine.profile import LatencyProfile
+
+DEFAULT = "datasets/latency/pulsar-standalone-5.0.0-M1.json"
+
+
+def _run(history: int, live: int, list_us: float, gets: dict[str, float] | None) -> dict[str, Any]:
+    return {"history": history, "live": live, "repeats": 10, "scan_us": list_us + 5.0, "list_us": list_us,
+            "gets_us": 1.0 * live, "get_us": 4.0, **({"store_get_us": gets} if gets is not None else {})}
+
+
+PROBE_LINES = [_run(1_000, 1, 700.7, {"p50": 4.4, "p90": 14.2}),
+               _run(1_000, 200, 840.0, {"p50": 1.1, "p90": 1.9, "p99": 5.6, "max": 166.2}),
+               _run(4_000, 1, 2_600.65, {"p50": 8.6}),
+               _run(4_000, 200, 2_814.0, {"p50": 0.4, "p90": 1.2, "p99": 2.0, "max": 107.0})]
+
+
+def test_the_scan_get_is_the_run_with_the_most_live_records_and_the_walk_the_median_per_key() -> None:
+    got = store_probe.summarise(PROBE_LINES)
+    assert got["scan_get_us"] == {"p50": 0.4, "p90": 1.2, "p99": 2.0, "max": 107.0}
+    assert got["scan_get_from"] == {"history": 4_000, "live": 200}
+    # 700.7/1001, 840/1200, 2600.65/4001, 2814/4200 µs per key: 0.70, 0.70, 0.65, 0.67 -> median 0.685
+    assert got["walk_us_per_thousand"] == pytest.approx(685.0, abs=0.01)
+    assert got["runs"] == PROBE_LINES
+    # whole µs for the profile: at least 1, never decreasing
+    assert store_probe.scan_get_spec(got) == {"p50": 1, "p90": 1, "p99": 2, "max": 107}
+
+
+def test_a_probe_that_timed_no_get_is_an_error() -> None:
+    with pytest.raises(BackendUnavailable, match="no run timed a storeGet"):
+        store_probe.summarise([_run(1_000, 0, 700.0, None)])
+
+
+def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_notes_last() -> None:
+    base = LatencyProfile.load(DEFAULT)
+    assert base.operations["meta.scan_get"] == base.operations["meta.read"]  # shipped before the kind
+    probe = store_probe.summarise(PROBE_LINES)
+    got = with_scan_get(base, probe)
+    assert got.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 1), (0.99, 2), (1.0, 107)))
+    assert {k: v for k, v in got.operations.items() if k != "meta.scan_get"} == \
+        {k: v for k, v in base.operations.items() if k != "meta.scan_get"}
+    assert got.provenance["kinds"]["meta.scan_get"]["how"] == "probe"
+    assert got.provenance["extra"]["pulsar.store_probe"] == probe
+    notes = got.provenance["notes"]
+    at, fits = notes.index("meta.scan_get [pulsar]: "), notes.index("; rpc, consumer.deliver (re-fitted")
+    assert at < fits and notes.endswith(base.provenance["notes"][base.provenance["notes"].index("; rpc, consumer"):])
+    assert "685.0 µs per thousand keys" in notes
+    # a second probe replaces the first's note
+    again = with_scan_get(got, store_probe.summarise(PROBE_LINES[:2]))
+    assert again.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
+    assert again.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 2), (0.99, 6), (1.0, 166)))
+    back = LatencyProfile.from_json(got.to_json())
+    assert back.operations == got.operations
+
+
+def test_refit_with_the_store_probe_bills_the_scan_gets_the_probe_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's figure is in the profile the resources were fitted with."""
+    from bench.calibrate import saturation
+
+    monkeypatch.setattr(store_probe, "measure", lambda progress: store_probe.summarise(PROBE_LINES))
+    seen: list[Distribution] = []
+
+    def fit(profile: LatencyProfile, rates: dict[str, float], measured: dict[str, object]) -> tuple[LatencyProfile, str]:
+        seen.append(profile.operations["meta.scan_get"])
+        return profile, "the fit"
+
+    monkeypatch.setattr(saturation, "with_resources", fit)
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--store-probe", "--out", str(out)]) == 0
+    want = Distribution(((0.5, 1), (0.9, 1), (0.99, 2), (1.0, 107)))
+    assert seen == [want] and LatencyProfile.load(out).operations["meta.scan_get"] == want
+
+
+def test_the_store_probe_goes_with_refit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--store-probe", "--redis", "redis://127.0.0.1:1", "--out", str(tmp_path / "p.json")]) == 2
+    assert "--store-probe goes with --refit" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
