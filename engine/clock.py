@@ -362,13 +362,16 @@ class LatencyModel:
     ``latencies_us`` is each kind's constant (or, for a kind in ``distributions``, its median,
     for reports); a kind in ``distributions`` is sampled: one ``random.Random`` stream per
     (``seed``, kind), so a run is deterministic and more calls of one kind never shift another's
-    draws. Each instance has its own streams: a run takes a fresh copy (:meth:`fresh`)."""
+    draws, except a kind ``draws_as`` maps to another: it shares that kind's stream (a kind split
+    from another, whose profile gives it the same distribution, bills what it billed before the
+    split, draw for draw). Each instance has its own streams: a run takes a fresh copy (:meth:`fresh`)."""
 
     latencies_us: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCIES_US))
     distributions: Mapping[str, Distribution] = field(default_factory=dict)
     seed: int = 1
     # empty: every resource has infinite capacity (no queueing), the behaviour before capacity
     resources: Mapping[str, ResourceSpec] = field(default_factory=dict)
+    draws_as: Mapping[str, str] = field(default_factory=dict)  # kind -> the kind whose stream it draws from
 
     def __post_init__(self) -> None:
         for name in self.resources:
@@ -392,9 +395,10 @@ class LatencyModel:
             except KeyError:
                 raise ConfigError(f"latency model has no operation kind {kind!r}") from None
         streams: dict[str, random.Random] = self._streams  # type: ignore[attr-defined]
-        stream = streams.get(kind)
+        key = self.draws_as.get(kind, kind)
+        stream = streams.get(key)
         if stream is None:  # seeded by a string: stable across processes (unlike hash())
-            stream = streams[kind] = random.Random(f"txnbench-latency/{self.seed}/{kind}")
+            stream = streams[key] = random.Random(f"txnbench-latency/{self.seed}/{key}")
         return dist.at(stream.random())
 
     def fresh(self) -> LatencyModel:

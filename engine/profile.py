@@ -185,9 +185,13 @@ class LatencyProfile:
                               self.resources if resources is None else resources)
 
     def to_latency_model(self, seed: int = 1) -> LatencyModel:
-        return LatencyModel({k: d.nominal_us for k, d in self.operations.items()},
-                            {k: d for k, d in self.operations.items() if not d.is_constant},
-                            seed, dict(self.resources))
+        """The model that bills this profile; a :data:`SAME_AS` kind with its origin's distribution
+        draws from its origin's stream, so a profile that does not set it bills as before the split."""
+        ops = self.operations
+        return LatencyModel({k: d.nominal_us for k, d in ops.items()},
+                            {k: d for k, d in ops.items() if not d.is_constant},
+                            seed, dict(self.resources),
+                            {k: o for k, o in SAME_AS.items() if ops.get(k) == ops.get(o)})
 
     def record(self, model: LatencyModel | None = None) -> dict[str, Any]:
         """What a manifest says of it: name, path, sha256, provenance; with the model a run used,

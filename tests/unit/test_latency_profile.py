@@ -259,3 +259,23 @@ def test_a_split_kind_reads_as_the_kind_it_was_split_from_and_is_written_only_wh
     assert back.operations["rpc.broker"] == Distribution(((0.5, 120), (0.99, 400)))
     assert back.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.99, 6)))
     assert back.operations["rpc"] == prof.operations["rpc"] and back.operations == own.operations
+
+
+def test_a_split_kind_left_as_its_origin_draws_from_the_origins_stream_and_its_own_once_it_differs() -> None:
+    """A profile that does not set ``meta.scan_get`` bills an emulated scan's GETs as the
+    ``meta.read`` draws it billed before the kind existed, call for call; one that sets it draws
+    it from a stream of its own, leaving ``meta.read``'s draws to the point reads."""
+    read = {"p0": 5, "p50": 21, "p90": 39, "p99": 43}
+    older = {k: v for k, v in _ops(**{"meta.read": read}).items() if k != "meta.scan_get"}
+    calls = ["meta.read", "meta.scan_get", "meta.scan_get", "meta.read", "meta.scan_get"] * 40
+    before = LatencyProfile.from_json({"name": "old", "operations": older}).to_latency_model(7)
+    as_reads = [before.of("meta.read") for _ in calls]  # what every one of them billed before the split
+    split = LatencyProfile.from_json({"name": "old", "operations": older}).to_latency_model(7)
+    assert [split.of(k) for k in calls] == as_reads
+    assert len(set(as_reads)) > 10  # drawn, not a constant
+    own = LatencyProfile.from_json({"name": "new", "operations": {**older, "meta.scan_get": {"p50": 1, "p99": 3}}})
+    model = own.to_latency_model(7)
+    got = [model.of(k) for k in calls]
+    reads = [v for k, v in zip(calls, got) if k == "meta.read"]
+    assert reads == as_reads[:len(reads)]  # the point reads keep the stream to themselves
+    assert all(1 <= v <= 3 for k, v in zip(calls, got) if k == "meta.scan_get")
