@@ -46,8 +46,10 @@ def test_a_probe_that_timed_no_get_is_an_error() -> None:
 
 
 def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_notes_last() -> None:
-    base = LatencyProfile.load(DEFAULT)
-    assert base.operations["meta.scan_get"] == base.operations["meta.read"]  # shipped before the kind
+    shipped = LatencyProfile.load(DEFAULT)
+    assert shipped.provenance["kinds"]["meta.scan_get"]["how"] == "probe"  # the default was probed: its note goes
+    assert shipped.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
+    base = shipped.derived(operations={**shipped.operations, "meta.scan_get": shipped.operations["meta.read"]})
     probe = store_probe.summarise(PROBE_LINES)
     got = with_scan_get(base, probe)
     assert got.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 1), (0.99, 2), (1.0, 107)))
@@ -55,10 +57,11 @@ def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_not
         {k: v for k, v in base.operations.items() if k != "meta.scan_get"}
     assert got.provenance["kinds"]["meta.scan_get"]["how"] == "probe"
     assert got.provenance["extra"]["pulsar.store_probe"] == probe
-    notes = got.provenance["notes"]
+    notes, old = got.provenance["notes"], base.provenance["notes"]
     at, fits = notes.index("meta.scan_get [pulsar]: "), notes.index("; rpc, consumer.deliver (re-fitted")
-    assert at < fits and notes.endswith(base.provenance["notes"][base.provenance["notes"].index("; rpc, consumer"):])
-    assert "685.0 µs per thousand keys" in notes
+    assert at < fits and notes.endswith(old[old.index("; rpc, consumer"):])
+    assert notes[:at] == old[:old.index("meta.scan_get [pulsar]: ")]  # the measurement's notes before it stay
+    assert notes.count("meta.scan_get [pulsar]: ") == 1 and "685.0 µs per thousand keys" in notes
     # a second probe replaces the first's note
     again = with_scan_get(got, store_probe.summarise(PROBE_LINES[:2]))
     assert again.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
