@@ -11,10 +11,14 @@ folder, writes op records with ``TxnMetadataStore.appendOp`` for ``history`` txn
 alone, and each ``storeGet``, with the JIT warmed first.
 
 ``meta.scan_get`` is the quantiles of single ``storeGet`` calls at the largest (history, live)
-measured. The listing's walk per thousand keys is recorded beside it (``walk_us_per_thousand``)
-but not billed from here: alone on an idle JVM it is a lower bound of what the broker's thread
-pays among the broker's other work, and ``meta.list_keys`` stays fitted to the broker's saturated
-rates (bench.calibrate.saturation).
+measured with one op per txn. The listing's walk is recorded beside it but not billed from here
+(``meta.list_keys`` stays fitted to the broker's saturated rates, bench.calibrate.saturation):
+per thousand keys it returns with one op per txn (``walk_us_per_thousand``), per thousand keys
+at each ops per txn measured (``walk_us_per_thousand_by_ops``), and split by least squares into
+a cost per key returned and one per hidden entry (``walk_fit``). The iterator passes every entry
+RocksDB's memtable holds under ``/txn/op``: each txn's counter, created and then updated once per
+further op, and each deleted record's put and tombstone (the broker's memtable never flushed in
+a session here: validation/README.md), so a history of txns with many ops walks slower per key.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from engine.errors import BackendUnavailable
 
 MAIN_CLASS = "txnbench.probe.StoreProbe"
 HISTORIES = (1_000, 4_000)  # txns whose op records the store has held (their counters stay)
-LIVES = (1, 200)  # op records still there when the scan runs
+LIVES = (1, 200)  # txns whose op records are still there when the scan runs
+OPS = (1, 10)  # op records per txn (the small and omb mixes have 4.1-4.4, many-participants 10.4)
 REPEATS = 100  # timed scans per (history, live), after as many again to warm the JIT
 # the broker's JVM's (scripts/pulsar.sh): C2 and G1, as the broker's IO thread runs the scan
 JVM_OPTIONS = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC")
@@ -42,17 +47,19 @@ NOTE = ("single storeGet calls of an emulated scan (RocksdbMetadataStore, outsid
 
 def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "java",
             histories: tuple[int, ...] = HISTORIES, lives: tuple[int, ...] = LIVES,
-            repeats: int = REPEATS) -> dict[str, Any]:
-    """Run the probe; what it measured: ``runs`` (one object per (history, live)), ``scan_get_us``
-    (quantiles, µs) and ``walk_us_per_thousand`` (the median over the runs). Raises
+            ops: tuple[int, ...] = OPS, repeats: int = REPEATS) -> dict[str, Any]:
+    """Run the probe; what it measured: ``runs`` (one object per (ops, history, live)) and
+    :func:`summarise`'s figures. Raises
     BackendUnavailable when the JVM cannot run it (no Java, no jars, a failed run)."""
     from bench.pulsar.client import class_path
 
     cp = class_path()
     scratch = Path(tempfile.mkdtemp(prefix="txnbench-store-probe-"))
     cmd = [java, *JVM_OPTIONS, "-cp", cp, MAIN_CLASS, "--dir", str(scratch),
-           "--history", ",".join(map(str, histories)), "--live", ",".join(map(str, lives)), "--repeats", str(repeats)]
-    progress(f"store probe: the emulated scan with the broker's classes (history {histories}, live {lives})")
+           "--history", ",".join(map(str, histories)), "--live", ",".join(map(str, lives)),
+           "--ops", ",".join(map(str, ops)), "--repeats", str(repeats)]
+    progress(f"store probe: the emulated scan with the broker's classes (history {histories}, live {lives}, "
+             f"ops per txn {ops})")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except FileNotFoundError:
@@ -67,24 +74,57 @@ def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "ja
     return summarise([json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")])
 
 
+def hidden_entries(run: dict[str, Any]) -> int:
+    """The memtable entries under ``/txn/op`` a run's listing passes without returning a key: per
+    deleted txn its counter's K versions and its K records' puts and tombstones, less the
+    counter it returns (3K - 1); per live txn its counter's older versions (K - 1)."""
+    k = run.get("ops", 1)
+    return (run["history"] - run["live"]) * (3 * k - 1) + run["live"] * (k - 1)
+
+
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The probe's lines as the profile records them (see :func:`measure`)."""
-    timed = [r for r in runs if r.get("store_get_us")]
+    """The probe's lines as the profile records them (see the module docstring)."""
+    one = min((r.get("ops", 1) for r in runs), default=1)
+    timed = [r for r in runs if r.get("store_get_us") and r.get("ops", 1) == one]
     if not timed:
         raise BackendUnavailable("store probe: no run timed a storeGet")
     last = max(timed, key=lambda r: (r["live"], r["history"]))
-    walks = [r["list_us"] * 1000 / (r["history"] + r["live"]) for r in runs]
+    by_ops: dict[int, list[float]] = {}
+    for r in runs:  # µs per thousand keys the listing returned (its children)
+        by_ops.setdefault(r.get("ops", 1), []).append(r["list_us"] * 1000 / r["children"])
     return {"runs": runs, "scan_get_us": dict(last["store_get_us"]), "scan_get_from": {
         "history": last["history"], "live": last["live"]},
-        "walk_us_per_thousand": round(statistics.median(walks), 1)}
+        "walk_us_per_thousand": round(statistics.median(by_ops[one]), 1),
+        "walk_us_per_thousand_by_ops": {str(k): round(statistics.median(v), 1) for k, v in sorted(by_ops.items())},
+        "walk_fit": walk_fit(runs)}
+
+
+def walk_fit(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The listing's time as a cost per key it returns plus one per hidden entry (µs; least
+    squares through the origin over the runs); None when the runs cannot separate the two."""
+    xs = [(float(r["children"]), float(hidden_entries(r)), float(r["list_us"])) for r in runs]
+    saa, sab, sbb = (sum(a * a for a, _, _ in xs), sum(a * b for a, b, _ in xs), sum(b * b for _, b, _ in xs))
+    say, sby = sum(a * y for a, _, y in xs), sum(b * y for _, b, y in xs)
+    det = saa * sbb - sab * sab
+    if det <= 1e-9 * saa * sbb:
+        return None
+    return {"us_per_key": round((say * sbb - sby * sab) / det, 3),
+            "us_per_hidden_entry": round((sby * saa - say * sab) / det, 4)}
 
 
 def note(probe: dict[str, Any]) -> str:
     """What ``meta.scan_get`` is and what the probe measured beside it."""
     at = probe["scan_get_from"]
-    return (f"{NOTE} ({at['live']} op records of {at['history']:,} txns' history, each scan's GETs over its "
-            f"timed rounds: {probe['scan_get_us']} µs); the listing's walk alone, on that idle JVM: "
-            f"{probe['walk_us_per_thousand']} µs per thousand keys (provenance.extra[\"pulsar.store_probe\"])")
+    walk = (f"{probe['walk_us_per_thousand']} µs per thousand keys" if "walk_us_per_thousand_by_ops" not in probe else
+            "µs per thousand keys at " + ", ".join(f"{k} op(s) per txn {v}" for k, v in
+                                                  probe["walk_us_per_thousand_by_ops"].items()))
+    fit = probe.get("walk_fit")
+    if fit:
+        walk += (f" ({fit['us_per_key']} µs per key returned + {fit['us_per_hidden_entry']} per entry passed: "
+                 "each counter update and deleted record stays in the memtable)")
+    return (f"{NOTE} ({at['live']} live txns' op records among {at['history']:,} txns' history, each scan's GETs "
+            f"over its timed rounds: {probe['scan_get_us']} µs); the listing's walk alone, on that idle JVM: "
+            f"{walk} (provenance.extra[\"pulsar.store_probe\"])")
 
 
 def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
@@ -98,4 +138,4 @@ def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-__all__ = ["KIND", "NOTE", "measure", "note", "scan_get_spec", "summarise"]
+__all__ = ["KIND", "NOTE", "hidden_entries", "measure", "note", "scan_get_spec", "summarise", "walk_fit"]

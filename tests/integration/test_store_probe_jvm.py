@@ -1,6 +1,6 @@
 """The store probe (jvm/src/txnbench/probe, bench.calibrate.store_probe) with the broker's real
 classes: the store it builds is laid out as the model's emulated store assumes (one sequence
-counter per txn the store has held, beside the live op records), and its figures reach a profile."""
+counter per txn the store has held, beside the live op records), and its figures are summed up."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ pytestmark = pytest.mark.pulsar
 
 
 def test_the_probe_scans_the_brokers_own_store_layout(pulsar: PulsarBroker) -> None:
-    got = store_probe.measure(histories=(200, 800), lives=(1, 50), repeats=10)
-    runs = {(r["history"], r["live"]): r for r in got["runs"]}
-    assert set(runs) == {(200, 1), (200, 50), (800, 1), (800, 50)}
-    for (history, live), r in runs.items():
-        # TxnMetadataStore.appendOp's counter stays when its record is deleted: the listing holds both
-        assert r["children"] == history + live, r
-        assert r["scanned"] == 1  # listOpsByTxn streams the scanned txn's one op record, of all it GETs
+    got = store_probe.measure(histories=(200, 800), lives=(1, 50), ops=(1, 3), repeats=10)
+    runs = {(r["ops"], r["history"], r["live"]): r for r in got["runs"]}
+    assert set(runs) == {(k, h, n) for k in (1, 3) for h in (200, 800) for n in (1, 50)}
+    for (ops, history, live), r in runs.items():
+        # TxnMetadataStore.appendOp's counter stays when its records are deleted: the listing holds both
+        assert r["children"] == history + live * ops, r
+        assert r["scanned"] == ops  # listOpsByTxn streams the scanned txn's own records, of all it GETs
         q = r["store_get_us"]
         assert 0 < q["p50"] <= q["p90"] <= q["p99"] <= q["max"], r
         assert r["scan_us"] > 0 and r["list_us"] > 0
     assert got["scan_get_from"] == {"history": 800, "live": 50}
-    assert got["scan_get_us"] == runs[(800, 50)]["store_get_us"]
+    assert got["scan_get_us"] == runs[(1, 800, 50)]["store_get_us"]
+    assert set(got["walk_us_per_thousand_by_ops"]) == {"1", "3"} and got["walk_fit"] is not None
     spec = store_probe.scan_get_spec(got)
     assert spec["p50"] >= 1 and list(spec.values()) == sorted(spec.values())

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +19,53 @@ from engine.profile import LatencyProfile
 DEFAULT = "datasets/latency/pulsar-standalone-5.0.0-M1.json"
 
 
-def _run(history: int, live: int, list_us: float, gets: dict[str, float] | None) -> dict[str, Any]:
-    return {"history": history, "live": live, "repeats": 10, "scan_us": list_us + 5.0, "list_us": list_us,
-            "gets_us": 1.0 * live, "get_us": 4.0, **({"store_get_us": gets} if gets is not None else {})}
+PER_KEY, PER_ENTRY = 0.5, 0.1  # µs: the walk the lines below are made from
 
 
-PROBE_LINES = [_run(1_000, 1, 700.7, {"p50": 4.4, "p90": 14.2}),
-               _run(1_000, 200, 840.0, {"p50": 1.1, "p90": 1.9, "p99": 5.6, "max": 166.2}),
-               _run(4_000, 1, 2_600.65, {"p50": 8.6}),
-               _run(4_000, 200, 2_814.0, {"p50": 0.4, "p90": 1.2, "p99": 2.0, "max": 107.0})]
+def _run(history: int, live: int, gets: dict[str, float] | None, ops: int = 1) -> dict[str, Any]:
+    children = history + live * ops  # every txn's counter, and the live txns' records
+    hidden = (history - live) * (3 * ops - 1) + live * (ops - 1)  # counter versions, deleted records' put + tombstone
+    return {"history": history, "live": live, "ops": ops, "repeats": 10, "children": children, "scanned": ops,
+            "scan_us": 0.0, "list_us": PER_KEY * children + PER_ENTRY * hidden, "gets_us": 1.0 * live, "get_us": 4.0,
+            **({"store_get_us": gets} if gets is not None else {})}
 
 
-def test_the_scan_get_is_the_run_with_the_most_live_records_and_the_walk_the_median_per_key() -> None:
+PROBE_LINES = [_run(1_000, 1, {"p50": 4.4, "p90": 14.2}),
+               _run(1_000, 200, {"p50": 1.1, "p90": 1.9, "p99": 5.6, "max": 166.2}),
+               _run(4_000, 1, {"p50": 8.6}),
+               _run(4_000, 200, {"p50": 0.4, "p90": 1.2, "p99": 2.0, "max": 107.0}),
+               _run(1_000, 1, {"p50": 0.9}, ops=10),
+               _run(4_000, 200, {"p50": 0.3, "p90": 0.5, "p99": 0.9, "max": 9.0}, ops=10)]
+
+
+def test_the_scan_get_is_the_run_with_the_most_live_records_and_the_walk_is_split_by_key_and_entry() -> None:
     got = store_probe.summarise(PROBE_LINES)
+    # from the runs with one op per txn: the GETs' own cost, not how many records a txn has
     assert got["scan_get_us"] == {"p50": 0.4, "p90": 1.2, "p99": 2.0, "max": 107.0}
     assert got["scan_get_from"] == {"history": 4_000, "live": 200}
-    # 700.7/1001, 840/1200, 2600.65/4001, 2814/4200 µs per key: 0.70, 0.70, 0.65, 0.67 -> median 0.685
-    assert got["walk_us_per_thousand"] == pytest.approx(685.0, abs=0.01)
+    per_thousand = {k: statistics.median(r["list_us"] * 1000 / r["children"] for r in PROBE_LINES if r["ops"] == k)
+                    for k in (1, 10)}
+    assert got["walk_us_per_thousand"] == pytest.approx(per_thousand[1], abs=0.05)
+    assert got["walk_us_per_thousand_by_ops"] == {k: pytest.approx(v, abs=0.05) for k, v in
+                                                  (("1", per_thousand[1]), ("10", per_thousand[10]))}
+    assert per_thousand[10] > 3 * per_thousand[1]  # a key costs more the more entries hide behind it
+    assert got["walk_fit"] == {"us_per_key": pytest.approx(PER_KEY, abs=0.001),
+                               "us_per_hidden_entry": pytest.approx(PER_ENTRY, abs=0.0001)}
     assert got["runs"] == PROBE_LINES
     # whole µs for the profile: at least 1, never decreasing
     assert store_probe.scan_get_spec(got) == {"p50": 1, "p90": 1, "p99": 2, "max": 107}
 
 
+def test_runs_that_cannot_separate_keys_from_entries_give_no_fit() -> None:
+    """The same run twice says nothing about how its time splits between keys and entries."""
+    same = [_run(1_000, 0, {"p50": 1.0})] * 2
+    assert store_probe.walk_fit(same) is None
+    assert store_probe.summarise(same)["walk_fit"] is None
+
+
 def test_a_probe_that_timed_no_get_is_an_error() -> None:
     with pytest.raises(BackendUnavailable, match="no run timed a storeGet"):
-        store_probe.summarise([_run(1_000, 0, 700.0, None)])
+        store_probe.summarise([_run(1_000, 0, None)])
 
 
 def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_notes_last() -> None:
@@ -61,11 +84,13 @@ def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_not
     at, fits = notes.index("meta.scan_get [pulsar]: "), notes.index("; rpc, consumer.deliver (re-fitted")
     assert at < fits and notes.endswith(old[old.index("; rpc, consumer"):])
     assert notes[:at] == old[:old.index("meta.scan_get [pulsar]: ")]  # the measurement's notes before it stay
-    assert notes.count("meta.scan_get [pulsar]: ") == 1 and "685.0 µs per thousand keys" in notes
+    assert notes.count("meta.scan_get [pulsar]: ") == 1
+    assert "0.5 µs per key returned + 0.1 per entry passed" in notes
     # a second probe replaces the first's note
     again = with_scan_get(got, store_probe.summarise(PROBE_LINES[:2]))
     assert again.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
     assert again.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 2), (0.99, 6), (1.0, 166)))
+    assert "µs per thousand keys at 1 op(s) per txn" in again.provenance["notes"]
     back = LatencyProfile.from_json(got.to_json())
     assert back.operations == got.operations
 

@@ -27,9 +27,11 @@ import org.apache.pulsar.metadata.impl.RocksdbMetadataStore;
  * Times the v5 coordinator's op-record scan on the store a standalone broker runs, with the
  * broker's own classes, outside the broker: a RocksDB metadata store
  * ({@code MetadataStoreExtended.create("rocksdb:DIR")}, i.e. RocksdbMetadataStore) holding the
- * op records of {@code history} txns written by {@code TxnMetadataStore.appendOp}, all but
- * {@code live} of them deleted again (their {@code __seq_counter__} sidecars stay: no code path
- * deletes one). Per (history, live) it reports the median of:
+ * op records of {@code history} txns, {@code ops} each, written by {@code TxnMetadataStore.appendOp},
+ * those of all but the last {@code live} txns deleted again (their {@code __seq_counter__}
+ * sidecars stay: no code path deletes one). Every counter update and every deleted record stays
+ * in RocksDB's memtable as an entry the listing's iterator passes. Per (ops, history, live) it
+ * reports the median of:
  *
  * <ul>
  *   <li>{@code scan_us}: {@code TxnMetadataStore.listOpsByTxn} of one live txn, the END_TXN's scan
@@ -43,7 +45,7 @@ import org.apache.pulsar.metadata.impl.RocksdbMetadataStore;
  * Each line also says what the store held: {@code children}, the keys the listing returned (the
  * live records and every txn's counter), and {@code scanned}, the records the scan streamed.
  * One JSON object per line on stdout. Arguments: {@code --dir D --history H,.. --live L,..
- * --repeats R}.
+ * [--ops K,..] --repeats R}.
  */
 public final class StoreProbe {
     private static final String SEGMENT = "segment://public/txnbench/omb-0/0000-ffff-0";
@@ -53,6 +55,7 @@ public final class StoreProbe {
         int[] histories = {1000};
         int[] lives = {10};
         int repeats = 50;
+        int[] opsPerTxn = {1};
         for (int i = 0; i < argv.length; i += 2) {
             if (i + 1 >= argv.length) {
                 throw new IllegalArgumentException(argv[i] + ": missing its value");
@@ -62,27 +65,30 @@ public final class StoreProbe {
                 case "--history" -> histories = ints(argv[i + 1]);
                 case "--live" -> lives = ints(argv[i + 1]);
                 case "--repeats" -> repeats = Integer.parseInt(argv[i + 1]);
+                case "--ops" -> opsPerTxn = ints(argv[i + 1]);
                 default -> throw new IllegalArgumentException(argv[i] + ": unknown argument");
             }
         }
         if (dir == null) {
             throw new IllegalArgumentException("--dir: required");
         }
-        for (int history : histories) {
-            for (int live : lives) {
-                if (live > history) {
-                    continue;
+        for (int ops : opsPerTxn) {
+            for (int history : histories) {
+                for (int live : lives) {
+                    if (live > history) {
+                        continue;
+                    }
+                    Path db = dir.resolve("o" + ops + "-h" + history + "-l" + live);
+                    System.out.println(run(db, history, live, ops, repeats));
+                    System.out.flush();
+                    delete(db);
                 }
-                Path db = dir.resolve("h" + history + "-l" + live);
-                System.out.println(run(db, history, live, repeats));
-                System.out.flush();
-                delete(db);
             }
         }
         System.exit(0);  // the store's background threads are not daemons
     }
 
-    private static String run(Path db, int history, int live, int repeats) throws Exception {
+    private static String run(Path db, int history, int live, int ops, int repeats) throws Exception {
         MetadataStoreExtended store = MetadataStoreExtended.create("rocksdb:" + db,
                 MetadataStoreConfig.builder().fsyncEnable(false).build());
         try {
@@ -91,13 +97,15 @@ public final class StoreProbe {
             String probeTxn = null;
             for (int t = 0; t < history; t++) {
                 String txn = "1_" + t;
-                String path = txns.appendOp(txn, new TxnOp(TxnOpKind.WRITE, SEGMENT, null, 10L + t, t, null))
-                        .get().getPath();
-                if (t >= history - live) {
-                    livePaths.add(path);
-                    probeTxn = txn;
-                } else {
-                    store.delete(path, Optional.empty()).get();
+                for (int k = 0; k < ops; k++) {
+                    String path = txns.appendOp(txn, new TxnOp(TxnOpKind.WRITE, SEGMENT, null, 10L + t, k, null))
+                            .get().getPath();
+                    if (t >= history - live) {
+                        livePaths.add(path);
+                        probeTxn = txn;
+                    } else {
+                        store.delete(path, Optional.empty()).get();
+                    }
                 }
             }
             RocksdbMetadataStore raw = (RocksdbMetadataStore) store;
@@ -145,10 +153,10 @@ public final class StoreProbe {
             long[] single = each.stream().mapToLong(Long::longValue).toArray();
             Arrays.sort(single);
             return String.format(Locale.ROOT,
-                    "{\"history\": %d, \"live\": %d, \"repeats\": %d, \"children\": %d, \"scanned\": %d, "
+                    "{\"history\": %d, \"live\": %d, \"ops\": %d, \"repeats\": %d, \"children\": %d, \"scanned\": %d, "
                             + "\"scan_us\": %.1f, \"list_us\": %.1f, "
                             + "\"gets_us\": %.1f, \"get_us\": %.2f, \"store_get_us\": {%s}}",
-                    history, live, repeats, children, scannedRecords.get(), median(scan), median(list), median(gets), median(get),
+                    history, live, ops, repeats, children, scannedRecords.get(), median(scan), median(list), median(gets), median(get),
                     quantiles(single));
         } finally {
             store.close();
