@@ -653,14 +653,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure latencies on real backends and write a latency profile (bench.calibrate.calibrate)."""
     from bench.calibrate.calibrate import calibrate, summary_lines
 
+    from engine.errors import ConfigError
+
     command = _command_line("calibrate")
     if args.store_probe and not args.refit:
-        from engine.errors import ConfigError
-
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
     if args.refit:
         from bench.calibrate.calibrate import refit
-        from engine.errors import ConfigError
 
         if args.redis or args.kafka or args.pulsar:
             raise ConfigError("calibrate --refit re-fits a profile's resources without measuring: "

@@ -444,11 +444,11 @@ def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProf
     text = store_probe.note(probe)
     prov["kinds"] = {**prov.get("kinds", {}), store_probe.KIND: {"how": "probe", "backend": "pulsar", "source": text}}
     prov["extra"] = {**prov.get("extra", {}), "pulsar.store_probe": probe}
-    notes = str(prov.get("notes", ""))
-    kept = _before(notes, (store_probe.KIND + " [", RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE))
+    notes, fits = str(prov.get("notes", "")), (RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE)
+    kept = _before(notes, (store_probe.KIND + " [", *fits))
     fitted = notes[len(kept):].lstrip("; ")
-    if fitted.startswith(store_probe.KIND + " ["):  # an earlier probe's note goes
-        fitted = fitted.split("; ", 1)[1] if "; " in fitted else ""
+    if fitted.startswith(store_probe.KIND + " ["):  # an earlier probe's note goes, up to the fits' notes
+        fitted = fitted[len(_before(fitted, fits)):].lstrip("; ")
     prov["notes"] = "; ".join(n for n in (kept, f"{store_probe.KIND} [pulsar]: {text}", fitted) if n)
     return profile.derived(provenance=prov, operations=ops)
 

@@ -123,7 +123,7 @@ def note(probe: dict[str, Any]) -> str:
         walk += (f" ({fit['us_per_key']} µs per key returned + {fit['us_per_hidden_entry']} per entry passed: "
                  "each counter update and deleted record stays in the memtable)")
     return (f"{NOTE} ({at['live']} live txns' op records among {at['history']:,} txns' history, each scan's GETs "
-            f"over its timed rounds: {probe['scan_get_us']} µs); the listing's walk alone, on that idle JVM: "
+            f"over its timed rounds: {probe['scan_get_us']} µs), and the listing's walk alone, on that idle JVM: "
             f"{walk} (provenance.extra[\"pulsar.store_probe\"])")
 
 

@@ -86,9 +86,13 @@ def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_not
     assert notes[:at] == old[:old.index("meta.scan_get [pulsar]: ")]  # the measurement's notes before it stay
     assert notes.count("meta.scan_get [pulsar]: ") == 1
     assert "0.5 µs per key returned + 0.1 per entry passed" in notes
+    # the shipped probe's note is gone whole, the part after its "; " too
+    assert notes.count("the listing's walk alone") == 1
     # a second probe replaces the first's note
     again = with_scan_get(got, store_probe.summarise(PROBE_LINES[:2]))
     assert again.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
+    assert again.provenance["notes"].count("the listing's walk alone") == 1
+    assert again.provenance["notes"].endswith(old[old.index("; rpc, consumer"):])
     assert again.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 2), (0.99, 6), (1.0, 166)))
     assert "µs per thousand keys at 1 op(s) per txn" in again.provenance["notes"]
     back = LatencyProfile.from_json(got.to_json())
