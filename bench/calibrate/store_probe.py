@@ -37,7 +37,7 @@ MAIN_CLASS = "txnbench.probe.StoreProbe"
 HISTORIES = (1_000, 4_000)  # txns whose op records the store has held (their counters stay)
 LIVES = (1, 200)  # txns whose op records are still there when the scan runs
 OPS = (1, 10)  # op records per txn (the small and omb mixes have 4.1-4.4, many-participants 10.4)
-REPEATS = 100  # timed scans per (history, live), after as many again to warm the JIT
+REPEATS = 100  # timed scans per (ops, history, live), after as many again to warm the JIT
 # the broker's JVM's (scripts/pulsar.sh): C2 and G1, as the broker's IO thread runs the scan
 JVM_OPTIONS = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC")
 KIND = "meta.scan_get"
@@ -49,8 +49,8 @@ def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "ja
             histories: tuple[int, ...] = HISTORIES, lives: tuple[int, ...] = LIVES,
             ops: tuple[int, ...] = OPS, repeats: int = REPEATS) -> dict[str, Any]:
     """Run the probe; what it measured: ``runs`` (one object per (ops, history, live)) and
-    :func:`summarise`'s figures. Raises
-    BackendUnavailable when the JVM cannot run it (no Java, no jars, a failed run)."""
+    :func:`summarise`'s figures. Raises BackendUnavailable when the JVM cannot run it (no Java,
+    no jars, a failed run)."""
     from bench.pulsar.client import class_path
 
     cp = class_path()
