@@ -244,9 +244,7 @@ class MeteredTxnRecords(TxnRecords):
                                state: TxnStatus) -> None:
         """One ``meta.write`` per event (a counter read and CAS before it where the store has no
         native sequences); the caller's ``meter.batch()`` makes them concurrent."""
-        self.inner.put_participant_events(participants, txn, state)
-        for _ in participants:
-            self._bill_sequence_append()
+        self.put_participant_events_later(participants, txn, state)()
 
     def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
                                      state: TxnStatus) -> Callable[[], None]:

@@ -436,10 +436,9 @@ def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProf
     said so in its provenance (``kinds``, ``extra["pulsar.store_probe"]`` and the notes, before
     the model-fitted values' notes, which the fits write after)."""
     from bench.calibrate import store_probe
+    from bench.calibrate.hop_fit import as_distribution
 
-    ops = {**profile.operations, store_probe.KIND: LatencyProfile.from_json(
-        {"name": "x", "operations": {**{k: {"constant": 0} for k in DEFAULT_LATENCIES_US},
-                                     store_probe.KIND: store_probe.scan_get_spec(probe)}}).operations[store_probe.KIND]}
+    ops = {**profile.operations, store_probe.KIND: as_distribution(store_probe.scan_get_spec(probe))}
     prov = dict(profile.provenance)
     text = store_probe.note(probe)
     prov["kinds"] = {**prov.get("kinds", {}), store_probe.KIND: {"how": "probe", "backend": "pulsar", "source": text}}
