@@ -14,9 +14,10 @@ or one per run (``shared``); ``bookie`` one per ledger (its ensemble) or one per
 (``shared``); ``coordinator`` one per broker's coordinator; ``dispatch`` one per broker. Requests
 are admitted in the order engine code issues them; each takes the earliest gap that holds it
 (:class:`Resource`), so one issued later for an earlier instant still finds the time before
-bookings made ahead of it. The exception is the client connection's IO thread
-(:data:`IO_THREAD`): a Netty event loop runs its tasks one after another in the order they
-arrive, so there a request waits for everything admitted before it (:class:`Resource` ``in_order``).
+bookings made ahead of it. The exceptions are the broker's single threads (:data:`IN_ORDER`): the
+client connection's IO thread and the metadata store's notification thread run their tasks one
+after another in the order they arrive, so there a request waits for everything admitted before
+it (:class:`Resource` ``in_order``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ PER_RUN = frozenset({"metadata", "bookie"})  # shared by every broker of a run
 # writes to the connection queue behind them (PulsarCommandSenderImpl.sendMessagesToConsumer
 # runs on ``ctx.channel().eventLoop()``). ``metadata`` is keyed by it; metadata_v5.txnrecords.IO.
 IO_THREAD = "io"
+# The metadata store's notification thread: AbstractMetadataStore.receivedNotification runs every
+# listener on ``eventExecutor``, one single-thread executor per store, so each v5 participant's
+# reconcile (subscribeSequence's SequenceWatcher) and, on RocksDB, the store calls it chains (each
+# completes on its caller's thread) run there one after another, whatever their segment.
+EVENT_THREAD = "event"
+IN_ORDER = frozenset({IO_THREAD, EVENT_THREAD})  # served in arrival order (Resource.in_order)
 PER_THREAD = frozenset({"metadata"})  # instances keyed by broker thread (a few), not by ledger (many)
 
 
@@ -168,7 +175,7 @@ class Capacity:
             key = ""
         res = self._resources.get((name, key))
         if res is None and create:
-            res = self._resources[(name, key)] = Resource(spec, in_order=key == IO_THREAD)
+            res = self._resources[(name, key)] = Resource(spec, in_order=key in IN_ORDER)
         return res
 
     def stats(self) -> dict[str, int]:

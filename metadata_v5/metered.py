@@ -62,6 +62,9 @@ class MeteredTxnRecords(TxnRecords):
         finally:
             self._thread = saved
 
+    def busy_for(self, thread: str) -> int:
+        return self._meter.behind(_M, thread, in_tab=False)
+
     def _scanned(self) -> None:
         gets, keys = self.inner.last_scan_gets, self.inner.last_scan_keys
         if not (gets or keys):

@@ -12,6 +12,11 @@ D12, D13, D16). Line numbers are ``MetadataTransactionBuffer``'s in 5.0.1.
   (a ``writes-by-segment`` scan of all the segment's write ops, one delete per record of the txn:
   TxnMetadataStore L290-317) before the next txn's state change. The tail is modelled in virtual
   time, so commit-to-visible lags when terminal txns arrive faster than it drains.
+* And serial across segments: every segment's wake-up runs on the store's one notification thread
+  (``AbstractMetadataStore.receivedNotification``: ``eventExecutor``), and on RocksDB each store
+  call the reconcile chains completes on that thread, so the whole apply runs inside the wake-up.
+  A txn's participants become visible one after another, each after the cleanup scans of those
+  notified before it (``EVENT``: the reconcile and each tail item start once the thread is free).
 * Plain publishes (``syncMaxReadPositionForNormalPublish`` L689-703) recompute maxReadPosition and
   queue a watermark CAS on the same tail (at most one queued: coalesced).
 * Recovery (L216-310) does not gate dispatch: maxReadPosition starts at the LAC (L158) and the
@@ -123,8 +128,13 @@ class ShippedTransactionBuffer(TransactionBuffer):
     # -- wake-up and the serial state tail -------------------------------------------------------
 
     def _on_event(self) -> None:
-        """``triggerReconcile``: read the header of every txn tracked as OPEN, at once."""
+        """``triggerReconcile``: read the header of every txn tracked as OPEN, at once; once the
+        store's notification thread has done what was notified before (``EVENT``)."""
         if self._closed:
+            return
+        wait = self._records.busy_for(EVENT)
+        if wait:
+            self._sched.call_later(wait, self._on_event)
             return
         self.stats["events"] += 1
         tracked = sorted(self._open, key=self._open.__getitem__)
@@ -158,8 +168,12 @@ class ShippedTransactionBuffer(TransactionBuffer):
     def _pump(self) -> None:
         if self._busy or not self._tail or self._closed:
             return
-        item = self._tail.popleft()
         self._busy = True
+        wait = self._records.busy_for(EVENT)  # the tail's items run on the notification thread
+        if wait:
+            self._sched.call_later(wait, self._tail_done)
+            return
+        item = self._tail.popleft()
         with self._meter.tab() as took, self._records.on(EVENT):  # the tail is held for the item's store calls
             if isinstance(item, str):
                 self._watermark_queued = False

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from typing import Callable, NamedTuple
 
-from engine.capacity import IO_THREAD
+from engine.capacity import EVENT_THREAD, IO_THREAD
 from engine.ids import TxnID
 from engine.ports import AckKind, TxnStatus
 from engine.records import Position
@@ -79,10 +79,11 @@ EventListener = Callable[[TxnID, TxnStatus], None]
 # synchronously on the caller's thread, so one thread's writes are serial: the coordinator's
 # requests and the publish/ack path run on the client connection's Netty IO thread (ServerCnx),
 # a participant's reconcile and state tail on the store's notification thread
-# (metadata-store-event, where subscribeSequence's listeners run), beside it. The IO thread
-# serves in arrival order (engine.capacity.IO_THREAD: plain publishes and deliveries wait for it too).
+# (metadata-store-event, where subscribeSequence's listeners run), beside it. Both serve in
+# arrival order (engine.capacity.IN_ORDER): plain publishes and deliveries wait for the IO thread
+# too, and a participant's reconcile waits for every one notified before it.
 IO = IO_THREAD
-EVENT = "event"
+EVENT = EVENT_THREAD
 # A participant's recovery starts where the topic or subscription is opened: MetadataTransactionBuffer's
 # constructor (L147-154) and MetadataPendingAckStore.replayAsync (L102-118, from PendingAckHandleImpl's
 # initPendingAckStore), run in the managed ledger's open callbacks, not on the client connection's
@@ -101,6 +102,11 @@ class TxnRecords(ABC):
         """The calls inside run on broker thread ``thread`` (:data:`IO`, :data:`EVENT`): what the
         metered port bills them to (``metadata_v5/metered.py``); nothing here."""
         return nullcontext()
+
+    def busy_for(self, thread: str) -> int:
+        """How long broker thread ``thread`` stays busy with the store calls already issued on
+        it, in µs (what the metered port books, ``metadata_v5/metered.py``): 0 here."""
+        return 0
 
     # -- headers ------------------------------------------------------------------------------
 

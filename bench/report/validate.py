@@ -98,8 +98,11 @@ BILLED: dict[str, dict[str, str]] = {
                       "its writes queue in arrival order on the broker's IO thread, each holding it for the "
                       "profile's metadata service time when the profile has one, the whole chain before any "
                       "request that arrives after it",
-        "commit_to_visible_us": "the event reaching the buffer, its reconcile (meta.read + meta.list + a meta.scan_get "
-                                "per op record scanned, meta.write of the deletes) and the dispatcher's next read",
+        "commit_to_visible_us": "the event reaching the buffer (meta.watch), after the store's notification thread "
+                                "has finished the participants notified before it (capacity.EVENT_THREAD: each one's "
+                                "watermark meta.cas and cleanup scan, meta.list + meta.list_keys per thousand keys "
+                                "walked + a meta.scan_get per op record, then a meta.write per delete), its reconcile's "
+                                "header reads (meta.read) and the dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "
                            "after what the connection's IO thread has queued",
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish; the delivery after what the "

@@ -216,7 +216,7 @@ def test_the_connection_io_thread_serves_in_arrival_order() -> None:
     """A Netty event loop runs its tasks in the order they arrive (``capacity.IO_THREAD``): a
     request waits for everything admitted before it, even for a booking made ahead of it,
     where a calendar lets it take the gap before that booking."""
-    from engine.capacity import IO_THREAD
+    from engine.capacity import EVENT_THREAD, IO_THREAD
 
     spec = ResourceSpec(service_us=None, concurrency=1)
     in_order, calendar = Resource(spec, in_order=True), Resource(spec)
@@ -231,8 +231,10 @@ def test_the_connection_io_thread_serves_in_arrival_order() -> None:
     two = Resource(ResourceSpec(service_us=100, concurrency=2), in_order=True)
     assert [two.admit(0, 10) for _ in range(3)] == [100, 100, 200] and two.free_at(0) == 100
     cap = Capacity({"metadata": ResourceSpec(service_us=100, concurrency=1)})
-    io, event = cap.resource("metadata", IO_THREAD), cap.resource("metadata", "event")
-    assert io is not None and io.in_order and event is not None and not event.in_order
+    io, event, load = (cap.resource("metadata", k) for k in (IO_THREAD, EVENT_THREAD, "load"))
+    # the notification thread is a single-thread executor too; other keys book a calendar
+    assert io is not None and io.in_order and event is not None and event.in_order
+    assert load is not None and not load.in_order
 
 
 def test_a_request_behind_the_thread_waits_in_its_tab() -> None:
