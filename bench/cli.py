@@ -505,6 +505,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
         results: list[str | Path] = [tmp / "results"]
         history: dict[str, int] = {}  # v5's store's, with --target: the broker run's
+        from bench.trace.tracestats import summarize
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
             from bench.pulsar.validate_run import asap_runs, broker_history, groups, warm_up_broker
@@ -522,12 +523,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 results += asap
                 history["asap"] = broker_history(asap)
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
-                    replay_trace(path, [dataclasses.replace(c.with_history(history["asap"]), pacing="asap", namespace="")
+                    ops = summarize(path).ops_per_txn
+                    replay_trace(path, [dataclasses.replace(c.with_history(history["asap"], ops), pacing="asap", namespace="")
                                         for c in configs if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
                     results.append(tmp / f"model-asap{suffix}")
         # with --target, the models replay after the broker: v5's store starts from the history the
         # broker's had (validate_run.broker_history, as validate does)
-        manifest = replay_trace(trace, [c.with_history(history.get("broker", 0)) for c in configs], tmp / "results",
+        ops = summarize(trace).ops_per_txn if history.get("broker") else 1
+        manifest = replay_trace(trace, [c.with_history(history.get("broker", 0), ops) for c in configs], tmp / "results",
                                 progress=_progress(not args.no_progress),
                                 shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
                                 announce=lambda line: print(line, file=sys.stderr, flush=True))

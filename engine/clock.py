@@ -251,6 +251,11 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     # parses every key under the prefix): not in the hand-written model; calibrate fits it from
     # the broker's v5 rate falling with the txns its store has held
     "meta.list_keys": 0,
+    # per thousand entries the walk passes beyond those keys (each older version of a counter and
+    # each deleted record's put and tombstone in RocksDB's memtable; bench.calibrate.store_probe
+    # times it): 0 unless a profile or --latency sets it. Priced at the probe's ratio to a key, it
+    # met fewer rows of the kept broker sets than the walk per key alone (datasets/validation/README.md)
+    "meta.list_entries": 0,
     # a coordinator request's handling in the broker beyond its hops and the storage it waits for
     # (ServerCnx -> the TC -> the storage callbacks -> the answer written from their thread), per
     # design: not in the hand-written model; calibrate measures it as the client's new-txn less

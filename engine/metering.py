@@ -165,12 +165,19 @@ class Meter:
             took += lat
         return took
 
-    def bill_per_thousand(self, kind: str, units: int, resource: str | None = None, key: str = "") -> int:
+    def bill_per_thousand(self, kind: str, units: int, resource: str | None = None, key: str = "",
+                          also: tuple[str, int] | None = None) -> int:
         """One call whose cost is ``kind``'s per thousand ``units`` (a listing walking ``units``
         keys: one draw, scaled), issued now; counted as ``units`` (``billed[kind]``: the keys
-        walked). Added to the open tab, through ``resource`` as :meth:`bill`; returns its time."""
+        walked). ``also``: (kind, units) priced into the same call and counted alike (the
+        entries the walk passes besides its keys). Added to the open tab, through ``resource``
+        as :meth:`bill` (as a call of ``kind``); returns its time."""
         self.billed[kind] += units
-        lat = (self._of(kind) * units + 500) // 1000
+        cost = self._of(kind) * units
+        if also is not None and also[1]:
+            self.billed[also[0]] += also[1]
+            cost += self._of(also[0]) * also[1]
+        lat = (cost + 500) // 1000
         res = self._serving(kind, resource, key) if resource is not None else None
         tabs = self._tabs
         top = tabs[-1] if tabs else None

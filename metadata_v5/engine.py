@@ -157,7 +157,7 @@ def open_v5(metadata_url: str = "memory://", **options: Any) -> tuple[EngineFact
     if opts.history:
         seeding = StoreTxnRecords(base.reopen(), lambda deliver: None)  # a handle of its own: not in the run's counts
         try:
-            seeding.seed_history(opts.tc_id, opts.history)
+            seeding.seed_history(opts.tc_id, opts.history, opts.history_ops)
         except BaseException:
             base.close()
             raise

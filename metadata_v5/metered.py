@@ -12,7 +12,9 @@ What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PUL
 * an index scan: ``meta.list``, plus on a store without native indexes the listing's walk over
   every key under the prefix, ``meta.list_keys`` per thousand keys
   (``RocksdbMetadataStore.getChildrenFromStore`` L494 on: the sequence counters of every txn
-  the store has held among them; ``TxnRecords.last_scan_keys``), and one ``meta.scan_get`` per
+  the store has held among them; ``TxnRecords.last_scan_keys``) and ``meta.list_entries`` per
+  thousand entries it passes beyond them (older versions and tombstones in RocksDB's memtable;
+  ``TxnRecords.last_scan_entries``), one call holding the thread, and one ``meta.scan_get`` per
   record it GETs, serially (``AbstractMetadataStore.storeScanByIndex`` M1 L624-660, a ``thenCompose``
   chain): ``TxnRecords.last_scan_gets``;
 * ``nextTxnSequence`` (L569-585): a GET and a CAS of the counter;
@@ -66,14 +68,15 @@ class MeteredTxnRecords(TxnRecords):
         return self._meter.behind(_M, thread, in_tab=False)
 
     def _scanned(self) -> None:
-        gets, keys = self.inner.last_scan_gets, self.inner.last_scan_keys
+        gets, keys, entries = self.inner.last_scan_gets, self.inner.last_scan_keys, self.inner.last_scan_entries
         if not (gets or keys):
             self._bill_on("meta.list")
             return
         with self._meter.unit():
             self._bill_on("meta.list")
             if keys:  # the walk holds the calling thread (RocksDB iterates on it)
-                self._meter.bill_per_thousand("meta.list_keys", keys, _M, self._thread)
+                self._meter.bill_per_thousand("meta.list_keys", keys, _M, self._thread,
+                                              also=("meta.list_entries", entries))
             if gets:  # storeGet straight from RocksDB: not the metric's get (bench.calibrate.store_probe)
                 self._bill_on("meta.scan_get", gets)
 
@@ -84,6 +87,10 @@ class MeteredTxnRecords(TxnRecords):
     @property
     def last_scan_keys(self) -> int:  # type: ignore[override]
         return self.inner.last_scan_keys
+
+    @property
+    def last_scan_entries(self) -> int:  # type: ignore[override]
+        return self.inner.last_scan_entries
 
     # -- headers ----------------------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class V5Options:
     # on a store without native sequences each left its op records' counter, which every scan's
     # listing walks (StoreTxnRecords.seed_history)
     history: int = 0
+    # op records each of those txns wrote (and had collected): each left its records' puts and
+    # tombstones and its counter's versions in RocksDB's memtable, which the listings pass too
+    history_ops: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "variant"))
@@ -68,6 +71,8 @@ class V5Options:
                 raise ConfigError(f"v5 option {name} must be > 0, got {getattr(self, name)}")
         if self.history < 0:
             raise ConfigError(f"v5 option history must be >= 0, got {self.history}")
+        if self.history_ops < 1:
+            raise ConfigError(f"v5 option history_ops must be >= 1, got {self.history_ops}")
         if self.retention_ms < 0:
             raise ConfigError(f"v5 option retention_ms must be >= 0, got {self.retention_ms}")
 

@@ -301,6 +301,7 @@ class TxnRecords(ABC):
 
     last_scan_gets: int = 0  # GETs the last scan issued one by one (emulated stores; 0 when native)
     last_scan_keys: int = 0  # keys its listing iterated, sequence counters included (likewise)
+    last_scan_entries: int = 0  # memtable entries its listing passed beyond those keys (likewise)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -49,10 +49,11 @@ def model_new_txn(profile: LatencyProfile, trace: Path, history: int) -> dict[st
     from bench.pulsar.validate_run import model_configs
     from bench.replay.replay import Replayer
     from bench.trace.trace import read_events
+    from bench.trace.tracestats import summarize
 
     latency = profile.to_latency_model(1).with_resources(profile.resources)
     out: dict[str, dict[str, int]] = {}
-    for cfg in model_configs(latency, profile, history):
+    for cfg in model_configs(latency, profile, history, summarize(trace).ops_per_txn if history else 1):
         lat = Replayer(cfg).run(read_events(trace)).latency["new_txn_us"]
         out[cfg.engine] = {q: int(lat[f"{q}_us"]) for q in QUANTILES}
     return out

@@ -122,10 +122,11 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
 
     latency = profile.to_latency_model(1).with_resources(resources)
     out: dict[str, float] = {}
+    ops = summarize(trace).ops_per_txn if history else 1
     for cfg in model_configs(latency, profile):
         if cfg.engine not in designs:
             continue
-        result = Replayer(dataclasses.replace(cfg.with_history(history), pacing="asap")).run(read_events(trace))
+        result = Replayer(dataclasses.replace(cfg.with_history(history, ops), pacing="asap")).run(read_events(trace))
         t = result.txns
         rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
                               for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))

@@ -78,11 +78,14 @@ def model_profile(profile: str | Path | None) -> LatencyProfile:
     return LatencyProfile.load(resolve(str(profile if profile is not None else DEFAULT_LATENCY_PROFILE)))
 
 
-def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, history: int = 0) -> list[RunConfig]:
+def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, history: int = 0,
+                  history_ops: int = 1) -> list[RunConfig]:
     """The model's runs of both designs; ``history``: the txns v5's store held before
-    (``V5Options.history``: a broker run's ``txns_before``)."""
+    (``V5Options.history``: a broker run's ``txns_before``), of ``history_ops`` op records each
+    (the trace's: the broker's warm-ups replay it, ``TraceSummary.ops_per_txn``)."""
     return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
-            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile).with_history(history)]
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency,
+                      latency_profile=profile).with_history(history, history_ops)]
 
 
 def broker_history(sets: list[Path], design: str = "v5") -> int:
@@ -287,14 +290,15 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             recorded["calibration"] = calibration.recheck(say)
         # the model after the broker: its v5 store starts from the history the broker's store had
         history = broker_history([tmp / "broker"])
-        replay_trace(trace, model_configs(latency, prof, history), tmp / "model",
+        replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn), tmp / "model",
                      extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)
         say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history) replayed in virtual time")
         sets: list[str | Path] = [tmp / "model"]
         if saturation:
             history = broker_history(asap)
             for path, designs, suffix in groups(traces):
-                replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in model_configs(latency, prof, history)
+                replay_trace(path, [dataclasses.replace(c, pacing="asap")
+                                    for c in model_configs(latency, prof, history, summarize(path).ops_per_txn)
                                     if c.engine in designs],
                              tmp / f"model-asap{suffix}",
                              extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)

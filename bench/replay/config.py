@@ -91,13 +91,13 @@ class RunConfig:
         """Another run (another namespace) of ``engine``, with ``options`` (default: none)."""
         return replace(self, engine=engine, options=options or {}, namespace="")
 
-    def with_history(self, history: int) -> RunConfig:
-        """This run with v5's store starting as one that has run ``history`` txns
-        (``V5Options.history``: a broker's, so that its scans walk what the broker's walked);
-        another design's run, or no history, as it is."""
+    def with_history(self, history: int, ops: int = 1) -> RunConfig:
+        """This run with v5's store starting as one that has run ``history`` txns of ``ops`` op
+        records each (``V5Options.history``, ``history_ops``: a broker's, so that its scans walk
+        what the broker's walked); another design's run, or no history, as it is."""
         if self.engine != "v5" or not history:
             return self
-        return replace(self, options={**self.options, "history": history})
+        return replace(self, options={**self.options, "history": history, **({"history_ops": ops} if ops != 1 else {})})
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

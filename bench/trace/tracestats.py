@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.trace.trace import OPS, open_checked, trace_metadata, validate
@@ -22,6 +23,14 @@ class TraceSummary:
     first_us: int | None
     last_us: int | None
     generator: tuple[tuple[str, str], ...] = ()  # the generator's notes (Parquet metadata), if any
+    txn_ops: int = 0  # publish and ack rows inside a txn: the op records v5 writes
+
+    @property
+    def ops_per_txn(self) -> int:
+        """The op records a txn of this trace writes, on average, rounded (at least 1): what each
+        txn of a broker's history left when its warm-ups replayed this trace
+        (``V5Options.history_ops``)."""
+        return max(1, round(self.txn_ops / self.txns)) if self.txns else 1
 
     def lines(self) -> list[str]:
         span = 0.0 if self.first_us is None or self.last_us is None else (self.last_us - self.first_us) / 1e6
@@ -43,7 +52,8 @@ def summarize(path: str | Path, fmt: str | None = None, batch_rows: int = 65_536
     counts: dict[str, int] = {}
     topics: set[str] = set()
     first = last = None
-    for batch in tf.iter_batches(batch_size=batch_rows, columns=["ts_us", "op", "topic"]):
+    txn_ops = 0
+    for batch in tf.iter_batches(batch_size=batch_rows, columns=["ts_us", "op", "topic", "txn"]):
         if batch.num_rows == 0:
             continue
         if first is None:
@@ -52,5 +62,8 @@ def summarize(path: str | Path, fmt: str | None = None, batch_rows: int = 65_536
         for entry in pc.value_counts(batch.column(1)).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
         topics.update(t for t in pc.unique(batch.column(2)).to_pylist() if t is not None)
+        in_txn = pc.and_(pc.is_in(batch.column(1), value_set=pa.array(["publish", "ack"])), pc.is_valid(batch.column(3)))
+        txn_ops += pc.sum(in_txn).as_py() or 0
     return TraceSummary(str(path), tf.format, rows, tuple((op, counts[op]) for op in OPS if op in counts),
-                        len(topics), counts.get("new_txn", 0), first, last, tuple(trace_metadata(path, fmt).items()))
+                        len(topics), counts.get("new_txn", 0), first, last, tuple(trace_metadata(path, fmt).items()),
+                        txn_ops)

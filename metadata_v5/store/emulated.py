@@ -14,6 +14,12 @@ Only Oxia implements the v5 store options natively; every other backend falls ba
   skips them (``isSequenceCounterChild``). ``scan_keys`` counts the keys the listings iterated,
   the counters among them: they grow with every txn the store has held (op records live under
   one per txn).
+* The listing's iterator also passes every entry RocksDB's memtable holds under the prefix: each
+  version a counter had and each deleted record's put and tombstone (the broker's memtable never
+  flushed in a session here; bench.calibrate.store_probe timed the walk growing with them).
+  :class:`Memtable` counts every put and delete under each scan prefix, shared by every handle on
+  the store (a restart replays the WAL into it); ``scan_entries`` counts the entries the listings
+  passed beyond the keys they returned.
 * Notifications are the store's own (every backend delivers change notifications, which
   ``subscribeSequence`` and the watches listen to), so watches are the wrapped store's.
 
@@ -27,7 +33,7 @@ Counts follow what the broker's ``pulsar_metadata_store_ops`` counters see: ``re
 GETs through ``AbstractMetadataStore.get`` (L359-379: the counter GETs among them), while a scan's
 serial GETs go to ``storeGet`` directly (L605, L648), which records no metric: they are counted
 apart as ``scan_reads``. ``writes`` include the counter CASes; ``index_queries``,
-``seq_allocs`` and ``scan_keys`` are this wrapper's.
+``seq_allocs``, ``scan_keys`` and ``scan_entries`` are this wrapper's.
 """
 
 from __future__ import annotations
@@ -49,23 +55,51 @@ COUNTER = RESERVED_PREFIX + "seq-counter/"  # Pulsar: "<prefix>__seq_counter__";
 MAX_ATTEMPTS = 16
 
 
-class EmulatedMetadataStore(WrappedStore):
-    """Wraps ``inner`` (a native store); see the module docstring."""
+class Memtable:
+    """The entries RocksDB's memtable holds under each scan prefix: one per put (a counter's every
+    version included) and one per delete (its tombstone), counted since the store opened."""
 
-    def __init__(self, inner: MetadataStore) -> None:
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[str, int] = {}  # scan prefix -> entries under it
+
+    def watch(self, prefix: str, inner: MetadataStore) -> None:
+        """Count under ``prefix`` from now on, starting from one entry per key already there."""
+        if prefix not in self.entries:
+            self.entries[prefix] = inner.count(prefix) + inner.count(COUNTER + prefix)
+
+    def wrote(self, ops: Sequence[Op]) -> None:
+        for op in ops:
+            if isinstance(op, (Put, Delete)):
+                key = op.key
+                for prefix in self.entries:
+                    if key.startswith(prefix) or key.startswith(COUNTER + prefix):
+                        self.entries[prefix] += 1
+
+
+class EmulatedMetadataStore(WrappedStore):
+    """Wraps ``inner`` (a native store); see the module docstring. ``memtable``: the one every
+    handle on the same store shares."""
+
+    def __init__(self, inner: MetadataStore, memtable: Memtable | None = None) -> None:
         self.inner = inner
         self.capabilities = replace(inner.capabilities, native_indexes=False, native_sequences=False)
+        self.memtable = memtable if memtable is not None else Memtable()
         self._index_queries = 0
         self._seq_allocs = 0
         self._scan_reads = 0
         self._scan_keys = 0
+        self._scan_entries = 0
 
     # -- records --
 
     def batch(self, ops: Sequence[Op]) -> builtins.list[OpResult]:
         validate_ops(ops)
         if not any(isinstance(op, (PutSequential, DeleteSequence)) for op in ops):
-            return self.inner.batch(ops)
+            out = self.inner.batch(ops)
+            self.memtable.wrote(ops)
+            return out
         for op in ops:
             if isinstance(op, PutSequential):
                 validate_fields(op.fields)
@@ -79,6 +113,7 @@ class EmulatedMetadataStore(WrappedStore):
                     raise  # the caller's own condition failed
                 continue  # another handle moved a counter between our GET and the CAS: retry
             self._seq_allocs += sum(1 for op in ops if isinstance(op, PutSequential))
+            self.memtable.wrote(inner_ops)
             return results[:len(ops)]
         raise BadVersion(f"gave up after {MAX_ATTEMPTS} attempts: sequence counters kept changing")
 
@@ -152,6 +187,7 @@ class EmulatedMetadataStore(WrappedStore):
 
     def define_index(self, spec: IndexSpec) -> None:
         self.inner.define_index(spec)
+        self.memtable.watch(spec.prefix, self.inner)
 
     def indexes(self) -> dict[str, IndexSpec]:
         return self.inner.indexes()
@@ -167,8 +203,12 @@ class EmulatedMetadataStore(WrappedStore):
         self._index_queries += 1
         rows: builtins.list[tuple[tuple[object, ...], IndexEntry, Record]] = []
         keys = self.inner.list_keys(spec.prefix)
-        # the listing iterates the prefix's counters too (kept apart here, under COUNTER)
-        self._scan_keys += len(keys) + self.inner.count(COUNTER + spec.prefix)
+        # the listing iterates the prefix's counters too (kept apart here, under COUNTER), and
+        # passes every other entry the memtable holds there
+        returned = len(keys) + self.inner.count(COUNTER + spec.prefix)
+        self._scan_keys += returned
+        self.memtable.watch(spec.prefix, self.inner)
+        self._scan_entries += max(0, self.memtable.entries[spec.prefix] - returned)
         for key in keys:
             if key.startswith(RESERVED_PREFIX):
                 continue
@@ -221,10 +261,11 @@ class EmulatedMetadataStore(WrappedStore):
         out["reads"] -= self._scan_reads  # the inner store counted them as plain gets
         out["scan_reads"] = self._scan_reads
         out["scan_keys"] = self._scan_keys
+        out["scan_entries"] = self._scan_entries
         return out
 
     def reopen(self) -> EmulatedMetadataStore:
-        return EmulatedMetadataStore(self.inner.reopen())
+        return EmulatedMetadataStore(self.inner.reopen(), self.memtable)
 
     def close(self) -> None:
         self.inner.close()
@@ -243,4 +284,4 @@ def emulated(store: MetadataStore) -> EmulatedMetadataStore:
     return EmulatedMetadataStore(store)
 
 
-__all__ = ["EmulatedMetadataStore", "emulated"]
+__all__ = ["EmulatedMetadataStore", "Memtable", "emulated"]

@@ -98,6 +98,8 @@ STAT_KEYS: Final = (
     "scan_reads",       # emulated: records an index scan fetched one by one (storeGet, which
                         # Pulsar's pulsar_metadata_store_ops get counter does not count)
     "scan_keys",        # emulated: keys its scans' listings iterated (the sequence counters among them)
+    "scan_entries",     # emulated: entries its listings passed without returning a key (older versions
+                        # and tombstones in RocksDB's memtable)
     "lists",            # list/list_keys calls
     "listed",           # records returned by lists
     "index_queries",    # query/query_records calls (and degraded re-lists of an index)

@@ -233,23 +233,28 @@ class StoreTxnRecords(TxnRecords):
     def count_ops(self) -> int:
         return len(self.store.list_keys("/txn-op/"))
 
-    def seed_history(self, tc_id: int, txns: int, chunk: int = 1_000) -> None:
+    def seed_history(self, tc_id: int, txns: int, ops: int = 1, chunk: int = 1_000) -> None:
         """Make this store one that has run ``txns`` txns of coordinator ``tc_id`` before: each
-        one's op record written and collected, which leaves its sequence counter on a store
-        without native sequences (5.0.1 never deletes one: ``TxnMetadataStore.deleteHeader`` L98-100),
-        and both id counters past them. Their headers are not kept, though a broker keeps a
-        finished one for ``retention_ms`` (900 s) and its sweeps walk and GET it meanwhile: here a
-        sweep walks this run's headers only. Refused where coordinator ``tc_id`` has run a txn."""
+        one's ``ops`` op records written one after another and collected, which leaves its
+        sequence counter on a store without native sequences (5.0.1 never deletes one:
+        ``TxnMetadataStore.deleteHeader`` L98-100) and, on an emulated store, the memtable entries
+        of every write and delete, and both id counters past them. Their headers are not kept,
+        though a broker keeps a finished one for ``retention_ms`` (900 s) and its sweeps walk and
+        GET it meanwhile: here a sweep walks this run's headers only. Refused where coordinator
+        ``tc_id`` has run a txn."""
         seq_key, ids_key = f"/txn-tc-seq/{tc_id}", f"/txn-ids/{tc_id}"
         if self.store.get(seq_key) is not None or self.store.get(ids_key) is not None:
             raise ConfigError(f"v5 option history={txns}: the store has run txns of coordinator {tc_id} already; "
                               "history seeds a store that has not")
         for start in range(0, txns, chunk):
-            made = self.store.batch([
-                PutSequential(op_prefix(TxnID(Design.V5, tc_id, seq)),
-                              {"kind": "write", "segment": "history", "position": "0:0",
-                               "txn": _tag(TxnID(Design.V5, tc_id, seq))})
-                for seq in range(start, min(txns, start + chunk))])
+            seqs = range(start, min(txns, start + chunk))
+            made = []
+            for _ in range(ops):  # a batch per op: each moves every txn's counter once, as appendOp does
+                made += self.store.batch([
+                    PutSequential(op_prefix(TxnID(Design.V5, tc_id, seq)),
+                                  {"kind": "write", "segment": "history", "position": "0:0",
+                                   "txn": _tag(TxnID(Design.V5, tc_id, seq))})
+                    for seq in seqs])
             self.store.batch([Delete(r.key) for r in made])
         self.store.batch([Put(seq_key, {"next": str(txns)}, ABSENT), Put(ids_key, {"next": str(txns)}, ABSENT)])
 
@@ -337,13 +342,14 @@ class StoreTxnRecords(TxnRecords):
         """Run one index scan, noting the GETs it issued one by one and the keys its listing
         iterated on a store without native indexes (the shipped design's time depends on them)."""
         if self.store.capabilities.native_indexes:
-            self.last_scan_gets = self.last_scan_keys = 0
+            self.last_scan_gets = self.last_scan_keys = self.last_scan_entries = 0
             return fn()
         before = self.store.stats()
         out = fn()
         after = self.store.stats()
         self.last_scan_gets = after["scan_reads"] - before["scan_reads"]
         self.last_scan_keys = after["scan_keys"] - before["scan_keys"]
+        self.last_scan_entries = after["scan_entries"] - before["scan_entries"]
         return out
 
     def store_native_sequences(self) -> bool:

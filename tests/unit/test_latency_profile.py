@@ -227,8 +227,9 @@ def test_a_kind_added_later_reads_as_zero_from_a_profile_without_it_and_is_writt
 
     older = {k: v for k, v in _ops().items() if k not in LATER_KINDS}
     prof = LatencyProfile.from_json({"name": "old", "operations": older})
-    assert prof.operations["meta.list_keys"] == Distribution.constant(0)
-    assert "meta.list_keys" not in prof.to_text()
+    for kind in ("meta.list_keys", "meta.list_entries"):
+        assert prof.operations[kind] == Distribution.constant(0)
+        assert kind not in prof.to_text()
     walks = LatencyProfile.from_json({"name": "new", "operations": _ops(**{"meta.list_keys": {"constant": 2_400}}),
                                       "resources": {"metadata": {"service_us": 500, "concurrency": 1,
                                                                  "kinds": ["meta.cas", "meta.list_keys", "meta.write"],

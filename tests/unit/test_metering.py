@@ -353,6 +353,11 @@ def test_a_listing_walk_is_billed_per_thousand_keys_and_holds_its_thread_for_its
     with m.tab() as t:
         assert m.bill_per_thousand("meta.list_keys", 2_500, "metadata", "io") == 1_000
     assert t.us == 1_000 and m.billed["meta.list_keys"] == 2_500
+    # the entries it passes beside its keys are priced into the same call, and counted apart
+    m2 = Meter(LatencyModel().with_overrides(meta_list_keys=400, meta_list_entries=50), VirtualScheduler())
+    with m2.tab() as t2:
+        assert m2.bill_per_thousand("meta.list_keys", 2_500, also=("meta.list_entries", 8_000)) == 1_000 + 400
+    assert t2.us == 1_400 and (m2.billed["meta.list_keys"], m2.billed["meta.list_entries"]) == (2_500, 8_000)
     with m.tab() as w:  # issued at 0 on the same thread: waits out the walk, then its own 1,000
         m.bill("meta.write", "metadata", "io")
     assert w.us == 1_000 + 1_000

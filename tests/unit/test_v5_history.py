@@ -48,6 +48,37 @@ def test_a_seeded_history_leaves_a_counter_per_txn_that_every_scan_walks() -> No
         V5Options(history=-1)
 
 
+def test_a_listing_passes_every_memtable_entry_a_history_left_beside_the_keys_it_returns() -> None:
+    """RocksDB's memtable keeps each version of a counter and each deleted record's put and
+    tombstone, and the listing's iterator passes them all (bench.calibrate.store_probe timed it):
+    a history txn of K op records leaves K counter versions and K puts and K tombstones, of which
+    the listing returns the counter: 3K - 1 hidden entries. The memtable is the store's, so a
+    handle opened later (a restarted broker replaying the WAL) passes them too."""
+    from engine.clock import LatencyModel, VirtualScheduler
+    from engine.metering import Meter
+    from metadata_v5.metered import MeteredTxnRecords
+
+    store = open_metadata(EMULATED_STORE)
+    seeding = StoreTxnRecords(store.reopen(), lambda deliver: deliver())
+    seeding.seed_history(0, 50, ops=3)
+    records = StoreTxnRecords(store.reopen(), lambda deliver: deliver())
+    txn = TxnID(Design.V5, 0, records.next_txn_seq_each(0))
+    rec = records.add_op(txn, Op("write", "s", Position(3, 1)))  # one put and one counter version: both returned
+    assert records.writes_scan("s") and (records.last_scan_keys, records.last_scan_entries) == (1 + 51, 50 * (3 * 3 - 1))
+    records.delete_ops([rec])  # its put now hidden, and its tombstone
+    records.writes_scan("s")
+    assert (records.last_scan_keys, records.last_scan_entries) == (51, 50 * 8 + 2)
+    # billed as one walk: keys and entries, each per thousand, on the calling thread
+    meter = Meter(LatencyModel().with_overrides(meta_list_keys=1_000, meta_list_entries=100), VirtualScheduler())
+    metered = MeteredTxnRecords(records, meter)
+    with meter.tab() as t:
+        metered.writes_scan("s")
+    assert (meter.billed["meta.list_keys"], meter.billed["meta.list_entries"]) == (51, 402)
+    assert t.us == meter.of("meta.list") + round(51 * 1.0 + 402 * 0.1)
+    with pytest.raises(ConfigError, match="history_ops must be >= 1"):
+        V5Options(history=1, history_ops=0)
+
+
 def test_a_replay_from_a_history_walks_it_in_every_scan_and_changes_nothing_else_at_no_cost(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     generate(load_profile("small"), 400, 3, trace)
@@ -66,7 +97,9 @@ def test_a_replay_from_a_history_walks_it_in_every_scan_and_changes_nothing_else
     assert later["meta.scan_keys"] - counts["meta.scan_keys"] == walked  # billed as the store counted
     # the constants profile bills a walk nothing: the same outcomes at the same instants
     assert later_txns["outcome"] == txns["outcome"] and later_txns["end_ts_us"] == txns["end_ts_us"]
-    assert {k: v for k, v in later.items() if "keys" not in k} == {k: v for k, v in counts.items() if "keys" not in k}
+    walks = ("keys", "entries")
+    assert ({k: v for k, v in later.items() if not any(w in k for w in walks)}
+            == {k: v for k, v in counts.items() if not any(w in k for w in walks)})
 
 
 def test_a_sweep_on_the_emulated_store_walks_and_reads_every_header_on_its_own_thread() -> None:
@@ -125,3 +158,25 @@ def test_a_timed_out_txn_is_aborted_on_the_sweep_executors_thread(tmp_path: Path
     assert seen[("meta.cas", "sweep")] == 1  # the abort's CAS; the IO thread's is NEW_TXN's id counter
     assert seen[("meta.cas", "io")] == result.counts["tc.seq_cas"] == 1
     assert seen[("meta.write", "sweep")] == result.counts["tc.event_writes"] == 1  # its one segment's event
+
+
+def test_a_brokers_history_is_seeded_with_the_traces_op_records_per_txn(tmp_path: Path) -> None:
+    """The broker's warm-ups replay the trace itself, so each txn of its history wrote what a
+    txn of the trace writes: its publishes and acks inside the txn, on average, rounded."""
+    from tests.unit.test_trace import write
+    from bench.trace.tracestats import summarize
+
+    rows = [{"ts_us": 0, "op": "subscribe", "topic": "t", "subscription": "s"}]
+    rows += [{"ts_us": 1 + i, "op": "new_txn", "txn": f"x{i}"} for i in range(3)]
+    n = 0
+    for i, ops in enumerate((3, 4, 4)):  # 11 op records over 3 txns: 3.67 each
+        for _ in range(ops):
+            n += 1
+            rows.append({"ts_us": 10 + n, "op": "publish", "topic": "t", "msg": f"m{n}", "size": 1, "txn": f"x{i}"})
+    rows += [{"ts_us": 100, "op": "publish", "topic": "t", "msg": "plain", "size": 1}]  # not in a txn
+    rows += [{"ts_us": 200 + i, "op": "commit", "txn": f"x{i}"} for i in range(3)]
+    summary = summarize(write(tmp_path / "t.parquet", rows))
+    assert (summary.txn_ops, summary.txns, summary.ops_per_txn) == (11, 3, 4)
+    cfg = RunConfig(engine="v5", metadata_url=EMULATED_STORE).with_history(200, summary.ops_per_txn)
+    assert (cfg.options["history"], cfg.options["history_ops"]) == (200, 4)
+    assert "history_ops" not in RunConfig(engine="v5").with_history(200).options  # one op each: as before
