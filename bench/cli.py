@@ -485,6 +485,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from bench.replay.output import staged_dir
     from bench.report.report import build
     from bench.replay.runner import check_trace, replay_trace
+    from bench.trace.tracestats import summarize
     from bench.trace.workloads import generate, load_profile
 
     out = Path(args.out)
@@ -505,7 +506,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
         results: list[str | Path] = [tmp / "results"]
         history: dict[str, int] = {}  # v5's store's, with --target: the broker run's
-        from bench.trace.tracestats import summarize
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
             from bench.pulsar.validate_run import asap_runs, broker_history, groups, warm_up_broker

@@ -69,9 +69,11 @@ class Memtable:
         if prefix not in self.entries:
             self.entries[prefix] = inner.count(prefix) + inner.count(COUNTER + prefix)
 
-    def wrote(self, ops: Sequence[Op]) -> None:
-        for op in ops:
-            if isinstance(op, (Put, Delete)):
+    def wrote(self, ops: Sequence[Op], results: Sequence[OpResult]) -> None:
+        """An applied batch: a put each, and a tombstone each delete of a key that was there
+        (RocksdbMetadataStore.storeDelete writes none for an absent one)."""
+        for op, res in zip(ops, results):
+            if isinstance(op, Put) or (isinstance(op, Delete) and res.version is not None):
                 key = op.key
                 for prefix in self.entries:
                     if key.startswith(prefix) or key.startswith(COUNTER + prefix):
@@ -98,7 +100,7 @@ class EmulatedMetadataStore(WrappedStore):
         validate_ops(ops)
         if not any(isinstance(op, (PutSequential, DeleteSequence)) for op in ops):
             out = self.inner.batch(ops)
-            self.memtable.wrote(ops)
+            self.memtable.wrote(ops, out)
             return out
         for op in ops:
             if isinstance(op, PutSequential):
@@ -113,7 +115,7 @@ class EmulatedMetadataStore(WrappedStore):
                     raise  # the caller's own condition failed
                 continue  # another handle moved a counter between our GET and the CAS: retry
             self._seq_allocs += sum(1 for op in ops if isinstance(op, PutSequential))
-            self.memtable.wrote(inner_ops)
+            self.memtable.wrote(inner_ops, results)
             return results[:len(ops)]
         raise BadVersion(f"gave up after {MAX_ATTEMPTS} attempts: sequence counters kept changing")
 
