@@ -92,7 +92,8 @@ BILLED: dict[str, dict[str, str]] = {
                              "queued (capacity.IO_THREAD)",
         "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
                       "the request's handling (coordinator.v5), 2 meta.read (the header, twice) + meta.cas, then the "
-                      "fan-out: meta.list + meta.list_keys per thousand keys walked + a meta.scan_get per op record the "
+                      "fan-out: meta.list + meta.list_keys per thousand keys walked (and meta.list_entries per thousand "
+                      "memtable entries passed, where the profile sets it) + a meta.scan_get per op record the "
                       "emulated scan fetches, and the events "
                       "(emulated sequence key: meta.read + meta.cas + meta.write) right after the CAS, then rpc back; "
                       "its writes queue in arrival order on the broker's IO thread, each holding it for the "
