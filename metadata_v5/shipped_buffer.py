@@ -132,9 +132,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         store's notification thread has done what was notified before (``EVENT``)."""
         if self._closed:
             return
-        wait = self._records.busy_for(EVENT)
-        if wait:
-            self._sched.call_later(wait, self._on_event)
+        if self._records.put_off(EVENT, self._sched.call_later, self._on_event):
             return
         self.stats["events"] += 1
         tracked = sorted(self._open, key=self._open.__getitem__)
@@ -169,9 +167,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         if self._busy or not self._tail or self._closed:
             return
         self._busy = True
-        wait = self._records.busy_for(EVENT)  # the tail's items run on the notification thread
-        if wait:
-            self._sched.call_later(wait, self._tail_done)
+        if self._records.put_off(EVENT, self._sched.call_later, self._tail_done):  # the tail runs on that thread
             return
         item = self._tail.popleft()
         with self._meter.tab() as took, self._records.on(EVENT):  # the tail is held for the item's store calls

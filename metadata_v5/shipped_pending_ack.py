@@ -63,9 +63,7 @@ class ShippedPendingAckStore(PendingAckStore):
     def _on_event(self) -> None:
         if self._closed:
             return
-        wait = self._records.busy_for(EVENT)  # the store's notification thread, as the buffer's
-        if wait:
-            self._sched.call_later(wait, self._on_event)
+        if self._records.put_off(EVENT, self._sched.call_later, self._on_event):  # as the buffer's
             return
         self.stats["events"] += 1
         tracked = [t for t, s in self._txns.items() if s is TxnStatus.OPEN]
@@ -82,9 +80,7 @@ class ShippedPendingAckStore(PendingAckStore):
             self._sched.call_later(took.us, self._apply_all, decided)
 
     def _apply_all(self, decided: list[tuple[TxnID, TxnStatus]]) -> None:
-        wait = self._records.busy_for(EVENT)
-        if wait:
-            self._sched.call_later(wait, self._apply_all, decided)
+        if self._records.put_off(EVENT, self._sched.call_later, self._apply_all, decided):
             return
         with self._records.on(EVENT):
             for txn, state in decided:

@@ -108,11 +108,12 @@ def traces_of(record: dict[str, Any], into: Path) -> dict[str, Path]:
 
 
 def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path,
-                designs: tuple[str, ...] = ("v4", "v5"), history: int = 0) -> dict[str, float]:
+                designs: tuple[str, ...] = ("v4", "v5"), history: int = 0, ops: int | None = None) -> dict[str, float]:
     """Committed txns per second of each design's model replaying ``trace`` as fast as possible
     with ``resources`` (as :func:`bench.replay.measure.committed_rate` counts the broker's); 0
     when none committed (resources so slow that every txn timed out). ``history``: the txns v5's
-    store held before (``V5Options.history``)."""
+    store held before (``V5Options.history``), of ``ops`` op records each (None: the trace's,
+    ``TraceSummary.ops_per_txn``)."""
     import dataclasses
 
     from bench.pulsar.validate_run import model_configs
@@ -122,7 +123,8 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
 
     latency = profile.to_latency_model(1).with_resources(resources)
     out: dict[str, float] = {}
-    ops = summarize(trace).ops_per_txn if history else 1
+    if ops is None:
+        ops = summarize(trace).ops_per_txn if history else 1
     for cfg in model_configs(latency, profile):
         if cfg.engine not in designs:
             continue
@@ -195,11 +197,12 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
         return profile.derived(operations={**profile.operations, WALK: Distribution.constant(k)})
 
     replayed: dict[tuple[int, int, int], float] = {}  # (walk, service, history) -> v5's rate: each replayed once
+    ops = summarize(by["v5"]).ops_per_txn  # what each history txn wrote: read once for every replay
 
     def v5_at(k: int, service: int, history: int) -> float:
         if (k, service, history) not in replayed:
             replayed[k, service, history] = model_rates(with_keys(k), {"bookie": bookie, "metadata": _metadata(service)},
-                                                        by["v5"], ("v5",), history)["v5"]
+                                                        by["v5"], ("v5",), history, ops)["v5"]
         return replayed[k, service, history]
 
     def service_for(k: int) -> int:

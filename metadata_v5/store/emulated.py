@@ -59,24 +59,25 @@ class Memtable:
     """The entries RocksDB's memtable holds under each scan prefix: one per put (a counter's every
     version included) and one per delete (its tombstone), counted since the store opened."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "_under")
 
     def __init__(self) -> None:
         self.entries: dict[str, int] = {}  # scan prefix -> entries under it
+        self._under: dict[str, tuple[str, str]] = {}  # scan prefix -> its keys' and its counters' prefixes
 
     def watch(self, prefix: str, inner: MetadataStore) -> None:
         """Count under ``prefix`` from now on, starting from one entry per key already there."""
         if prefix not in self.entries:
             self.entries[prefix] = inner.count(prefix) + inner.count(COUNTER + prefix)
+            self._under[prefix] = (prefix, COUNTER + prefix)
 
     def wrote(self, ops: Sequence[Op], results: Sequence[OpResult]) -> None:
         """An applied batch: a put each, and a tombstone each delete of a key that was there
         (RocksdbMetadataStore.storeDelete writes none for an absent one)."""
         for op, res in zip(ops, results):
             if isinstance(op, Put) or (isinstance(op, Delete) and res.version is not None):
-                key = op.key
-                for prefix in self.entries:
-                    if key.startswith(prefix) or key.startswith(COUNTER + prefix):
+                for prefix, under in self._under.items():
+                    if op.key.startswith(under):
                         self.entries[prefix] += 1
 
 
