@@ -256,6 +256,12 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     # times it): 0 unless a profile or --latency sets it. Priced at the probe's ratio to a key, it
     # met fewer rows of the kept broker sets than the walk per key alone (datasets/validation/README.md)
     "meta.list_entries": 0,
+    # per thousand listener calls of the store's notifications: every put and delete queues one on
+    # the store's single event thread (and a create or delete one per ancestor on RocksDB), which
+    # runs every listener the store holds, one after another (AbstractMetadataStore.receivedNotification);
+    # the v5 buffers' reconciles wait behind them. bench.calibrate.store_probe times it with the
+    # broker's classes; 0 unless a profile or --latency sets it
+    "meta.notify": 0,
     # a coordinator request's handling in the broker beyond its hops and the storage it waits for
     # (ServerCnx -> the TC -> the storage callbacks -> the answer written from their thread), per
     # design: not in the hand-written model; calibrate measures it as the client's new-txn less

@@ -188,6 +188,24 @@ class Meter:
             top.add(lat)
         return lat
 
+    def book_per_thousand(self, kind: str, units: int, resource: str, key: str = "") -> int:
+        """Work ``resource`` instance ``key`` does on its own after a call, priced as ``kind`` per
+        thousand ``units`` (one draw, scaled) and counted as ``units``: it queues on that thread
+        from when the open tab's calls are done (now without one), and nobody waits for it but
+        what the thread serves after it (a store's notifications, run on its event thread after
+        the write that queued them). Its time; 0 when the resource has no capacity set."""
+        self.billed[kind] += units
+        if not units:
+            return 0
+        lat = (self._of(kind) * units + 500) // 1000
+        res = self._resource(resource, key) if self._run is not None else None
+        if res is None or not lat:
+            return lat
+        tabs = self._tabs
+        at = tabs[-1].issue_at() if tabs else self._now()
+        res.admit(at, lat, self._now(), True)  # the thread is held for the work itself
+        return lat
+
     def _free_bill(self) -> Callable[..., int]:
         """:meth:`bill` without resources, with what it touches bound once: a call is billed on
         every port call of a replay, and attribute lookups were a third of its time."""

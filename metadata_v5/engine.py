@@ -19,7 +19,7 @@ from engine.ports import (
 )
 from metadata_v5.coordinator import CoordinatorV5
 from metadata_v5.metered import MeteredTxnRecords
-from metadata_v5.options import V5Options
+from metadata_v5.options import BROKER_LISTENERS, V5Options
 from metadata_v5.variants import parts_of
 from metadata_v5.store.port import MetadataStore
 from metadata_v5.store.records import StoreTxnRecords
@@ -55,7 +55,7 @@ class V5Engine(Engine):
 
         self.records = StoreTxnRecords(store, notify)
         # the components' port: every call billed and counted by the broker's meter
-        self.metered = MeteredTxnRecords(self.records, ctx.meter)
+        self.metered = MeteredTxnRecords(self.records, ctx.meter, BROKER_LISTENERS + opts.history_listeners)
         store.set_notifier(notify)
         self.metrics = V5Metrics()
         self._parts = parts_of(opts)

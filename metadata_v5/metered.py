@@ -23,6 +23,17 @@ What each call costs, as the store serves it (``TxnMetadataStore`` in 5.0.1; PUL
 * a batch of records written or deleted together (``delete_ops``, ``put_events``,
   ``delete_aborted``): one ``meta.write``.
 
+Every put and delete also queues the store's notifications on its single event thread
+(``AbstractMetadataStore.receivedNotification`` L421-437), which runs every listener the store
+holds for each: ``meta.notify`` per thousand listener calls, booked on that thread (:data:`EVENT`)
+where nobody waits for it but what the thread serves after it (the buffers' reconciles). A key
+created or deleted on RocksDB queues one notification more per ancestor
+(``RocksdbMetadataStore`` L579-580, L640-643, ``notifyParentChildrenChanged`` L1044-1049: 3 for
+``/txn/<family>/<key>``, 4 under ``/txn/segment-state/``), an update one; a store with native
+sequences (Oxia) one per key. The listeners: the watches registered through the port
+(``TxnRecords.listeners``: a buffer's and a pending-ack store's ``subscribeSequence``) and
+``other_listeners`` (the broker's own, and those of the segments it loaded before the run).
+
 Watch registrations cost nothing here (the delivery delay is the engine's notifier's).
 Calls issued at once by the caller are billed as one batch by the caller's
 ``meter.batch()`` (e.g. recovery's header reads: ``FutureUtil.waitForAll``).
@@ -37,19 +48,22 @@ from engine.ids import TxnID
 from engine.metering import Meter
 from engine.ports import TxnStatus
 from engine.records import Position
-from metadata_v5.txnrecords import IO, AbortedRange, Header, Op, OpRecord, SweepCursor, TxnRecords
+from metadata_v5.txnrecords import EVENT, IO, AbortedRange, Header, Op, OpRecord, SweepCursor, TxnRecords
 
 _M = "metadata"  # the resource every call goes through (one store per run)
 
 
 class MeteredTxnRecords(TxnRecords):
-    """Delegates to ``inner``; bills each call to ``meter`` before returning its answer."""
+    """Delegates to ``inner``; bills each call to ``meter`` before returning its answer.
+    ``other_listeners``: the store's listeners besides the watches registered through it."""
 
-    def __init__(self, inner: TxnRecords, meter: Meter) -> None:
+    def __init__(self, inner: TxnRecords, meter: Meter, other_listeners: int = 0) -> None:
         self.inner = inner
         self._meter = meter
         self._bill = meter.bill
         self._thread = IO
+        self._other_listeners = other_listeners
+        self._native = inner.store_native_sequences()
 
     def _bill_on(self, kind: str, times: int = 1) -> None:
         """Bill ``times`` calls of ``kind`` through the store, on the broker thread making them."""
@@ -66,6 +80,19 @@ class MeteredTxnRecords(TxnRecords):
 
     def busy_for(self, thread: str) -> int:
         return self._meter.behind(_M, thread, in_tab=False)
+
+    def _notify(self, keys: int, depth: int = 3) -> None:
+        """The notifications of ``keys`` keys created or deleted ``depth`` levels below the root."""
+        self._notified(keys * (1 if self._native else depth))
+
+    def _notified(self, notifications: int) -> None:
+        """``notifications`` queued on the event thread, each running every listener."""
+        calls = notifications * (self.inner.listeners + self._other_listeners)
+        self._meter.book_per_thousand("meta.notify", calls, _M, EVENT)
+
+    @property
+    def listeners(self) -> int:  # type: ignore[override]
+        return self.inner.listeners
 
     def _scanned(self) -> None:
         gets, keys, entries = self.inner.last_scan_gets, self.inner.last_scan_keys, self.inner.last_scan_entries
@@ -102,6 +129,7 @@ class MeteredTxnRecords(TxnRecords):
     def create_header(self, txn: TxnID, timeout_us: int, created_us: int) -> Header:
         out = self.inner.create_header(txn, timeout_us, created_us)
         self._bill_on("meta.write")
+        self._notify(1)
         return out
 
     def get_header(self, txn: TxnID) -> Header | None:
@@ -112,11 +140,14 @@ class MeteredTxnRecords(TxnRecords):
     def finalize(self, header: Header, state: TxnStatus, finalized_us: int) -> Header | None:
         out = self.inner.finalize(header, state, finalized_us)
         self._bill_on("meta.cas")
+        if out is not None:  # a CAS that lost wrote nothing
+            self._notified(1)
         return out
 
     def delete_header(self, txn: TxnID, keep_sequence: bool = False) -> None:
         self.inner.delete_header(txn, keep_sequence)
         self._bill_on("meta.write")
+        self._notify(1)
 
     def expired(self, now_us: int, limit: int, after: SweepCursor | None = None) -> tuple[list[TxnID], SweepCursor | None]:
         out = self.inner.expired(now_us, limit, after)
@@ -162,6 +193,7 @@ class MeteredTxnRecords(TxnRecords):
     def delete_ops(self, records: list[OpRecord]) -> None:
         self.inner.delete_ops(records)
         self._bill_on("meta.write")
+        self._notify(len(records))
 
     def count_ops(self) -> int:
         return self.inner.count_ops()
@@ -186,6 +218,7 @@ class MeteredTxnRecords(TxnRecords):
     def put_events(self, txn: TxnID, state: TxnStatus, participants: list[tuple[str, str | None]]) -> None:
         self.inner.put_events(txn, state, participants)
         self._bill_on("meta.write")
+        self._notify(len(participants))
 
     def events_for(self, segment: str, subscription: str | None) -> list[tuple[TxnID, TxnStatus]]:
         out = self.inner.events_for(segment, subscription)
@@ -195,12 +228,14 @@ class MeteredTxnRecords(TxnRecords):
     def delete_event(self, segment: str, subscription: str | None, txn: TxnID) -> None:
         self.inner.delete_event(segment, subscription, txn)
         self._bill_on("meta.write")
+        self._notify(1)
 
     # -- aborted ranges -----------------------------------------------------------------------------
 
     def put_aborted(self, segment: str, ranges: list[AbortedRange]) -> None:
         self.inner.put_aborted(segment, ranges)
         self._bill_on("meta.write")
+        self._notify(len(ranges), 4)
 
     def aborted_on(self, segment: str) -> list[AbortedRange]:
         out = self.inner.aborted_on(segment)
@@ -210,6 +245,7 @@ class MeteredTxnRecords(TxnRecords):
     def delete_aborted(self, segment: str, txns: list[TxnID]) -> None:
         self.inner.delete_aborted(segment, txns)
         self._bill_on("meta.write")
+        self._notify(len(txns), 4)
 
     # -- the shipped design -------------------------------------------------------------------------
 
@@ -218,6 +254,7 @@ class MeteredTxnRecords(TxnRecords):
         with self._meter.unit():
             self._bill_on("meta.read")
             self._bill_on("meta.cas")
+        self._notified(1)
         return out
 
     def ops_by_txn(self, txn: TxnID) -> list[OpRecord]:
@@ -232,6 +269,7 @@ class MeteredTxnRecords(TxnRecords):
         out = self.inner.finalize_then_list_ops(header, state, finalized_us)
         self._bill_on("meta.cas")
         if out[0] is not None:
+            self._notified(1)
             self._scanned()
         return out
 
@@ -269,13 +307,15 @@ class MeteredTxnRecords(TxnRecords):
         """One put on a store with native sequence keys (Oxia); elsewhere
         ``AbstractMetadataStore.putWithSequenceKeysCompat`` (L725-765): the counter's GET and
         CAS, then the create, serially."""
-        if self.inner.store_native_sequences():
+        if self._native:
             self._bill_on("meta.write")
+            self._notify(1)
             return
         with self._meter.unit():
             self._bill_on("meta.read")
             self._bill_on("meta.cas")
             self._bill_on("meta.write")
+        self._notified(1 + 3)  # the counter's update (its first write creates it: not told apart), the key's create
 
     def get_watermark(self, segment: str) -> tuple[Position | None, int]:
         out = self.inner.get_watermark(segment)
@@ -285,17 +325,21 @@ class MeteredTxnRecords(TxnRecords):
     def cas_watermark(self, segment: str, position: Position, version: int) -> int | None:
         out = self.inner.cas_watermark(segment, position, version)
         self._bill_on("meta.cas")
+        if out is not None:
+            self._notified(1)
         return out
 
     def delete_op(self, record: OpRecord) -> None:
         self.inner.delete_op(record)
         self._bill_on("meta.write")
+        self._notify(1)
 
     def delete_op_each(self, records: list[OpRecord]) -> None:
         """One ``meta.write`` per record; the caller's ``meter.batch()`` makes them concurrent."""
         self.inner.delete_op_each(records)
         for _ in records:
             self._bill_on("meta.write")
+        self._notify(len(records))
 
     def count_events(self) -> int:
         return self.inner.count_events()

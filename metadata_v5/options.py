@@ -46,6 +46,13 @@ def _enum(cls: type[enum.Enum], value: Any, what: str) -> Any:
                           f"{', '.join(m.value for m in cls)}") from None  # type: ignore[attr-defined]
 
 
+# The store's listeners a 5.0.0-M1 standalone broker runs on every notification before any v5
+# topic loads: its 36 metadata caches (class histogram of the running broker), which the store's
+# own listener runs, and a few of the broker's (its event thread's JFR stacks show
+# ScalableTopicResources.handleNotification and BrokerService.handleMetadataChanges)
+BROKER_LISTENERS = 40
+
+
 @dataclass(frozen=True)
 class V5Options:
     variant: Variant = Variant.SHIPPED
@@ -62,6 +69,11 @@ class V5Options:
     # op records each of those txns wrote (and had collected): each left its records' puts and
     # tombstones and its counter's versions in RocksDB's memtable, which the listings pass too
     history_ops: int = 1
+    # listeners the broker's store held before this replay besides the broker's own
+    # (BROKER_LISTENERS): one subscribeSequence watch per segment's buffer and per subscription's
+    # pending-ack store of the v5 topics it loaded before (they stay while the topic is loaded);
+    # each runs on every notification (MeteredTxnRecords, meta.notify)
+    history_listeners: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "variant"))
@@ -71,6 +83,8 @@ class V5Options:
                 raise ConfigError(f"v5 option {name} must be > 0, got {getattr(self, name)}")
         if self.history < 0:
             raise ConfigError(f"v5 option history must be >= 0, got {self.history}")
+        if self.history_listeners < 0:
+            raise ConfigError(f"v5 option history_listeners must be >= 0, got {self.history_listeners}")
         if self.history_ops < 1:
             raise ConfigError(f"v5 option history_ops must be >= 1, got {self.history_ops}")
         if self.retention_ms < 0:

@@ -108,6 +108,12 @@ class TxnRecords(ABC):
         it, in µs (what the metered port books, ``metadata_v5/metered.py``): 0 here."""
         return 0
 
+    @property
+    def listeners(self) -> int:
+        """The watches registered on the store through this handle (each a listener the store
+        runs on every notification: ``AbstractMetadataStore.subscribeSequence`` L832-836)."""
+        return 0
+
     def put_off(self, thread: str, call_later: Callable[..., object], fn: Callable[..., None], *args: object) -> bool:
         """Whether ``fn(*args)`` had to wait for broker thread ``thread``: if it is busy, call it
         again once it is free (and True: the caller returns), else False (the caller runs now)."""

@@ -434,6 +434,10 @@ class StoreTxnRecords(TxnRecords):
     def count_events(self) -> int:
         return len(self.store.list_keys("/txn-pevents/"))
 
+    @property
+    def listeners(self) -> int:
+        return len(self._watches)
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -251,6 +251,23 @@ def test_a_request_behind_the_thread_waits_in_its_tab() -> None:
     assert m.capacity_stats()[1]["metadata@io.requests"] == 1  # waiting is not a request
 
 
+def test_work_booked_on_a_thread_delays_only_what_that_thread_serves_next() -> None:
+    """A store's notifications (meta.notify per thousand listener calls): booked on the event
+    thread from when the write that queued them is done, held for their own time whatever the
+    resource's service time, waited for by nobody but the thread's next request."""
+    m = Meter(LatencyModel(resources={"metadata": ResourceSpec(service_us=400, concurrency=1)})
+              .with_overrides(meta_notify=5), VirtualScheduler())
+    with m.tab() as t:
+        m.bill("meta.write", "metadata", "io")  # 1,000 µs: the write, on the IO thread
+        assert m.book_per_thousand("meta.notify", 3 * 2_000, "metadata", "event") == 30  # 3 x 2,000 listeners at 5 ns
+    assert t.us == 1_000  # the writer does not wait for them
+    assert m.billed["meta.notify"] == 6_000  # counted as listener calls
+    assert m.behind("metadata", "event", in_tab=False) == 1_000 + 30  # from when the write was done
+    assert m.behind("metadata", "io", in_tab=False) == 400  # the IO thread: its own write only
+    assert m.book_per_thousand("meta.notify", 0, "metadata", "event") == 0
+    assert _meter().book_per_thousand("meta.notify", 1_000, "metadata", "event") == 0  # unpriced: nothing to hold
+
+
 @pytest.mark.parametrize("design", ["v4", "v5"])
 def test_plain_publishes_and_deliveries_wait_for_the_io_thread(design: str) -> None:
     """Under v5 the connection's IO thread makes the txn's store writes (RocksdbMetadataStore on

@@ -6,6 +6,7 @@ not in the PIP design."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -319,6 +320,47 @@ def test_a_txns_participants_become_visible_one_after_another_on_the_notificatio
     # the dispatchers' polling (10-20 ms) blurs each instant by less than a segment's turn
     assert spread(capacity=True) >= 7 * 20_000 - 20_000
     assert spread(capacity=False) < 20_000
+
+
+def test_the_store_notifications_of_earlier_writes_hold_back_a_commits_visibility(tmp_path: Path) -> None:
+    """Every put and delete queues notifications on the store's one event thread, each running
+    every listener (AbstractMetadataStore.receivedNotification; RocksDB: the key and each of its
+    two ancestors for a create, one for an update: bench.calibrate.store_probe counted 3 per key).
+    A participant's wake-up runs on that thread after them: with 2,000 listeners at 1 µs each,
+    every op-record append (counter update + create: 4 notifications) holds the thread 8 ms, so
+    the commit of a txn that published to eight segments is seen only after the eight appends'
+    64 ms. Without a price (the default profile) nothing waits, and the listener
+    calls are counted all the same."""
+    from bench.calibrate.saturation import _metadata
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+    from engine.profile import LatencyProfile
+    from tests.unit.test_trace import write
+
+    topics = [f"persistent://public/default/t-{i}" for i in range(8)]
+    rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
+    rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
+    rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
+             for i, tp in enumerate(topics)]
+    rows += [{"ts_us": 20_000, "op": "commit", "txn": "a"}]
+    path = write(tmp_path / "t.parquet", rows)
+    profile = LatencyProfile.constants()
+
+    def first_seen(per_thousand: int) -> tuple[int, int]:
+        latency = (profile.to_latency_model(1).with_overrides(meta_notify=per_thousand)
+                   .with_resources({"metadata": _metadata(100)}))
+        config = next(c for c in model_configs(latency, profile) if c.engine == "v5")  # emulated store
+        config = replace(config, options={**config.options, "history_listeners": 2_000})
+        result = Replayer(config).run(read_events(path))
+        assert len(result.deliveries["msg"]) == 8
+        return min(result.deliveries["delivered_ts_us"]), int(result.counts.get("billed.meta.notify", 0))
+
+    priced, calls = first_seen(1_000)
+    free, same_calls = first_seen(0)
+    assert calls == same_calls >= 8 * 4 * 2_000  # at least the eight appends' notifications, each to every listener
+    assert priced >= 10_000 + 8 * 4 * 2_000
+    assert free < 20_000 + 100_000
 
 
 def test_a_conflicting_txn_ack_still_writes_its_op_record() -> None:
