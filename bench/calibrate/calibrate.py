@@ -432,7 +432,8 @@ def _rpc(profile: LatencyProfile, progress: Callable[[str], None]) -> LatencyPro
 
 
 def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProfile:
-    """``profile`` with ``meta.scan_get`` from a store probe's measures (bench.calibrate.store_probe),
+    """``profile`` with ``meta.scan_get`` (and ``meta.notify``, when the probe timed the
+    notification fan-out) from a store probe's measures (bench.calibrate.store_probe),
     said so in its provenance (``kinds``, ``extra["pulsar.store_probe"]`` and the notes, before
     the model-fitted values' notes, which the fits write after)."""
     from bench.calibrate import store_probe
@@ -442,6 +443,10 @@ def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProf
     prov = dict(profile.provenance)
     text = store_probe.note(probe)
     prov["kinds"] = {**prov.get("kinds", {}), store_probe.KIND: {"how": "probe", "backend": "pulsar", "source": text}}
+    notify = store_probe.notify_spec(probe)
+    if notify is not None:  # the fan-out per listener, from the same probe
+        ops[store_probe.NOTIFY_KIND] = as_distribution(notify)
+        prov["kinds"][store_probe.NOTIFY_KIND] = {"how": "probe", "backend": "pulsar", "source": text}
     prov["extra"] = {**prov.get("extra", {}), "pulsar.store_probe": probe}
     notes, fits = str(prov.get("notes", "")), (RPC_REFIT, COORDINATOR_NOTE, RESOURCES_NOTE)
     kept = _before(notes, (store_probe.KIND + " [", *fits))

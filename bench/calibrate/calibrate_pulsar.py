@@ -558,6 +558,10 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         sp = store_probe.measure(progress)
         m.operations[store_probe.KIND] = store_probe.scan_get_spec(sp)
         m.notes[store_probe.KIND] = store_probe.note(sp)
+        notify = store_probe.notify_spec(sp)
+        if notify is not None:
+            m.operations[store_probe.NOTIFY_KIND] = notify
+            m.notes[store_probe.NOTIFY_KIND] = store_probe.note(sp)
         m.extra["store_probe"] = sp
         m.unmeasurable.update(UNMEASURABLE)
         return m

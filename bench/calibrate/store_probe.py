@@ -19,6 +19,21 @@ a cost per key returned and one per hidden entry (``walk_fit``). The iterator pa
 RocksDB's memtable holds under ``/txn/op``: each txn's counter, created and then updated once per
 further op, and each deleted record's put and tombstone (the broker's memtable never flushed in
 a session here: validation/README.md), so a history of txns with many ops walks slower per key.
+
+Two costs on the store's notification thread are measured beside it:
+
+* ``decode_us_per_record``: a transaction buffer's cleanup scan (``listWritesBySegment``) decodes
+  each record's JSON in its filter (``TxnMetadataStore`` L142-151), where the END_TXN's
+  (``listOpsByTxn``) matches the path; the difference of the two scans per record. Recorded, not
+  billed: it is about one ``storeGet`` (validation/README.md, session 29).
+* ``notify``: ``txnbench.probe.NotifyProbe`` times the store's notification fan-out. Each put and
+  delete queues a notification on the single event thread, and a create or delete one
+  ``ChildrenChanged`` per ancestor (``RocksdbMetadataStore`` L579-580, L640-643;
+  ``AbstractMetadataStore.notifyParentChildrenChanged`` L1044-1049), and each runs every listener
+  the store holds (``receivedNotification`` L421-437): a broker holds one ``subscribeSequence``
+  watcher per transaction buffer and pending-ack store it has loaded. ``notify_fit``: µs per
+  notification as a base plus a cost per listener, and the notifications a key created or
+  deleted under ``/txn/op`` queues; the cost per listener is ``meta.notify`` (:func:`notify_spec`).
 """
 
 from __future__ import annotations
@@ -34,6 +49,9 @@ from typing import Any, Callable
 from engine.errors import BackendUnavailable
 
 MAIN_CLASS = "txnbench.probe.StoreProbe"
+NOTIFY_CLASS = "txnbench.probe.NotifyProbe"
+LISTENERS = (0, 250, 1_000, 2_000)  # subscribeSequence watchers (a broker after its warm-ups held 1,152)
+NOTIFY_WRITES = 500  # keys created and then deleted under /txn/op per timed round
 HISTORIES = (1_000, 4_000)  # txns whose op records the store has held (their counters stay)
 LIVES = (1, 200)  # txns whose op records are still there when the scan runs
 OPS = (1, 10)  # op records per txn (the small and omb mixes have 4.1-4.4, many-participants 10.4)
@@ -47,31 +65,40 @@ NOTE = ("single storeGet calls of an emulated scan (RocksdbMetadataStore, outsid
 
 def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "java",
             histories: tuple[int, ...] = HISTORIES, lives: tuple[int, ...] = LIVES,
-            ops: tuple[int, ...] = OPS, repeats: int = REPEATS) -> dict[str, Any]:
-    """Run the probe; what it measured: ``runs`` (one object per (ops, history, live)) and
-    :func:`summarise`'s figures. Raises BackendUnavailable when the JVM cannot run it (no Java,
-    no jars, a failed run)."""
+            ops: tuple[int, ...] = OPS, repeats: int = REPEATS,
+            listeners: tuple[int, ...] = LISTENERS, notify_writes: int = NOTIFY_WRITES) -> dict[str, Any]:
+    """Run the probes; what they measured: ``runs`` (one object per (ops, history, live)),
+    ``notify_runs`` (one per listener count) and :func:`summarise`'s figures. Raises
+    BackendUnavailable when the JVM cannot run them (no Java, no jars, a failed run)."""
     from bench.pulsar.client import class_path
 
     cp = class_path()
-    scratch = Path(tempfile.mkdtemp(prefix="txnbench-store-probe-"))
-    cmd = [java, *JVM_OPTIONS, "-cp", cp, MAIN_CLASS, "--dir", str(scratch),
-           "--history", ",".join(map(str, histories)), "--live", ",".join(map(str, lives)),
-           "--ops", ",".join(map(str, ops)), "--repeats", str(repeats)]
     progress(f"store probe: the emulated scan with the broker's classes (history {histories}, live {lives}, "
              f"ops per txn {ops})")
+    runs = _probe(java, cp, MAIN_CLASS, "--history", ",".join(map(str, histories)), "--live",
+                  ",".join(map(str, lives)), "--ops", ",".join(map(str, ops)), "--repeats", str(repeats))
+    progress(f"store probe: the notification fan-out ({', '.join(map(str, listeners))} listeners)")
+    notify = _probe(java, cp, NOTIFY_CLASS, "--listeners", ",".join(map(str, listeners)),
+                    "--writes", str(notify_writes), "--repeats", str(max(5, repeats // 5)))
+    return summarise(runs, notify)
+
+
+def _probe(java: str, cp: str, main: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines ``main`` prints, run on a RocksDB store in a scratch folder."""
+    scratch = Path(tempfile.mkdtemp(prefix="txnbench-store-probe-"))
+    cmd = [java, *JVM_OPTIONS, "-cp", cp, main, "--dir", str(scratch), *args]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except FileNotFoundError:
         raise BackendUnavailable(f"store probe: {java!r} not found (it needs a Java 17 runtime)") from None
     except subprocess.TimeoutExpired:
-        raise BackendUnavailable("store probe: took more than 600 s") from None
+        raise BackendUnavailable(f"store probe: {main} took more than 600 s") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BackendUnavailable(f"store probe: {MAIN_CLASS} exited {done.returncode}: {last}")
-    return summarise([json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")])
+        raise BackendUnavailable(f"store probe: {main} exited {done.returncode}: {last}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def hidden_entries(run: dict[str, Any]) -> int:
@@ -82,8 +109,8 @@ def hidden_entries(run: dict[str, Any]) -> int:
     return (run["history"] - run["live"]) * (3 * k - 1) + run["live"] * (k - 1)
 
 
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The probe's lines as the profile records them (see the module docstring)."""
+def summarise(runs: list[dict[str, Any]], notify: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The probes' lines as the profile records them (see the module docstring)."""
     one = min((r.get("ops", 1) for r in runs), default=1)
     timed = [r for r in runs if r.get("store_get_us") and r.get("ops", 1) == one]
     if not timed:
@@ -96,7 +123,29 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "history": last["history"], "live": last["live"]},
         "walk_us_per_thousand": round(statistics.median(by_ops[one]), 1),
         "walk_us_per_thousand_by_ops": {str(k): round(statistics.median(v), 1) for k, v in sorted(by_ops.items())},
-        "walk_fit": walk_fit(runs)}
+        "walk_fit": walk_fit(runs), **decode_cost(runs), **notify_cost(notify or [])}
+
+
+def decode_cost(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """µs per record the cleanup scan's filter decodes: the median over the runs with at least
+    100 live records of (``writes_scan_us`` - ``scan_us``) per record; nothing when no run timed it."""
+    per = [(r["writes_scan_us"] - r["scan_us"]) / (r["live"] * r.get("ops", 1)) for r in runs
+           if "writes_scan_us" in r and r["live"] * r.get("ops", 1) >= 100]
+    return {"decode_us_per_record": round(statistics.median(per), 2)} if per else {}
+
+
+def notify_cost(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fan-out probe's lines and their fit: µs per notification = base (the fewest listeners
+    timed) + per listener x listeners (the slope to the most listeners timed: the cost per
+    listener grows with their number), and the notifications one key created or deleted queues."""
+    if len({r["listeners"] for r in lines}) < 2:
+        return {"notify_runs": lines} if lines else {}
+    lo, hi = min(lines, key=lambda r: r["listeners"]), max(lines, key=lambda r: r["listeners"])
+    slope = (hi["us_per_notification"] - lo["us_per_notification"]) / (hi["listeners"] - lo["listeners"])
+    base = lo["us_per_notification"] - slope * lo["listeners"]
+    return {"notify_runs": lines, "notify_fit": {
+        "us_per_notification": round(base, 3), "us_per_listener": round(slope, 5), "up_to": hi["listeners"],
+        "notifications_per_key": round((lo["notifications"] - 1) / (2 * lo["writes"]), 2)}}  # less the marker's
 
 
 def walk_fit(runs: list[dict[str, Any]]) -> dict[str, float] | None:
@@ -122,9 +171,31 @@ def note(probe: dict[str, Any]) -> str:
     if fit:
         walk += (f" ({fit['us_per_key']} µs per key returned + {fit['us_per_hidden_entry']} per entry passed: "
                  "each counter update and deleted record stays in the memtable)")
+    beside = []
+    if "decode_us_per_record" in probe:
+        beside.append(f"the cleanup scan's decoding filter {probe['decode_us_per_record']} µs per record")
+    nf = probe.get("notify_fit")
+    if nf:
+        beside.append(f"the notification fan-out {nf['us_per_notification']} µs + {nf['us_per_listener']} per "
+                      f"listener per notification, {nf['notifications_per_key']} notifications per key created "
+                      "or deleted under /txn/op")
+    also = f"; recorded beside it: {'; '.join(beside)}" if beside else ""
     return (f"{NOTE} ({at['live']} live txns' op records among {at['history']:,} txns' history, each scan's GETs "
             f"over its timed rounds: {probe['scan_get_us']} µs), and the listing's walk alone, on that idle JVM: "
-            f"{walk} (provenance.extra[\"pulsar.store_probe\"])")
+            f"{walk}{also} (provenance.extra[\"pulsar.store_probe\"])")
+
+
+NOTIFY_KIND = "meta.notify"
+
+
+def notify_spec(probe: dict[str, Any]) -> dict[str, int] | None:
+    """``meta.notify`` as a profile gives it, µs per thousand listener calls (whole, at least 1;
+    one point, a constant): the fan-out's cost per listener; None when the probe did not time
+    the fan-out."""
+    fit = probe.get("notify_fit")
+    if not fit:
+        return None
+    return {"p50": max(1, round(fit["us_per_listener"] * 1000))}
 
 
 def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
@@ -138,4 +209,5 @@ def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-__all__ = ["KIND", "NOTE", "hidden_entries", "measure", "note", "scan_get_spec", "summarise", "walk_fit"]
+__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "hidden_entries", "measure", "note", "notify_cost", "scan_get_spec",
+           "notify_spec", "summarise", "walk_fit"]

@@ -20,13 +20,15 @@ DEFAULT = "datasets/latency/pulsar-standalone-5.0.0-M1.json"
 
 
 PER_KEY, PER_ENTRY = 0.5, 0.1  # µs: the walk the lines below are made from
+DECODE = 0.7  # µs per record the cleanup scan's filter decodes, in the runs with 100 records or more
 
 
 def _run(history: int, live: int, gets: dict[str, float] | None, ops: int = 1) -> dict[str, Any]:
     children = history + live * ops  # every txn's counter, and the live txns' records
     hidden = (history - live) * (3 * ops - 1) + live * (ops - 1)  # counter versions, deleted records' put + tombstone
     return {"history": history, "live": live, "ops": ops, "repeats": 10, "children": children, "scanned": ops,
-            "scan_us": 0.0, "list_us": PER_KEY * children + PER_ENTRY * hidden, "gets_us": 1.0 * live, "get_us": 4.0,
+            "scan_us": 10.0, "writes_scan_us": 10.0 + (DECODE if live * ops >= 100 else 9.0) * live * ops,
+            "list_us": PER_KEY * children + PER_ENTRY * hidden, "gets_us": 1.0 * live, "get_us": 4.0,
             **({"store_get_us": gets} if gets is not None else {})}
 
 
@@ -56,6 +58,27 @@ def test_the_scan_get_is_the_run_with_the_most_live_records_and_the_walk_is_spli
     assert store_probe.scan_get_spec(got) == {"p50": 1, "p90": 1, "p99": 2, "max": 107}
 
 
+BASE, PER_LISTENER = 0.3, 0.005  # µs per notification, and per listener it runs
+NOTIFY_LINES = [{"listeners": n, "writes": 500, "repeats": 20, "notifications": 3_001,
+                 "us_per_notification": BASE + PER_LISTENER * n} for n in (0, 1_000, 2_000)]
+
+
+def test_the_cleanup_scans_decoding_and_the_notification_fan_out_are_recorded_beside_the_scan() -> None:
+    got = store_probe.summarise(PROBE_LINES, NOTIFY_LINES)
+    # the scans of a few records say little about a per-record cost: only those of 100 or more count
+    assert got["decode_us_per_record"] == pytest.approx(DECODE)
+    assert got["notify_runs"] == NOTIFY_LINES
+    assert got["notify_fit"] == {"us_per_notification": pytest.approx(BASE), "us_per_listener": pytest.approx(PER_LISTENER),
+                                 "up_to": 2_000, "notifications_per_key": 3.0}
+    text = store_probe.note(got)
+    assert f"{DECODE} µs per record" in text and f"{PER_LISTENER} per listener" in text
+    assert store_probe.notify_spec(got) == {"p50": round(PER_LISTENER * 1000)}  # µs per thousand listener calls
+    # without the fan-out lines (a probe of before), the scan's figures stand alone
+    alone = store_probe.summarise(PROBE_LINES)
+    assert "notify_fit" not in alone and "notify_runs" not in alone and store_probe.notify_spec(alone) is None
+    assert store_probe.notify_cost(NOTIFY_LINES[:1]) == {"notify_runs": NOTIFY_LINES[:1]}  # one count: no slope
+
+
 def test_runs_that_cannot_separate_keys_from_entries_give_no_fit() -> None:
     """The same run twice says nothing about how its time splits between keys and entries."""
     same = [_run(1_000, 0, {"p50": 1.0})] * 2
@@ -72,7 +95,8 @@ def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_not
     shipped = LatencyProfile.load(DEFAULT)
     assert shipped.provenance["kinds"]["meta.scan_get"]["how"] == "probe"  # the default was probed: its note goes
     assert shipped.provenance["notes"].count("meta.scan_get [pulsar]: ") == 1
-    base = shipped.derived(operations={**shipped.operations, "meta.scan_get": shipped.operations["meta.read"]})
+    base = shipped.derived(operations={**shipped.operations, "meta.scan_get": shipped.operations["meta.read"],
+                                       "meta.notify": Distribution.constant(0)})
     probe = store_probe.summarise(PROBE_LINES)
     got = with_scan_get(base, probe)
     assert got.operations["meta.scan_get"] == Distribution(((0.5, 1), (0.9, 1), (0.99, 2), (1.0, 107)))
@@ -97,6 +121,14 @@ def test_a_profile_takes_the_scan_get_with_its_provenance_and_keeps_its_fits_not
     assert "µs per thousand keys at 1 op(s) per txn" in again.provenance["notes"]
     back = LatencyProfile.from_json(got.to_json())
     assert back.operations == got.operations
+    # a probe that timed the notification fan-out prices meta.notify too; one that did not leaves it
+    assert got.operations["meta.notify"] == base.operations["meta.notify"] == Distribution.constant(0)
+    fan = with_scan_get(base, store_probe.summarise(PROBE_LINES, NOTIFY_LINES))
+    assert fan.operations["meta.notify"] == Distribution.constant(round(PER_LISTENER * 1000))
+    assert fan.provenance["kinds"]["meta.notify"]["how"] == "probe"
+    assert got.provenance["kinds"].get("meta.notify") == base.provenance["kinds"].get("meta.notify")  # untouched
+    assert f"{PER_LISTENER} per listener" in fan.provenance["kinds"]["meta.notify"]["source"]
+    assert LatencyProfile.from_json(fan.to_json()).operations == fan.operations
 
 
 def test_refit_with_the_store_probe_bills_the_scan_gets_the_probe_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

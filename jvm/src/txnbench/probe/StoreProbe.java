@@ -36,6 +36,9 @@ import org.apache.pulsar.metadata.impl.RocksdbMetadataStore;
  * <ul>
  *   <li>{@code scan_us}: {@code TxnMetadataStore.listOpsByTxn} of one live txn, the END_TXN's scan
  *       (AbstractMetadataStore.storeScanByIndex: the listing, then a serial storeGet per record);
+ *   <li>{@code writes_scan_us}: {@code TxnMetadataStore.listWritesBySegment} of the segment every
+ *       record is on, a transaction buffer's cleanup scan: the same listing and GETs, and its
+ *       filter decodes each record's JSON (L142-151), where the END_TXN's matches the path;
  *   <li>{@code list_us}: {@code getChildrenFromStore("/txn/op")} alone, the listing's walk;
  *   <li>{@code gets_us}: {@code storeGet} of every live record, one after the other (and
  *       {@code store_get_us}: the quantiles of those GETs one by one, over every timed round);
@@ -112,6 +115,7 @@ public final class StoreProbe {
             String scanned = probeTxn;
             String one = livePaths.isEmpty() ? TxnPaths.TXN_OP_PREFIX : livePaths.get(0);
             long[] scan = new long[repeats];
+            long[] writes = new long[repeats];
             long[] list = new long[repeats];
             long[] gets = new long[repeats];
             long[] get = new long[repeats];
@@ -128,6 +132,8 @@ public final class StoreProbe {
                     AtomicInteger seen = new AtomicInteger();
                     txns.listOpsByTxn(scanned, new Counting(seen)).get();
                 }
+                long w0 = System.nanoTime();
+                txns.listWritesBySegment(SEGMENT, new Counting(new AtomicInteger())).get();
                 long t1 = System.nanoTime();
                 raw.getChildrenFromStore(TxnPaths.TXN_OP_PREFIX, Set.of()).get();
                 long t2 = System.nanoTime();
@@ -144,7 +150,8 @@ public final class StoreProbe {
                 ((MetadataStore) store).get(one).get();
                 long t4 = System.nanoTime();
                 if (r >= 0) {
-                    scan[r] = t1 - t0;
+                    scan[r] = w0 - t0;
+                    writes[r] = t1 - w0;
                     list[r] = t2 - t1;
                     gets[r] = t3 - t2;
                     get[r] = t4 - t3;
@@ -154,9 +161,9 @@ public final class StoreProbe {
             Arrays.sort(single);
             return String.format(Locale.ROOT,
                     "{\"history\": %d, \"live\": %d, \"ops\": %d, \"repeats\": %d, \"children\": %d, \"scanned\": %d, "
-                            + "\"scan_us\": %.1f, \"list_us\": %.1f, "
+                            + "\"scan_us\": %.1f, \"writes_scan_us\": %.1f, \"list_us\": %.1f, "
                             + "\"gets_us\": %.1f, \"get_us\": %.2f, \"store_get_us\": {%s}}",
-                    history, live, ops, repeats, children, scannedRecords.get(), median(scan), median(list), median(gets), median(get),
+                    history, live, ops, repeats, children, scannedRecords.get(), median(scan), median(writes), median(list), median(gets), median(get),
                     quantiles(single));
         } finally {
             store.close();

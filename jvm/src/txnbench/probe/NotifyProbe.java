@@ -1,0 +1,152 @@
+package txnbench.probe;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.pulsar.metadata.api.MetadataStoreConfig;
+import org.apache.pulsar.metadata.api.Notification;
+import org.apache.pulsar.metadata.api.NotificationType;
+import org.apache.pulsar.metadata.api.extended.MetadataStoreExtended;
+
+/**
+ * Times the store's notification fan-out with the broker's own classes, outside the broker. Every
+ * put and delete on the RocksDB store a standalone broker runs queues a notification on the store's
+ * single event thread (RocksdbMetadataStore.storePut L640-643, storeDelete L579-580), plus one
+ * {@code ChildrenChanged} per ancestor path when a key is created or deleted
+ * (AbstractMetadataStore.notifyParentChildrenChanged L1044-1049); each notification runs every
+ * listener the store holds, one after another (receivedNotification L421-437). A broker holds one
+ * listener per transaction buffer and per pending-ack store it has loaded (their
+ * {@code subscribeSequence} watchers, L832-881), so the event thread's share of each write grows
+ * with the segments and subscriptions the broker has served.
+ *
+ * <p>Per listener count it registers that many {@code subscribeSequence} watchers (never
+ * matching), holds the event thread on a gate notification, writes and deletes {@code writes}
+ * keys under {@code /txn/op} (as the op records are), opens the gate, and times the event thread
+ * until it reaches a last marker notification: per round the µs per notification it ran
+ * ({@code us_per_notification}, the median of {@code repeats} rounds after as many warm-up
+ * rounds) and how many it counted. One JSON object per line on stdout. Arguments:
+ * {@code --dir D --listeners L,.. --writes W --repeats R}.
+ */
+public final class NotifyProbe {
+    private static final String GATE = "/probe/gate";
+    private static final String MARK = "/probe/mark";
+
+    public static void main(String[] argv) throws Exception {
+        Path dir = null;
+        int[] listenerCounts = {0, 1000};
+        int writes = 500;
+        int repeats = 20;
+        for (int i = 0; i < argv.length; i += 2) {
+            if (i + 1 >= argv.length) {
+                throw new IllegalArgumentException(argv[i] + ": missing its value");
+            }
+            switch (argv[i]) {
+                case "--dir" -> dir = Path.of(argv[i + 1]);
+                case "--listeners" -> listenerCounts = Arrays.stream(argv[i + 1].split(","))
+                        .mapToInt(Integer::parseInt).sorted().toArray();
+                case "--writes" -> writes = Integer.parseInt(argv[i + 1]);
+                case "--repeats" -> repeats = Integer.parseInt(argv[i + 1]);
+                default -> throw new IllegalArgumentException(argv[i] + ": unknown argument");
+            }
+        }
+        if (dir == null) {
+            throw new IllegalArgumentException("--dir: required");
+        }
+        MetadataStoreExtended store = MetadataStoreExtended.create("rocksdb:" + dir,
+                MetadataStoreConfig.builder().fsyncEnable(false).build());
+        Probe probe = new Probe();
+        store.registerListener(probe);
+        List<AutoCloseable> watchers = new ArrayList<>();
+        long key = 0;
+        for (int count : listenerCounts) {
+            while (watchers.size() < count) {  // as a segment's buffer subscribes its events
+                int n = watchers.size();
+                watchers.add(store.subscribeSequence("/txn/segment-events/probe-" + n, path -> { }, Set.of()));
+            }
+            double[] perNotification = new double[repeats];
+            int counted = 0;
+            for (int r = -repeats; r < repeats; r++) {  // the first `repeats` rounds warm the JIT
+                probe.arm();
+                store.put(GATE, new byte[0], Optional.empty()).get();
+                probe.gateReached.await(60, TimeUnit.SECONDS);
+                List<String> paths = new ArrayList<>(writes);
+                for (int w = 0; w < writes; w++) {
+                    paths.add("/txn/op/probe-" + (key++));
+                    store.put(paths.get(w), new byte[64], Optional.of(-1L)).get();
+                }
+                for (String p : paths) {
+                    store.delete(p, Optional.empty()).get();
+                }
+                store.put(MARK, new byte[0], Optional.empty()).get();
+                int before = probe.seen.get();
+                long t0 = System.nanoTime();
+                probe.gate.countDown();
+                if (!probe.marked.await(60, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("the marker notification never came");
+                }
+                long took = System.nanoTime() - t0;
+                int ran = probe.seen.get() - before;
+                if (r >= 0) {
+                    perNotification[r] = took / 1000.0 / ran;
+                    counted = ran;
+                }
+            }
+            Arrays.sort(perNotification);
+            System.out.println(String.format(Locale.ROOT,
+                    "{\"listeners\": %d, \"writes\": %d, \"repeats\": %d, \"notifications\": %d, "
+                            + "\"us_per_notification\": %.3f}",
+                    count, writes, repeats, counted, perNotification[repeats / 2]));
+            System.out.flush();
+        }
+        for (AutoCloseable w : watchers) {
+            w.close();
+        }
+        store.close();
+        System.exit(0);  // the store's background threads are not daemons
+    }
+
+    /** Holds the event thread at the gate and counts the notifications it runs after it. */
+    private static final class Probe implements java.util.function.Consumer<Notification> {
+        final AtomicInteger seen = new AtomicInteger();
+        volatile CountDownLatch gate = new CountDownLatch(0);
+        volatile CountDownLatch gateReached = new CountDownLatch(0);
+        volatile CountDownLatch marked = new CountDownLatch(0);
+
+        void arm() {
+            gate = new CountDownLatch(1);
+            gateReached = new CountDownLatch(1);
+            marked = new CountDownLatch(1);
+        }
+
+        @Override
+        public void accept(Notification n) {
+            String path = n.getPath();
+            if (path.equals(GATE)) {
+                if (n.getType() == NotificationType.ChildrenChanged) {
+                    return;
+                }
+                gateReached.countDown();
+                try {
+                    gate.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                return;
+            }
+            seen.incrementAndGet();
+            if (path.equals(MARK) && n.getType() != NotificationType.ChildrenChanged) {
+                marked.countDown();
+            }
+        }
+    }
+
+    private NotifyProbe() {
+    }
+}
