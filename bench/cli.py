@@ -506,9 +506,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"generated {rows} events ({args.profile}, seed {args.seed}) -> {out / 'trace.parquet'}")
         results: list[str | Path] = [tmp / "results"]
         history: dict[str, int] = {}  # v5's store's, with --target: the broker run's
+        listeners: dict[str, int] = {}  # likewise, the watches of the v5 topics the broker loaded before
         if target is not None:  # the same trace through the real broker, reported beside the models
             from bench.pulsar.run import pulsar_replay
-            from bench.pulsar.validate_run import asap_runs, broker_history, groups, warm_up_broker
+            from bench.pulsar.validate_run import asap_runs, broker_history, broker_listeners, groups, warm_up_broker
 
             # a broker's first runs are its JIT's; the warm-up also sets each design's asap trace
             state, traces = warm_up_broker(trace, target, tmp, args.warm_up, False, print, shown,
@@ -518,19 +519,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
             _print_broker_runs(broker)
             results.append(tmp / "broker")
             history = {"broker": broker_history([tmp / "broker"])}
+            listeners = {"broker": broker_listeners([tmp / "broker"], sorted(tmp.glob("broker*")))}
             if target.pacing == "trace":  # and as fast as possible: the "model vs broker" saturation figure
                 asap = asap_runs(traces, target, tmp, 3, print, extra_manifest=state, shown=shown)
                 results += asap
                 history["asap"] = broker_history(asap)
+                listeners["asap"] = broker_listeners(asap, sorted(tmp.glob("broker*")))
                 for path, designs, suffix in groups(traces):  # the models as fast as possible, beside them
                     ops = summarize(path).ops_per_txn
-                    replay_trace(path, [dataclasses.replace(c.with_history(history["asap"], ops), pacing="asap", namespace="")
+                    replay_trace(path, [dataclasses.replace(c.with_history(history["asap"], ops, listeners["asap"]),
+                                                            pacing="asap", namespace="")
                                         for c in configs if c.engine in designs], tmp / f"model-asap{suffix}", shown=shown)
                     results.append(tmp / f"model-asap{suffix}")
         # with --target, the models replay after the broker: v5's store starts from the history the
         # broker's had (validate_run.broker_history, as validate does)
         ops = summarize(trace).ops_per_txn if history.get("broker") else 1
-        manifest = replay_trace(trace, [c.with_history(history.get("broker", 0), ops) for c in configs], tmp / "results",
+        manifest = replay_trace(trace, [c.with_history(history.get("broker", 0), ops, listeners.get("broker", 0))
+                                        for c in configs], tmp / "results",
                                 progress=_progress(not args.no_progress),
                                 shown=shown, prometheus_port=args.prometheus_port, allow_mixed=args.allow_mixed,
                                 announce=lambda line: print(line, file=sys.stderr, flush=True))

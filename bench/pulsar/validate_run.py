@@ -79,13 +79,51 @@ def model_profile(profile: str | Path | None) -> LatencyProfile:
 
 
 def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, history: int = 0,
-                  history_ops: int = 1) -> list[RunConfig]:
+                  history_ops: int = 1, listeners: int = 0) -> list[RunConfig]:
     """The model's runs of both designs; ``history``: the txns v5's store held before
     (``V5Options.history``: a broker run's ``txns_before``), of ``history_ops`` op records each
-    (the trace's: the broker's warm-ups replay it, ``TraceSummary.ops_per_txn``)."""
+    (the trace's: the broker's warm-ups replay it, ``TraceSummary.ops_per_txn``); ``listeners``:
+    the watches of the v5 topics the broker loaded before (:func:`broker_listeners`)."""
     return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
             RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency,
-                      latency_profile=profile).with_history(history, history_ops)]
+                      latency_profile=profile).with_history(history, history_ops, listeners)]
+
+
+def broker_listeners(sets: list[Path], among: list[Path]) -> int:
+    """The watches v5's store held when the broker runs ``sets`` began beyond the broker's own,
+    the median over them as :func:`broker_history`: one per segment's buffer and one per
+    subscription's pending-ack store of every v5 topic loaded before (they stay loaded, and
+    their watches with them): those of each v5 run in ``among`` that finished before it, and
+    those of its own client warm-up (``bench.pulsar.run.warm_up_rows``: the trace again in a
+    namespace of its own), each run's ``pulsar_topics_count`` + ``pulsar_subscriptions_count``
+    (a class histogram of the broker counted 192 watches more after a v5 run of 64 segments and
+    128 subscriptions, none after a v4 run). Runs the broker made before ``among`` (one not
+    restarted fresh) are not known: then a lower bound."""
+    def v5(run: Path) -> tuple[str, int, bool] | None:  # (finished at, its topics and subscriptions, warmed up)
+        try:
+            counts = json.loads((run / "counts.json").read_text()).get("v5")
+            finished = str(json.loads((run / "manifest.json").read_text()).get("finished_at", ""))
+            with (run / "pulsar-events-v5.jsonl").open() as f:
+                warmed = '"ev":"warmed"' in f.readline().replace(" ", "")
+        except OSError:
+            return None
+        if not counts:
+            return None
+        loaded = int(counts.get("pulsar.pulsar_topics_count", 0)) + int(counts.get("pulsar.pulsar_subscriptions_count", 0))
+        return finished, loaded, warmed
+
+    runs = {r: v5(r) for r in among}
+    seen = []
+    for s in sets:
+        own = runs[s] if s in runs else v5(s)
+        if own is None:
+            continue  # not a v5 run
+        before = own[1] if own[2] else 0
+        for r, run in runs.items():
+            if run is not None and r != s and run[0] < own[0]:
+                before += run[1] * (2 if run[2] else 1)
+        seen.append(before)
+    return int(statistics.median_low(seen)) if seen else 0
 
 
 def broker_history(sets: list[Path], design: str = "v5") -> int:
@@ -290,18 +328,25 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             recorded["calibration"] = calibration.recheck(say)
         # the model after the broker: its v5 store starts from the history the broker's store had
         history = broker_history([tmp / "broker"])
-        replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn), tmp / "model",
-                     extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)
-        say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history) replayed in virtual time")
+        runs = sorted(tmp.glob("broker*"))
+        listeners = broker_listeners([tmp / "broker"], runs)
+        replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners), tmp / "model",
+                     extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
+                     shown=shown)
+        say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history, {listeners:,} watches of "
+            "topics loaded before) replayed in virtual time")
         sets: list[str | Path] = [tmp / "model"]
         if saturation:
             history = broker_history(asap)
+            listeners = broker_listeners(asap, runs)
             for path, designs, suffix in groups(traces):
                 replay_trace(path, [dataclasses.replace(c, pacing="asap")
-                                    for c in model_configs(latency, prof, history, summarize(path).ops_per_txn)
+                                    for c in model_configs(latency, prof, history, summarize(path).ops_per_txn,
+                                                           listeners)
                                     if c.engine in designs],
                              tmp / f"model-asap{suffix}",
-                             extra_manifest={"validate": {**recorded, "v5_history": history}}, shown=shown)
+                             extra_manifest={"validate": {**recorded, "v5_history": history,
+                                                          "v5_listeners": listeners}}, shown=shown)
                 sets.append(tmp / f"model-asap{suffix}")
             say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
                 f"v5 from {history:,} txns of history): throughput at saturation")

@@ -91,13 +91,16 @@ class RunConfig:
         """Another run (another namespace) of ``engine``, with ``options`` (default: none)."""
         return replace(self, engine=engine, options=options or {}, namespace="")
 
-    def with_history(self, history: int, ops: int = 1) -> RunConfig:
+    def with_history(self, history: int, ops: int = 1, listeners: int = 0) -> RunConfig:
         """This run with v5's store starting as one that has run ``history`` txns of ``ops`` op
         records each (``V5Options.history``, ``history_ops``: a broker's, so that its scans walk
-        what the broker's walked); another design's run, or no history, as it is."""
-        if self.engine != "v5" or not history:
+        what the broker's walked) and holds ``listeners`` watches of topics loaded before
+        (``V5Options.history_listeners``); another design's run, or no history, as it is."""
+        if self.engine != "v5" or not (history or listeners):
             return self
-        return replace(self, options={**self.options, "history": history, **({"history_ops": ops} if ops != 1 else {})})
+        return replace(self, options={**self.options, **({"history": history} if history else {}),
+                                      **({"history_ops": ops} if history and ops != 1 else {}),
+                                      **({"history_listeners": listeners} if listeners else {})})
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -102,8 +102,10 @@ BILLED: dict[str, dict[str, str]] = {
         "commit_to_visible_us": "the event reaching the buffer (meta.watch), after the store's notification thread "
                                 "has finished the participants notified before it (capacity.EVENT_THREAD: each one's "
                                 "watermark meta.cas and cleanup scan, meta.list + meta.list_keys per thousand keys "
-                                "walked + a meta.scan_get per op record, then a meta.write per delete), its reconcile's "
-                                "header reads (meta.read) and the dispatcher's next read",
+                                "walked + a meta.scan_get per op record, then a meta.write per delete) and the "
+                                "notifications of the writes before it (meta.notify per thousand listener calls: every "
+                                "listener the store holds, on each), its reconcile's header reads (meta.read) and the "
+                                "dispatcher's next read",
         "dispatch_txn_us": "ledger.read + consumer.deliver after the polling delay, from the publish; the delivery "
                            "after what the connection's IO thread has queued",
         "dispatch_nontxn_us": "ledger.read + consumer.deliver, from the publish; the delivery after what the "
@@ -457,6 +459,9 @@ class Validation:
     # per design, the new-txns of the model's run and of the broker's at the trace's pace in two
     # kinds: behind one of the client's end-txns or not (None: the run recorded no answer times)
     new_txn_modes: tuple[tuple[str, NewTxnModes | None, NewTxnModes | None], ...] = ()
+    # the watches of topics loaded before that the model's v5 store started with
+    # (V5Options.history_listeners), as model_v5_history
+    model_v5_listeners: tuple[int | None, int | None] = (None, None)
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -499,6 +504,8 @@ class Validation:
                 "new_txn_modes": {d: {"model": None if m is None else m.to_json(),
                                       "broker": None if b is None else b.to_json()} for d, m, b in self.new_txn_modes},
                 "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
+                **({"model_v5_listeners": {"trace_pacing": self.model_v5_listeners[0], "asap": self.model_v5_listeners[1]}}
+                   if any(self.model_v5_listeners) else {}),  # judgements of before wrote none
                 "calibration": None if self.calibration is None else dict(self.calibration),
                 "goals": {"p50": GOALS.p50, "p99": GOALS.p99, "ratio": GOALS.ratio},
                 "tally": self.tally(),
@@ -547,6 +554,15 @@ def _model_history_note(history: tuple[int | None, int | None]) -> str:
     return ("The model's v5 store started from " + " and ".join(
         f"{n:,} txns ({where})" for n, where in ((paced, "at the trace's pace"), (asap, "as fast as possible"))
         if n is not None) + ": each of its scans walks their counters (meta.list_keys).")
+
+
+def _model_listeners_note(listeners: tuple[int | None, int | None]) -> str:
+    paced, asap = listeners
+    if not paced and not asap:
+        return ""
+    return (" It also held the watches of the v5 topics the broker had loaded before: " + " and ".join(
+        f"{n:,} ({where})" for n, where in ((paced, "at the trace's pace"), (asap, "as fast as possible"))
+        if n is not None) + ", each run on every store notification (meta.notify).")
 
 
 def profile_note(model: dict[str, Any]) -> str:
@@ -629,22 +645,27 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(sat_cpu.items()) if any(n)), cores,
                       tuple(sorted(repeats.items())), (min(spans), max(spans)) if spans else None,
                       tuple((d, tuple(n)) for d, n in sorted(before.items()) if any(x is not None for x in n)),
-                      (model_history(model), next((h for h in map(model_history, rated_sets if model_saturation is not None
-                                                                     else []) if h is not None), None)),
+                      _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history"),
                       model["manifest"].get("validate", {}).get("calibration"),
                       tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)),
                       tuple((d, new_txn_modes(_txns(model, mlab[d])), new_txn_modes(_txns(broker, blab[d])))
-                            for d in ("v4", "v5") if d in mlab and d in blab))
+                            for d in ("v4", "v5") if d in mlab and d in blab),
+                      _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"))
 
 
-def model_history(rs: dict[str, Any]) -> int | None:
+def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
+    """A v5 option of the model's trace-paced set and of its first asap set that ran v5."""
+    return model_history(model, option), next((h for h in (model_history(r, option) for r in asap) if h is not None), None)
+
+
+def model_history(rs: dict[str, Any], option: str = "history") -> int | None:
     """The txns a model set's v5 store started from (its run's ``options.history``, 0 when not
-    set); None when the set ran no v5."""
+    set; ``option``: another of its history options); None when the set ran no v5."""
     lab = _by_design(rs).get("v5")
     if lab is None:
         return None
-    return int((rs["manifest"]["runs"][lab].get("config", {}).get("options") or {}).get("history") or 0)
+    return int((rs["manifest"]["runs"][lab].get("config", {}).get("options") or {}).get(option) or 0)
 
 
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
@@ -843,7 +864,7 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
                      "and a restart keeps it): every index scan on /txn/op lists each key under it "
                      "(RocksdbMetadataStore.getChildrenFromStore), the never-deleted __seq_counter__ of every txn "
                      "there (AbstractMetadataStore.putWithSequenceKeysCompat). "
-                     + _model_history_note(v.model_v5_history))
+                     + _model_history_note(v.model_v5_history) + _model_listeners_note(v.model_v5_listeners))
     sat_failed = [(d, n) for d, n in v.saturation_failures if any(n)]
     if sat_failed:
         notes.append("Operations failed in the broker's asap runs, run by run: "

@@ -543,12 +543,16 @@ def test_the_section_says_how_many_txns_v5s_coordinator_had_created_before_each_
     manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
     for run in manifest["runs"].values():
         if run["config"]["engine"] == "v5":
-            run["config"]["options"] = {"history": 2033}
+            run["config"]["options"] = {"history": 2033, "history_listeners": 1755}
     (tmp_path / "model" / "manifest.json").write_text(json.dumps(manifest))
     aged = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), sets)
     assert aged.model_v5_history == (2033, None) and aged.to_json()["model_v5_history"]["trace_pacing"] == 2033
+    assert aged.to_json()["model_v5_listeners"] == {"trace_pacing": 1755, "asap": None}
+    assert "model_v5_listeners" not in v.to_json()  # none held: a judgement as it was written before
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap0", tmp_path / "asap1"], tmp_path / "rep2")
     assert "The model's v5 store started from 2,033 txns (at the trace's pace)" in md.markdown.read_text()
+    assert ("It also held the watches of the v5 topics the broker had loaded before: 1,755 (at the trace's pace)"
+            in md.markdown.read_text())
     plain = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert plain.to_json()["broker_saturation_txns_before"] == {}
 
@@ -569,6 +573,39 @@ def test_the_models_v5_store_starts_from_the_median_history_of_the_broker_runs_i
     assert broker_history(dirs + [tmp_path / "v4only"]) == 3660
     assert broker_history(dirs[:2]) == 2396  # of two, the lower
     assert broker_history([tmp_path / "v4only"]) == 0
+
+
+def test_the_models_v5_store_holds_the_watches_of_the_v5_topics_the_broker_loaded_before(tmp_path: Path) -> None:
+    """``validate_run.broker_listeners``: each v5 run before leaves its segments' and
+    subscriptions' watches (its pulsar_topics_count + pulsar_subscriptions_count), twice over
+    when its client warmed up on the trace's rows in a namespace of its own; a run's own
+    warm-up is loaded before its measured rows; v4 runs leave none."""
+    from bench.pulsar.validate_run import broker_listeners
+
+    def run(name: str, finished: str, counts: dict[str, dict[str, int]], warmed: bool) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"finished_at": finished}))
+        (d / "counts.json").write_text(json.dumps(counts))
+        first = {"ev": "warmed", "rows": 10, "ms": 5} if warmed else {"ev": "ready", "t0_epoch_ms": 0}
+        (d / "pulsar-events-v5.jsonl").write_text(json.dumps(first) + "\n")
+        return d
+
+    def gauges(topics: int, subs: int) -> dict[str, int]:
+        return {"pulsar.pulsar_topics_count": topics, "pulsar.pulsar_subscriptions_count": subs}
+
+    warm = run("broker-warm-up", "2026-11-27T10:00:00Z", {"v4": gauges(9, 9), "v5": gauges(64, 128)}, True)
+    cold = run("broker-warm-up-2-v5", "2026-11-27T10:01:00Z", {"v5": gauges(10, 20)}, False)
+    v4 = run("broker-warm-up-3-v4", "2026-11-27T10:02:00Z", {"v4": gauges(50, 50)}, True)
+    paced = run("broker", "2026-11-27T10:03:00Z", {"v4": gauges(64, 128), "v5": gauges(64, 128)}, True)
+    asap = [run(f"broker-asap-v5{s}", f"2026-11-27T10:0{4 + i}:00Z", {"v5": gauges(64, 128)}, True)
+            for i, s in enumerate(("", "-2", "-3"))]
+    runs = [warm, cold, v4, paced, *asap]
+    assert broker_listeners([paced], runs) == 2 * 192 + 30 + 192  # the warm-ups', then its own warm-up's
+    # the asap runs, after the paced run's measured rows (192): 990, 1,374 and 1,758; the median of the three
+    assert broker_listeners(asap, runs) == (606 + 192) + 2 * 192 + 192
+    assert broker_listeners([v4], runs) == 0  # not a v5 run
+    assert broker_listeners([paced], [paced]) == 192  # a broker whose earlier runs are not known: a lower bound
 
 
 def test_the_section_says_how_far_the_broker_moved_after_the_calibration_in_its_session(tmp_path: Path) -> None:
