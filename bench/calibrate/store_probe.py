@@ -209,5 +209,5 @@ def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "hidden_entries", "measure", "note", "notify_cost", "scan_get_spec",
-           "notify_spec", "summarise", "walk_fit"]
+__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "hidden_entries", "measure", "note", "notify_cost", "notify_spec",
+           "scan_get_spec", "summarise", "walk_fit"]

@@ -349,7 +349,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                                                           "v5_listeners": listeners}}, shown=shown)
                 sets.append(tmp / f"model-asap{suffix}")
             say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
-                f"v5 from {history:,} txns of history): throughput at saturation")
+                f"v5 from {history:,} txns of history and {listeners:,} watches): throughput at saturation")
         sets.append(tmp / "broker")
         sets += asap
         rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
