@@ -284,6 +284,19 @@ def test_a_new_txn_arriving_during_an_end_txn_waits_for_its_whole_chain_on_an_em
     assert got["b"][1] - got["b"][0] > alone + 8 * 800
 
 
+def _eight_segment_commit(tmp_path: Path, commit_at_us: int) -> Path:
+    """A trace of one txn publishing to eight subscribed topics from 10 ms and committing."""
+    from tests.unit.test_trace import write
+
+    topics = [f"persistent://public/default/t-{i}" for i in range(8)]
+    rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
+    rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
+    rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
+             for i, tp in enumerate(topics)]
+    rows += [{"ts_us": commit_at_us, "op": "commit", "txn": "a"}]
+    return write(tmp_path / "t.parquet", rows)
+
+
 def test_a_txns_participants_become_visible_one_after_another_on_the_notification_thread(tmp_path: Path) -> None:
     """Every participant's wake-up runs on the store's one notification thread
     (AbstractMetadataStore.receivedNotification: eventExecutor) and, on RocksDB, its whole apply
@@ -297,15 +310,8 @@ def test_a_txns_participants_become_visible_one_after_another_on_the_notificatio
     from bench.replay.replay import Replayer
     from bench.trace.trace import read_events
     from engine.profile import LatencyProfile
-    from tests.unit.test_trace import write
 
-    topics = [f"persistent://public/default/t-{i}" for i in range(8)]
-    rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
-    rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
-    rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
-             for i, tp in enumerate(topics)]
-    rows += [{"ts_us": 100_000, "op": "commit", "txn": "a"}]
-    path = write(tmp_path / "t.parquet", rows)
+    path = _eight_segment_commit(tmp_path, commit_at_us=100_000)
     profile = LatencyProfile.constants()
 
     def spread(capacity: bool) -> int:
@@ -336,15 +342,8 @@ def test_the_store_notifications_of_earlier_writes_hold_back_a_commits_visibilit
     from bench.replay.replay import Replayer
     from bench.trace.trace import read_events
     from engine.profile import LatencyProfile
-    from tests.unit.test_trace import write
 
-    topics = [f"persistent://public/default/t-{i}" for i in range(8)]
-    rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
-    rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
-    rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
-             for i, tp in enumerate(topics)]
-    rows += [{"ts_us": 20_000, "op": "commit", "txn": "a"}]
-    path = write(tmp_path / "t.parquet", rows)
+    path = _eight_segment_commit(tmp_path, commit_at_us=20_000)
     profile = LatencyProfile.constants()
 
     def first_seen(per_thousand: int) -> tuple[int, int]:
