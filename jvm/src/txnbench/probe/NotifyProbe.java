@@ -12,7 +12,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.pulsar.metadata.api.MetadataStoreConfig;
 import org.apache.pulsar.metadata.api.Notification;
-import org.apache.pulsar.metadata.api.NotificationType;
 import org.apache.pulsar.metadata.api.extended.MetadataStoreExtended;
 
 /**
@@ -75,7 +74,9 @@ public final class NotifyProbe {
             for (int r = -repeats; r < repeats; r++) {  // the first `repeats` rounds warm the JIT
                 probe.arm();
                 store.put(GATE, new byte[0], Optional.empty()).get();
-                probe.gateReached.await(60, TimeUnit.SECONDS);
+                if (!probe.gateReached.await(60, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("the gate notification never came");
+                }
                 List<String> paths = new ArrayList<>(writes);
                 for (int w = 0; w < writes; w++) {
                     paths.add("/txn/op/probe-" + (key++));
@@ -128,10 +129,7 @@ public final class NotifyProbe {
         @Override
         public void accept(Notification n) {
             String path = n.getPath();
-            if (path.equals(GATE)) {
-                if (n.getType() == NotificationType.ChildrenChanged) {
-                    return;
-                }
+            if (path.equals(GATE)) {  // its own notification: "/probe" gets the ChildrenChanged
                 gateReached.countDown();
                 try {
                     gate.await();
@@ -141,7 +139,7 @@ public final class NotifyProbe {
                 return;
             }
             seen.incrementAndGet();
-            if (path.equals(MARK) && n.getType() != NotificationType.ChildrenChanged) {
+            if (path.equals(MARK)) {
                 marked.countDown();
             }
         }
