@@ -172,12 +172,7 @@ class Meter:
         walked). ``also``: (kind, units) priced into the same call and counted alike (the
         entries the walk passes besides its keys). Added to the open tab, through ``resource``
         as :meth:`bill` (as a call of ``kind``); returns its time."""
-        self.billed[kind] += units
-        cost = self._of(kind) * units
-        if also is not None and also[1]:
-            self.billed[also[0]] += also[1]
-            cost += self._of(also[0]) * also[1]
-        lat = (cost + 500) // 1000
+        lat = self._per_thousand(kind, units, also)
         res = self._serving(kind, resource, key) if resource is not None else None
         tabs = self._tabs
         top = tabs[-1] if tabs else None
@@ -193,11 +188,8 @@ class Meter:
         thousand ``units`` (one draw, scaled) and counted as ``units``: it queues on that thread
         from when the open tab's calls are done (now without one), and nobody waits for it but
         what the thread serves after it (a store's notifications, run on its event thread after
-        the write that queued them). Its time; 0 when the resource has no capacity set."""
-        self.billed[kind] += units
-        if not units:
-            return 0
-        lat = (self._of(kind) * units + 500) // 1000
+        the write that queued them). Its time (queued only where the resource has a capacity)."""
+        lat = self._per_thousand(kind, units)
         res = self._resource(resource, key) if self._run is not None else None
         if res is None or not lat:
             return lat
@@ -205,6 +197,16 @@ class Meter:
         at = tabs[-1].issue_at() if tabs else self._now()
         res.admit(at, lat, self._now(), True)  # the thread is held for the work itself
         return lat
+
+    def _per_thousand(self, kind: str, units: int, also: tuple[str, int] | None = None) -> int:
+        """Count ``units`` of ``kind`` (and ``also``'s) and price them: one draw of each kind per
+        thousand units, scaled, rounded to whole µs."""
+        self.billed[kind] += units
+        cost = self._of(kind) * units
+        if also is not None and also[1]:
+            self.billed[also[0]] += also[1]
+            cost += self._of(also[0]) * also[1]
+        return (cost + 500) // 1000
 
     def _free_bill(self) -> Callable[..., int]:
         """:meth:`bill` without resources, with what it touches bound once: a call is billed on
