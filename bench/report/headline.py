@@ -10,10 +10,10 @@ several repeats with their spread, and a difference inside the noise band is cal
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
+
+from bench.report.kept import held_line, kept_for
 
 # (question, row id, lower is better); the row ids are summary.json's (counts/latency keys)
 QUESTIONS: tuple[tuple[str, str, bool], ...] = (
@@ -151,35 +151,19 @@ def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
 
 def held_against_broker(rs: dict[str, Any]) -> str | None:
     """How far the model held against a real broker with the profile this set ran: the validation
-    objects kept beside the profile (``datasets/validation/**/*.json``, written by ``txnbench
-    validate``) whose profile has the same sha256, every one's tally (best first, none left out)
-    and the goals missed on every trace (on one trace: each missed goal with its error). None for
-    a broker's set, or when no such object exists."""
-    if rs["manifest"].get("target", {}).get("kind") == "pulsar":
-        return None
-    for run in rs["manifest"].get("runs", {}).values():
-        prof = run.get("config", {}).get("latency_profile") or {}
-        if not prof.get("sha256") or not prof.get("path"):
-            continue
-        found = _validations(Path(prof["path"]).parent.parent / "validation", prof["sha256"])
-        if len(found) == 1:
-            name, v = found[0]
-            missed = [_missed(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
-            tally = str(v.get("tally", "?")).replace("meet them", "meet the goals")
-            return (f"**Held against a real broker** with this profile (`validation/{name}`): {tally}"
-                    + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's."
-                       if missed else "."))
-        if found:
-            ranked = sorted(found, key=lambda fv: -_met_share(str(fv[1].get("tally", ""))))
-            tallies = ", ".join(f"{name.removesuffix('.json')} {_met_of(str(v.get('tally', '')))}" for name, v in ranked)
-            missed_sets = [{_missed(dict(c, error=None)) for c in v.get("checks", []) if c.get("verdict") == "missed"}
-                           for _, v in found]
-            everywhere = sorted(set.intersection(*missed_sets))
-            return (f"**Held against a real broker** with this profile ({len(found)} traces in `validation/`): judged "
-                    f"rows meeting the goals {tallies}"
-                    + (f"; missed on every trace: {', '.join(everywhere)} — read those figures as the model's, not "
-                       "the broker's." if everywhere else "; no goal missed on every trace."))
-    return None
+    objects kept beside the profile (:func:`bench.report.kept.kept_for`). One is quoted with its
+    tally and each missed goal with its error; several by the rows met over all of them and every
+    figure met on at most half the traces (:func:`bench.report.kept.held_line`). None for a
+    broker's set, or when no such object exists."""
+    found = kept_for(rs)
+    if len(found) == 1:
+        name, v = found[0]
+        missed = [_missed(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]
+        tally = str(v.get("tally", "?")).replace("meet them", "meet the goals")
+        return (f"**Held against a real broker** with this profile (`validation/{name}`): {tally}"
+                + (f"; missed: {', '.join(missed)} — read those figures as the model's, not the broker's."
+                   if missed else "."))
+    return held_line(found) if found else None
 
 
 def _capacity_waits(rs: dict[str, Any]) -> list[tuple[str, str, float, bool]]:
@@ -238,33 +222,6 @@ def capacity_line(rs: dict[str, Any]) -> str | None:
                if saturated else " — every resource below saturation")
     return (f"**Capacity** (the profile's resources: {resources}): mean wait for a slot per request: "
             + "; ".join(parts) + verdict + ".")
-
-
-def _validations(folder: Path, sha256: str) -> list[tuple[str, dict[str, Any]]]:
-    """(path under ``folder``, validation object) of each object in ``folder`` or a folder under
-    it made with that profile (the sets are kept by what they measured:
-    ``validation/dense-probe/default/``)."""
-    out = []
-    for f in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
-        try:
-            v = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(v, dict) and "checks" in v and f"sha256 {sha256[:12]}" in str(v.get("profile", "")):
-            out.append((f.relative_to(folder).as_posix(), v))
-    return out
-
-
-def _met_of(tally: str) -> str:
-    """"38 of 42 judged rows meet them (2 n/a)" -> "38/42"."""
-    words = tally.split()
-    return f"{words[0]}/{words[2]}" if len(words) > 2 else tally
-
-
-def _met_share(tally: str) -> float:
-    """"38 of 42 judged rows meet them" -> 38/42."""
-    words = tally.split()
-    return int(words[0]) / max(1, int(words[2])) if len(words) > 2 and words[0].isdigit() and words[2].isdigit() else 0.0
 
 
 def _missed(check: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from bench.report.abtest import Comparison, compare
 from bench.report.headline import (ab_headline, capacity_line, context_line, headline, held_against_broker, mark_saturated,
                                    render_text, saturated_runs, scenario_findings)
 from bench.report.headline import render_markdown as render_headline_md
+from bench.report.kept import held_json, held_section, kept_for
 from bench.replay.measure import METRICS
 from bench.report.model_vs_broker import comparison_rows, is_broker
 from bench.report.plots import render_figures, result_set_plots
@@ -501,6 +502,10 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
     held = held_against_broker(main)
     if held is not None:
         extra.append(held)
+    kept = kept_for(main)
+    if len(kept) > 1:  # one kept trace is quoted whole in the headline
+        sections.append(held_section(kept, Row))
+        summary["held_against_broker"] = held_json(kept)
     capacity = capacity_line(main)
     if capacity is not None:
         extra.append(capacity)

@@ -9,6 +9,7 @@ import re
 import shutil
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -112,18 +113,23 @@ def test_github_markdown_puts_the_summary_first_and_tables_in_details(report: Pa
     assert md.count("<details>") == md.count("</details>") >= 3
 
 
-def _validation(sha256: str, met: int, judged: int, missed: list[tuple[str, str, float]]) -> dict[str, object]:
-    """A validation object as `txnbench validate` writes it, with these missed latency checks."""
-    checks = [{"design": d, "section": "Latency", "metric": m, "error": e, "verdict": "missed"} for d, m, e in missed]
-    checks.append({"design": "v4", "section": "Counts", "metric": "deliveries", "error": 0.0, "verdict": "exact"})
+def _validation(sha256: str, checks: list[tuple[str, str, float, str]]) -> dict[str, object]:
+    """A validation object as `txnbench validate` writes it: these latency checks (design, metric,
+    error, verdict), one exact count and two n/a rows, and the tally they make."""
+    rows = [{"design": d, "section": "Latency", "metric": m, "error": e, "verdict": v} for d, m, e, v in checks]
+    rows.append({"design": "v4", "section": "Counts", "metric": "deliveries", "error": 0.0, "verdict": "exact"})
+    rows += [{"design": d, "section": "Throughput", "metric": "committed txns per second", "error": 0.1,
+              "verdict": "n/a"} for d in ("v4", "v5")]
+    met = sum(r["verdict"] in ("exact", "within goal") for r in rows)
     return {"profile": f"latency profile p (p.json, sha256 {sha256[:12]})",
-            "tally": f"{met} of {judged} judged rows meet them (2 n/a)", "checks": checks}
+            "tally": f"{met} of {len(rows) - 2} judged rows meet them (2 n/a)", "checks": rows}
 
 
 def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_path: Path) -> None:
     """The validation objects beside a profile (validation/ next to its folder): one is quoted with
-    its tally and every missed goal; several by every tally, best first, and the goals missed on
-    all of them; a profile with none says nothing."""
+    its tally and every missed goal; several by the rows met over all of them, the worst and best
+    trace, and every figure met on at most half the traces that judged it, with a section holding
+    every figure; a profile with none says nothing."""
     import json as _json
 
     from bench.replay.config import RunConfig
@@ -138,29 +144,50 @@ def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_
     prof = LatencyProfile.load(tmp_path / "latency" / "p.json")
     replay_trace(trace, [RunConfig(engine="v5", latency=prof.to_latency_model(1), latency_profile=prof)], tmp_path / "r")
 
-    def held() -> str:
-        md = build([tmp_path / "r"], tmp_path / "out", force=True).markdown.read_text()
-        return next(x for x in md.splitlines() if "Held against a real broker" in x)
+    def report() -> tuple[str, str, dict[str, Any]]:
+        out = build([tmp_path / "r"], tmp_path / "out", force=True)
+        md = out.markdown.read_text()
+        return next(x for x in md.splitlines() if "Held against a real broker" in x), md, out.summary
 
     folder = tmp_path / "validation"
     folder.mkdir()
-    (folder / "slow.json").write_text(_json.dumps(_validation(prof.sha256, 36, 42, [("v5", "end-txn p50", -0.25),
-                                                                                   ("v4", "end-txn p99", 0.66)])))
-    (folder / "other.json").write_text(_json.dumps(_validation("0" * 64, 42, 42, [])))  # another profile's
-    line = held()
-    assert "(`validation/slow.json`): 36 of 42 judged rows meet the goals (2 n/a)" in line
+    (folder / "slow.json").write_text(_json.dumps(_validation(prof.sha256, [
+        ("v5", "end-txn p50", -0.25, "missed"), ("v4", "end-txn p99", 0.66, "missed"),
+        ("v4", "end-txn p50", 0.1, "within goal")])))
+    (folder / "other.json").write_text(_json.dumps(_validation("0" * 64, [("v4", "end-txn p99", 0.0, "within goal")])))
+    line, md, summary = report()
+    assert "(`validation/slow.json`): 2 of 4 judged rows meet the goals (2 n/a)" in line
     assert "v5 end-txn p50 (-25%), v4 end-txn p99 (+66%)" in line
+    assert "figure by figure" not in md and "held_against_broker" not in summary  # one trace: quoted whole
 
-    (folder / "fast.json").write_text(_json.dumps(_validation(prof.sha256, 20, 42, [("v4", "end-txn p99", 1.2),
-                                                                                   ("v5", "publish (txn) p50", -0.6)])))
-    line = held()
-    assert "(2 traces in `validation/`): judged rows meeting the goals slow 36/42, fast 20/42" in line
-    assert "missed on every trace: v4 end-txn p99 —" in line and "publish (txn)" not in line
+    (folder / "fast.json").write_text(_json.dumps(_validation(prof.sha256, [
+        ("v4", "end-txn p99", 1.2, "missed"), ("v5", "publish (txn) p50", -0.6, "missed"),
+        ("v5", "end-txn p50", 0.05, "within goal"), ("v4", "end-txn p50", -0.15, "within goal")])))
+    line, md, summary = report()
+    # slow: 2 of 4 met; fast: 3 of 5 (the count and both end-txn p50s)
+    assert "(2 traces in `validation/`): 5 of 9 judged rows meet the goals (worst trace slow 2/4, best fast 3/5)" in line
+    weak = line.split("met on at most half the traces: ")[1]
+    assert "v4 end-txn p99 (0 of 2, model +66% to +120%)" in weak
+    assert "v5 end-txn p50 (1 of 2, model -25% to +5%)" in weak  # half the traces: still listed
+    assert "v5 publish (txn) p50 (0 of 1, model -60%)" in weak
+    assert "v4 end-txn p50" not in weak and "deliveries" not in weak
+    section = md.split("## Held against a real broker, figure by figure")[1].split("\n## ")[0]
+    assert "| Latency v4 | end-txn p50 |  | 2 | 2 | -2.5 | -15 | 10 | met on all |" in section
+    assert "| Latency v4 | end-txn p99 |  | 0 | 2 | 93 | 66 | 120 | met on at most half |" in section
+    assert "| Counts v4 | deliveries |  | 2 | 2 | – | – | – | met on all |" in section
+    assert "committed txns per second" not in section  # n/a on every trace: never judged
+    jsonschema.validate(summary, json.loads(files("bench.report").joinpath("schemas/summary.schema.json").read_text()))
+    held = summary["held_against_broker"]
+    assert (held["met"], held["judged"]) == (5, 9) and set(held["traces"]) == {"fast.json", "slow.json"}
+    assert {(f["metric"], f["design"]): f["missed_on"] for f in held["figures"]}[("end-txn p99", "v4")] == ["fast", "slow"]
+
     (folder / "a-set").mkdir()  # sets kept in folders by what they measured are found too
-    (folder / "a-set" / "deep.json").write_text(_json.dumps(_validation(prof.sha256, 30, 42, [("v4", "end-txn p99", 0.5)])))
+    (folder / "a-set" / "deep.json").write_text(_json.dumps(_validation(prof.sha256, [
+        ("v4", "end-txn p99", 0.1, "within goal")])))
     (folder / "a-set" / "profile.json").write_text(_json.dumps(prof.to_json()))  # not a validation object
-    line = held()
-    assert "(3 traces in `validation/`): judged rows meeting the goals slow 36/42, a-set/deep 30/42, fast 20/42" in line
+    line, _, _ = report()
+    assert "(3 traces in `validation/`): 7 of 11 judged rows meet the goals (worst trace slow 2/4, best a-set/deep 2/2)" in line
+    assert "v4 end-txn p99 (1 of 3, model +10% to +120%)" in line
 
     plain = tmp_path / "elsewhere" / "mine"  # the same profile kept elsewhere: no validation beside it
     plain.mkdir(parents=True)
