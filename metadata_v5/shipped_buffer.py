@@ -18,7 +18,10 @@ D12, D13, D16). Line numbers are ``MetadataTransactionBuffer``'s in 5.0.1.
   A txn's participants become visible one after another, each after the cleanup scans of those
   notified before it (``EVENT``: the reconcile and each tail item start once the thread is free).
 * Plain publishes (``syncMaxReadPositionForNormalPublish`` L689-703) recompute maxReadPosition and
-  queue a watermark CAS on the same tail (at most one queued: coalesced).
+  queue a watermark CAS on the same tail (at most one queued: coalesced). When the tail is idle
+  its ``thenCompose`` runs the CAS at once, on the thread completing the add, and the store call
+  completes there (RocksDB): ``PersistentTopic.addComplete`` (M1 L747-760) calls it before the
+  publish's receipt, so a plain publish to a segment with no open txn waits for the CAS (``ML``).
 * Recovery (L216-310) does not gate dispatch: maxReadPosition starts at the LAC (L158) and the
   async recovery reads the watermark, scans the aborted records and the segment's write ops and
   reads each txn's header. Txns it finds OPEN have no positions (the placeholder), so they pin
@@ -43,7 +46,7 @@ from engine.ports import EngineContext, MaxReadListener, RecoveryStats, Transact
 from engine.records import EntryData, Position
 from metadata_v5.options import V5Options
 from metadata_v5.store.port import ABSENT
-from metadata_v5.txnrecords import EVENT, LOAD, AbortedRange, Op, TxnRecords
+from metadata_v5.txnrecords import EVENT, LOAD, ML, AbortedRange, Op, TxnRecords
 
 PLACEHOLDER = Position(0, 0)  # what 5.0.1 writes as a WRITE op record's position (L360)
 _WATERMARK = "watermark"  # a queued watermark persist on the state tail
@@ -112,7 +115,11 @@ class ShippedTransactionBuffer(TransactionBuffer):
 
     def sync_max_read_position_for_normal_publish(self, position: Position) -> None:
         self._recompute()
-        self._enqueue(_WATERMARK)
+        if self._busy or self._tail or self._closed:
+            self._enqueue(_WATERMARK)
+            return
+        with self._records.on(ML):  # a completed stateTail: the CAS inline, billed to the publish
+            self._persist_watermark()
 
     # -- what the dispatcher asks ----------------------------------------------------------------
 

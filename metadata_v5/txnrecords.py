@@ -89,6 +89,11 @@ EVENT = EVENT_THREAD
 # initPendingAckStore), run in the managed ledger's open callbacks, not on the client connection's
 # IO thread (inferred from BrokerService's topic loading; not measured)
 LOAD = "load"
+# A publish's add completes on its managed ledger's executor (OpAddEntry L244: ml.getExecutor(), one
+# of managedLedgerNumSchedulerThreads = the cores), where PersistentTopic.addComplete runs the
+# watermark CAS a plain publish chains on a segment's idle state tail, before the receipt. One
+# instance here for those threads (2 on these machines): the model does not hash ledgers to them
+ML = "ml"
 # The coordinator's sweeps list the headers on their own executor (TransactionCoordinatorV5's
 # sweepExecutor: sweepTimeouts, sweepGc), beside the IO thread
 SWEEP = "sweep"

@@ -89,7 +89,9 @@ BILLED: dict[str, dict[str, str]] = {
                           "+ meta.write) and, on a txn's first publish to a segment, the coordinator's registration "
                           "(2 rpc, coordinator.v5, the ownership meta.read)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py), after what the connection's IO thread has "
-                             "queued (capacity.IO_THREAD)",
+                             "queued (capacity.IO_THREAD), plus the segment's watermark meta.cas when its state tail "
+                             "is idle (run before the receipt on the managed ledger's thread: "
+                             "PersistentTopic.addComplete, syncMaxReadPositionForNormalPublish)",
         "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
                       "the request's handling (coordinator.v5), 2 meta.read (the header, twice) + meta.cas, then the "
                       "fan-out: meta.list + meta.list_keys per thousand keys walked (and meta.list_entries per thousand "

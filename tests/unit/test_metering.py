@@ -181,7 +181,8 @@ def test_v5_store_writes_queue_per_broker_thread() -> None:
 
 def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> None:
     """The shipped buffer's state tail (aborted records, watermark CASes, op-record deletes) runs
-    on the store's notification thread; the coordinator and the publish path on the IO thread;
+    on the store's notification thread, but a plain publish's watermark CAS on an idle tail on the
+    managed ledger's thread that completes the add; the coordinator and the publish path on the IO thread;
     a participant's recovery (reads and scans only) on the thread that opened its topic; the
     sweeps' header listings on the sweep executor's."""
     from collections import Counter
@@ -198,14 +199,16 @@ def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> N
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Meter, "bill", spy)
         counts = Replayer(RunConfig(engine="v5", latency=lat)).run(read_events(_small(tmp_path))).counts
-    assert {key for _, key in seen} == {"io", "event", "load", "sweep"}
+    assert {key for _, key in seen} == {"io", "event", "load", "sweep", "ml"}
+    assert {kind for kind, key in seen if key == "ml"} == {"meta.cas"}
     assert {kind for kind, key in seen if key == "load"} == {"meta.read", "meta.list"}
     assert {kind for kind, key in seen if key == "sweep"} == {"meta.list"}  # a native index: one call a page
-    for thread in ("io", "event", "load", "sweep"):  # the capacity counts per thread: the writes and CASes billed on it
+    for thread in ("io", "event", "load", "sweep", "ml"):  # the capacity counts per thread: the writes and CASes billed on it
         assert counts[f"capacity.metadata@{thread}.requests"] == seen[("meta.write", thread)] + seen[("meta.cas", thread)]
     assert "capacity.metadata.requests" not in counts
     assert seen[("meta.write", "event")] == counts["tb.op_deletes"] + counts["tb.aborted_record_writes"] > 0
-    assert seen[("meta.cas", "event")] == counts["tb.watermark_cas"] > 0
+    assert seen[("meta.cas", "event")] + seen[("meta.cas", "ml")] == counts["tb.watermark_cas"]
+    assert seen[("meta.cas", "event")] > 0 and seen[("meta.cas", "ml")] > 0
     assert seen[("meta.read", "event")] == counts["tb.reconcile_header_reads"]
     # the publish path: one op record per txn publish, each header read on a (txn, segment) miss
     assert seen[("meta.write", "io")] >= counts["tb.op_writes"] > 0

@@ -107,7 +107,10 @@ def test_publish_latency_is_what_each_design_puts_on_the_publish_path(tmp_path: 
     sums = {}
     for engine, variant in (("v4", "shipped"), ("v5", "shipped"), ("v5-pip", "pip")):
         latency = Replayer(RunConfig(engine=engine[:2], options={"variant": variant} if engine != "v4" else {})).run(read_events(trace)).latency
-        assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, 1_400)
+        # the shipped v5's plain publish waits for its segment's first watermark CAS (1 000),
+        # which the idle state tail runs before the receipt (syncMaxReadPositionForNormalPublish)
+        plain_us = 1_400 + (1_000 if (engine, variant) == ("v5", "shipped") else 0)
+        assert (latency["publish_nontxn_us"]["count"], latency["publish_nontxn_us"]["sum_us"]) == (1, plain_us)
         sums[engine] = (latency["publish_txn_us"]["count"], latency["publish_txn_us"]["sum_us"])
     # two partitions: two registrations (1 400 each); every txn publish that finds its TB not
     # ready is parked until the snapshot lookup (200 us from the TB's start, D17) and the first

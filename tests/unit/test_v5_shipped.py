@@ -88,18 +88,34 @@ def test_txn_ack_reads_ownership_once_and_never_the_header() -> None:
     assert _delta(s, lambda: s.ack("sub", "p1", txn=txn)) == {"writes": 1}
 
 
-def test_plain_publishes_cas_the_watermark_serially_and_coalesced() -> None:
+def test_a_plain_publish_cases_the_watermark_at_once_on_an_idle_tail_and_queues_behind_a_busy_one() -> None:
+    """syncMaxReadPositionForNormalPublish chains persistWatermarkIfAdvanced on the state tail. A
+    completed tail runs it at once, on the thread completing the add and before the publish's
+    receipt (PersistentTopic.addComplete): each plain publish CASes and waits for it (rpc 200 +
+    append 1,000 + rpc 200, + meta.cas 1,000). Behind an applyTerminalNow the persist waits on the
+    tail, the publish does not, and one queued persist covers every advance before it runs."""
     s = _ready()
     def plain(system: System, *msgs: str) -> Callable[[], None]:
         def step() -> None:
             for m in msgs:
                 system.publish(T, m)
+                took.append(system.broker.last_publish_us)
             system.run(10_000)
         return step
 
+    took: list[int] = []
     assert _delta(s, plain(s, "q0")) == {"cas": 1, "writes": 1}
-    # three at once: the first CASes at once, the other two wait on the tail as one persist
-    assert _delta(s, plain(s, "r0", "r1", "r2")) == {"cas": 2, "writes": 2}
+    assert _delta(s, plain(s, "r0", "r1", "r2")) == {"cas": 3, "writes": 3}  # the tail idle for each
+    assert took == [2_400] * 4
+    txn = s.new_txn()
+    s.publish(T, "a", txn=txn)
+    s.run(100_000)
+    s.commit(txn)
+    while not s.stats().get("tb.materialised.committed"):  # the tail has started the txn's apply
+        s.run(100)
+    took.clear()
+    assert _delta(s, plain(s, "b0", "b1", "b2")) == {"cas": 1, "writes": 1}
+    assert took == [1_400] * 3
     pip = _ready("pip")
     assert _delta(pip, plain(pip, "q0")) == {}
 
