@@ -98,6 +98,7 @@ class Broker:
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
         self._meter = self._ctx.meter
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
+        self.last_ack_us = 0  # modelled latency of the last txn ack, until its answer
         self.last_new_txn_us = 0  # modelled latency of the last new_txn (the client waits for its id)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
         self._transactional = transactional or (lambda _topic: True)
@@ -344,8 +345,16 @@ class Broker:
             if not self._partitions[ledger_name].transactional:
                 raise UnsupportedOperation(f"transactions are disabled on {ledger_name}; txn {txn} cannot ack")
             assert self._engine is not None  # a transactional partition implies an engine
-            self._engine.coordinator().add_acked_subscription(txn, ledger_name, subscription)
-            sub.pending.ack(txn, positions, kind)
+            # A txn ack is answered (ConsumerImpl.doTransactionAcknowledgeForResponse), after the
+            # client registered the subscription with the coordinator (ConsumerBase L739-742:
+            # registerAckedTopic, then the ack); TransactionImpl.commit waits for that answer.
+            with self._ctx.request as request:  # engine calls on the way are billed to it
+                self._engine.coordinator().add_acked_subscription(txn, ledger_name, subscription)
+                self._meter.bill("rpc")
+                self._meter.behind("metadata", IO_THREAD)
+                sub.pending.ack(txn, positions, kind)
+                self._meter.bill("rpc")
+            self.last_ack_us = request.us
             return
         if kind is AckKind.CUMULATIVE:
             if len(positions) != 1:

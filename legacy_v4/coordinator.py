@@ -213,7 +213,14 @@ class V4TransactionCoordinator(TransactionCoordinator):
             raise self._not_open(meta, f"ack on {ledger} [{subscription}]")
         if (ledger, subscription) in meta.subscriptions:
             return
+        # The consumer's txn ack waits for addSubscriptionToTxn (TransactionImpl.registerAckedTopic):
+        # a round trip to the TC and its log append (billed to the ack's open request).
+        bill = self._meter.bill
+        bill("rpc")
+        self._meter.serve("coordinator")
+        bill("coordinator.v4")
         self._append(meta, "add_subscription", partition=ledger, subscription=subscription)
+        bill("rpc")
         meta.subscriptions.append((ledger, subscription))
 
     def status(self, txn: TxnID) -> TxnStatus:

@@ -54,7 +54,7 @@ class MLPendingAckStore(PendingAckStore):
         self._where = f"{ledger.name} [{subscription}]"
         self._ledgers: LedgerFactory = ctx.ledgers
         self._sched = ctx.scheduler
-        self._meter = ctx.meter  # bills the recovery reads and a commit's cursor write
+        self._meter = ctx.meter  # bills an ack's log append, the recovery reads and a commit's cursor write
         self._log_name = pending_ack_ledger_name(ledger.name, subscription)
         self._cursor = cursor
         self._opts = options
@@ -104,6 +104,8 @@ class MLPendingAckStore(PendingAckStore):
         # appendCumulativeAck) and checks for conflicts in the append's callback: a conflicting
         # ack costs a log entry, dropped again on replay (PendingAcks.recover).
         log_pos = self._append("ack", txn, kind=kind.value, positions=[pos_out(p) for p in positions])
+        # the ack's answer waits for that append (MLPendingAckStore.appendIndividualAck's callback)
+        self._meter.bill("ledger.append", "bookie", self._log_name)
         self._index_record(log_pos, positions)
         try:
             self._acks.check(txn, positions, kind)

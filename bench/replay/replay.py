@@ -108,6 +108,7 @@ class _Txn:
     end_timed_out: bool = False  # its END_TXN went unanswered for the client's operation timeout
     end_in_flight: bool = False  # its END_TXN holds one of the asap client's in-flight slots
     sends_done_us: int = 0  # virtual time: when its last publish is answered (its END_TXN waits)
+    acks_done_us: int = 0  # virtual time: when its last ack is answered (its END_TXN waits too)
     end_waiting: bool = False  # a commit or abort row waits for its sends (_end_after_sends)
     open_us: int = 0  # virtual time: when new_txn's answer is back (its ops wait for it)
     answered_us: int | None = None  # when new_txn's answer came back (txns.parquet new_txn_answered_ts_us)
@@ -512,9 +513,12 @@ class Replayer:
         if e.txn is None:
             self._acked(e.msg, m)
         else:
-            self.txns[e.txn].acked.append(key)
+            txn = self.txns[e.txn]
+            txn.acked.append(key)
             if received:
                 self.held[key] = e.txn
+            if not self._wall:  # TransactionImpl.registerAckOp: the commit waits for the answer
+                txn.acks_done_us = max(txn.acks_done_us, self.sched.now_us() + self.broker.last_ack_us)
 
     def _acked(self, msg: str, m: _Msg) -> None:
         m.acks_left -= 1
@@ -642,11 +646,12 @@ class Replayer:
         self._end_after_sends(e, TxnAction.ABORT)
 
     def _end_after_sends(self, e: Event, action: TxnAction) -> None:
-        """END_TXN goes once the txn exists and its publishes are answered, as the trace client sends it
-        (jvm ``TraceRunner.end`` chains it on the txn's ops, as ``TransactionImpl.commit`` waits
-        for its send futures), and its latency starts then: in virtual time a commit row that
-        comes before those answers waits for them, holding its in-flight slot meanwhile. (In
-        wall time a publish has returned by the next row.)"""
+        """END_TXN goes once the txn exists and its publishes and acks are answered, as the trace
+        client sends it (jvm ``TraceRunner.end`` chains it on the txn's ops, as
+        ``TransactionImpl.commit`` waits for its send and ack futures), and its latency starts
+        then: in virtual time a commit row that comes before those answers waits for them,
+        holding its in-flight slot meanwhile. (In wall time a publish has returned by the next
+        row.)"""
         assert e.txn
         txn = self.txns[e.txn]
         if txn.gated:  # some of its ops are not issued yet: it goes after them (_issue)
@@ -654,7 +659,7 @@ class Replayer:
             txn.end_waiting = True
             self._end_holds_slot(txn)
             return
-        wait = max(txn.sends_done_us, txn.open_us) - self.sched.now_us()
+        wait = max(txn.sends_done_us, txn.acks_done_us, txn.open_us) - self.sched.now_us()
         if wait <= 0:
             self._end(e, action)
             return
@@ -669,7 +674,7 @@ class Replayer:
             return
         txn.end_waiting = False
         try:
-            self._end_after_sends(e, action)  # its sends are answered by now, unless just issued
+            self._end_after_sends(e, action)  # its sends and acks are answered by now, unless just issued
         except CLIENT_ERRORS as exc:
             if txn.end_requested_us is None:  # refused before it went out: its slot is free
                 self._end_answered(txn)

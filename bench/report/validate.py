@@ -68,7 +68,7 @@ BILLED: dict[str, dict[str, str]] = {
         "publish_txn_us": "2 rpc + ledger.append (engine/broker.py), plus the txn's registration of a new partition "
                           "with the coordinator (its handling, coordinator.v4, and a coordinator-log ledger.append)",
         "publish_nontxn_us": "2 rpc + ledger.append (engine/broker.py)",
-        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
+        "end_txn_us": "from when the txn exists and its publishes and acks are answered (jvm TraceRunner.end): rpc to the broker, "
                       "the request's handling (coordinator.v4), a coordinator-log ledger.append, the END_TXN fan-out "
                       "(rpc + a marker ledger.append per partition and subscription, concurrently; a commit on a "
                       "subscription also waits for the cursor's ledger.append when its mark-delete limiter, 1 a "
@@ -92,7 +92,7 @@ BILLED: dict[str, dict[str, str]] = {
                              "queued (capacity.IO_THREAD), plus the segment's watermark meta.cas when its state tail "
                              "is idle (run before the receipt on the managed ledger's thread: "
                              "PersistentTopic.addComplete, syncMaxReadPositionForNormalPublish)",
-        "end_txn_us": "from when the txn exists and its publishes are answered (jvm TraceRunner.end): rpc to the broker, "
+        "end_txn_us": "from when the txn exists and its publishes and acks are answered (jvm TraceRunner.end): rpc to the broker, "
                       "the request's handling (coordinator.v5), 2 meta.read (the header, twice) + meta.cas, then the "
                       "fan-out: meta.list + meta.list_keys per thousand keys walked (and meta.list_entries per thousand "
                       "memtable entries passed, where the profile sets it) + a meta.scan_get per op record the "

@@ -21,6 +21,12 @@ ENGINES = ("v4", "v5")
 # meta.read 300 and its meta.cas 1,000) and header create (meta.write 1,000). The client's
 # TransactionImpl, and its timer, start then.
 NEW_TXN_US = {"v4": 200 + 1_000 + 200, "v5": 200 + 300 + 1_000 + 1_000 + 200}
+# a txn ack's answer, which the commit waits for (TransactionImpl.registerAckOp): the client's
+# registration of the subscription first (ConsumerBase: registerAckedTopic), a round trip around
+# v4's coordinator-log append (ledger.append 1,000) or v5's ownership read (meta.read 300), then
+# the ack's round trip around its pending-ack record: v4's pending-ack log append, v5's op record
+# (meta.write 1,000)
+ACK_US = {"v4": (200 + 1_000 + 200) + (200 + 1_000 + 200), "v5": (200 + 300 + 200) + (200 + 1_000 + 200)}
 PLAIN_US = {"v4": 200 + 1_000 + 200, "v5": 200 + 1_000 + 1_000 + 200}  # a plain publish, v5's watermark CAS in it
 MB5 = 5 * 1024 * 1024
 
@@ -292,12 +298,12 @@ def test_a_txns_sends_wait_for_its_new_txn_answer_and_a_topics_later_sends_for_t
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_txn_ack_waits_for_its_new_txn_answer(tmp_path: Path, engine: str) -> None:
-    # jvm TraceRunner.ack: a txn ack goes once its txn exists; the commit goes after it
+    # jvm TraceRunner.ack: a txn ack goes once its txn exists; the commit goes once it is answered
     rows = _delivered_then_acked_in_t1(ack_us=100_000) + [{"ts_us": 100_001, "op": "commit", "txn": "t1"}]
     result = _run(tmp_path, engine, rows)
     assert result.counts["client.ops_gated"] == 1
     assert result.counts["acks.txn_after_delivery"] == 1
-    assert _requested(result) == {"t1": 100_000 + NEW_TXN_US[engine]}
+    assert _requested(result) == {"t1": 100_000 + NEW_TXN_US[engine] + ACK_US[engine]}
     assert _outcomes(result) == {"t1": "committed"}
     assert result.counts["undelivered_at_end"] == 0 and result.in_flight["ending_txns"] == 0
 
@@ -336,7 +342,7 @@ def test_an_ack_of_a_message_whose_send_waits_goes_right_after_the_send(tmp_path
     c = result.counts
     assert c["client.ops_gated"] == 3  # m1, p1 and the ack
     assert c["acks.txn_before_delivery"] == 1 and "acks.after_all_acked" not in c
-    assert _requested(result)["t0"] == 10_000 + NEW_TXN_US[engine]  # after the ack, at p1's send
+    assert _requested(result)["t0"] == 10_000 + NEW_TXN_US[engine] + ACK_US[engine]  # the ack's answer, the ack at p1's send
     assert _outcomes(result) == {"t0": "committed", "t1": "committed"}
     assert _delivered(result) == {"m1"}
     assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0, "unsent": 0}
