@@ -110,6 +110,36 @@ def test_txn_visibility_and_blocking_behind_an_open_txn(client_cp: str, pulsar: 
     assert [e["type"] for e in subscribed] == (["Failover"] if design == "v4" else ["QueueConsumer"])
 
 
+@pytest.mark.parametrize("design", ["v4", "v5"])
+def test_a_txn_ack_ends_at_its_answer_and_a_refused_one_fails_its_row(client_cp: str, pulsar: PulsarBroker,
+                                                                      design: str, tmp_path: Path) -> None:
+    """A txn ack's row ends when the broker answered it (v4: its own future; v5: the classic txn's
+    pending ops, which the SDK's commit waits for), so a commit starts after its acks in both
+    designs. B acks a message A holds in pending ack: the broker refuses it
+    (PendingAckHandleImpl: TransactionConflictException), B's ack row fails and so does its
+    commit (TransactionImpl: hasOpsFailed), while A commits."""
+    topic, s = _topic(design), 1_000_000
+    rows = [
+        _row(0, 0, "subscribe", topic=topic, subscription="sub"),
+        _row(1, s // 10, "publish", topic=topic, msg="m", size=16, key="k"),
+        _row(2, s, "new_txn", txn="A", timeout_ms=60_000),
+        _row(3, s, "new_txn", txn="B", timeout_ms=60_000),
+        _row(4, 2 * s, "ack", txn="A", topic=topic, msg="m", subscription="sub", ack_kind="individual"),
+        _row(5, 3 * s, "ack", txn="B", topic=topic, msg="m", subscription="sub", ack_kind="individual"),
+        _row(6, 4 * s, "commit", txn="A"),
+        _row(7, 4 * s + s // 2, "commit", txn="B"),
+    ]
+    rc, events, stderr = _run(client_cp, pulsar, design, rows, tmp_path)
+    assert rc == 0, (events[-3:], stderr[-2000:])
+    ops = {e["row"]: e for e in events if e["ev"] == "op"}
+    assert sorted(ops) == list(range(8))
+    failed = {r for r, e in ops.items() if not e["ok"]}
+    assert failed == {5, 7}, {r: e["error"] for r, e in ops.items()}
+    assert ("Conflict" if design == "v4" else "TransactionHasOperationFailed") in ops[5]["error"]
+    assert "OperationFailed" in ops[7]["error"]
+    assert ops[6]["start_us"] >= ops[4]["end_us"] and ops[7]["start_us"] >= ops[5]["end_us"]
+
+
 def test_v5_split_merge_and_cumulative_acks(client_cp: str, pulsar: PulsarBroker, tmp_path: Path) -> None:
     """split/merge name the model's segments (hex ranges, engine/topics.py); the broker's layout
     follows; a subscription acked cumulatively runs on a StreamConsumer across the new segment."""

@@ -198,17 +198,29 @@ final class V5Backend implements Backend {
      * the classic txn (ConsumerBase L739-742: registerAckedTopic, the ack, registerAckOp), and the
      * commit waits for them all (TransactionImpl.commit: opFuture). Returning that future lets
      * TraceRunner.end start a commit's clock after its acks, as it does for v4, whose ack returns
-     * the future itself: END_TXN latency alike in both designs.
+     * the future itself: END_TXN latency alike in both designs. The ack's own error is not
+     * reachable; when the txn had no failed op before it and has one once it is answered
+     * (hasOpsFailed), the ack is reported failed.
      */
-    private static CompletableFuture<Void> acksAnswered(Transaction t) {
+    private static CompletableFuture<Void> acksAnswered(Object v4, boolean failedBefore) {
+        CompletableFuture<?> ops = (CompletableFuture<?>) field(v4, "opFuture");
+        return ops.thenApply(x -> {
+            if (!failedBefore && (Boolean) field(v4, "hasOpsFailed")) {
+                throw new IllegalStateException("TransactionHasOperationFailed: an op of the txn failed by this "
+                        + "ack's answer (TransactionImpl.hasOpsFailed; the v5 SDK hides the ack's own error)");
+            }
+            return null;
+        });
+    }
+
+    private static Object field(Object o, String name) {
         try {
-            Object v4 = v4(t);
-            Field f = v4.getClass().getDeclaredField("opFuture");
+            Field f = o.getClass().getDeclaredField(name);
             f.setAccessible(true);
-            return ((CompletableFuture<?>) f.get(v4)).thenApply(x -> null);
+            return f.get(o);
         } catch (ReflectiveOperationException | RuntimeException e) {
-            throw new IllegalStateException("cannot read the classic txn's pending ops (TransactionImpl.opFuture) "
-                    + "under the v5 SDK's Transaction: " + e, e);
+            throw new IllegalStateException("cannot read " + o.getClass().getSimpleName() + "." + name
+                    + " under the v5 SDK's Transaction: " + e, e);
         }
     }
 
@@ -234,6 +246,8 @@ final class V5Backend implements Backend {
         try {
             MessageId id = (MessageId) messageId;
             Transaction t = txn == null ? null : (Transaction) txn.handle();
+            Object v4 = t == null ? null : v4(t);
+            boolean failedBefore = v4 != null && (Boolean) field(v4, "hasOpsFailed");
             if (sub.handle() instanceof StreamConsumer<?> sc) {
                 if (!cumulative) throw new IllegalStateException("an individual ack on a StreamConsumer");
                 if (t == null) sc.async().acknowledgeCumulative(id); else sc.async().acknowledgeCumulative(id, t);
@@ -242,8 +256,8 @@ final class V5Backend implements Backend {
                 QueueConsumer<byte[]> qc = (QueueConsumer<byte[]>) sub.handle();
                 if (t == null) qc.async().acknowledge(id); else qc.async().acknowledge(id, t);
             }
-            return t == null ? CompletableFuture.completedFuture(null) : acksAnswered(t);
-        } catch (RuntimeException e) {
+            return v4 == null ? CompletableFuture.completedFuture(null) : acksAnswered(v4, failedBefore);
+        } catch (RuntimeException | ReflectiveOperationException e) {
             return CompletableFuture.failedFuture(e);
         }
     }
