@@ -193,9 +193,10 @@ final class V5Backend implements Backend {
     }
 
     /**
-     * When the txn's acks so far are answered. The SDK's ack returns nothing, but hands a txn ack
-     * to the classic consumer (ScalableQueueConsumer.acknowledge), which registers its future on
-     * the classic txn (ConsumerBase L739-742: registerAckedTopic, the ack, registerAckOp), and the
+     * When the txn's pending ops, this ack among them, are answered. The SDK's ack returns
+     * nothing, but hands a txn ack to the classic consumer (ScalableQueueConsumer.acknowledge),
+     * which registers its future on the classic txn (ConsumerBase L739-742: registerAckedTopic,
+     * the ack, registerAckOp), and the
      * commit waits for them all (TransactionImpl.commit: opFuture). Returning that future lets
      * TraceRunner.end start a commit's clock after its acks, as it does for v4, whose ack returns
      * the future itself: END_TXN latency alike in both designs. The ack's own error is not
