@@ -188,7 +188,8 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     assert "## Model vs broker — model vs broker" in md
     assert "Goals: p50 within ±20%, p99 within ±35%, v5/v4 saturation ratio within ±25%" in md
     assert ("v4 end-txn missed (p50 28% below the broker's): the model bills from when the txn exists and its "
-            "publishes are answered (jvm TraceRunner.end): rpc to the broker, the request's handling (coordinator.v4), "
+            "publishes and acks are answered (jvm TraceRunner.end): rpc to the broker, the request's handling "
+            "(coordinator.v4), "
             "a coordinator-log ledger.append") in md
     assert "**Model vs broker, against the goals**" in md
     assert "v5 as shipped on its default store, not the emulated store a standalone broker runs" in md  # no URL recorded
