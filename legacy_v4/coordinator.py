@@ -197,14 +197,8 @@ class V4TransactionCoordinator(TransactionCoordinator):
             raise self._not_open(meta, f"publish to {ledger}")
         if ledger in meta.partitions:  # the client registers each partition once per txn
             return
-        # The producer's send waits for addPublishPartitionToTxn: a round trip to the TC and
-        # its log append (billed to the publish's open request).
-        bill = self._meter.bill
-        bill("rpc")
-        self._meter.serve("coordinator")  # the TC's single thread handles the request
-        bill("coordinator.v4")
-        self._append(meta, "add_partition", partition=ledger)
-        bill("rpc")
+        # The producer's send waits for addPublishPartitionToTxn (billed to the publish's open request)
+        self._register(meta, "add_partition", partition=ledger)
         meta.partitions.append(ledger)
 
     def add_acked_subscription(self, txn: TxnID, ledger: str, subscription: str) -> None:
@@ -213,15 +207,20 @@ class V4TransactionCoordinator(TransactionCoordinator):
             raise self._not_open(meta, f"ack on {ledger} [{subscription}]")
         if (ledger, subscription) in meta.subscriptions:
             return
-        # The consumer's txn ack waits for addSubscriptionToTxn (TransactionImpl.registerAckedTopic):
-        # a round trip to the TC and its log append (billed to the ack's open request).
+        # The consumer's txn ack waits for addSubscriptionToTxn (TransactionImpl.registerAckedTopic;
+        # billed to the ack's open request)
+        self._register(meta, "add_subscription", partition=ledger, subscription=subscription)
+        meta.subscriptions.append((ledger, subscription))
+
+    def _register(self, meta: TxnMeta, op: str, **fields: object) -> None:
+        """A client's registration of a participant: a round trip to the TC, whose single thread
+        handles it, and its log append."""
         bill = self._meter.bill
         bill("rpc")
         self._meter.serve("coordinator")
         bill("coordinator.v4")
-        self._append(meta, "add_subscription", partition=ledger, subscription=subscription)
+        self._append(meta, op, **fields)
         bill("rpc")
-        meta.subscriptions.append((ledger, subscription))
 
     def status(self, txn: TxnID) -> TxnStatus:
         return self._get(txn).status

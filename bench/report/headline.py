@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from bench.report.kept import held_line, kept_for
+from bench.report.kept import Kept, held_line
 
 # (question, row id, lower is better); the row ids are summary.json's (counts/latency keys)
 QUESTIONS: tuple[tuple[str, str, bool], ...] = (
@@ -149,13 +149,12 @@ def scenario_findings(scenarios: Sequence[dict[str, Any]]) -> list[Finding]:
                     "exact (virtual time, deterministic)") for s in scenarios]
 
 
-def held_against_broker(rs: dict[str, Any]) -> str | None:
-    """How far the model held against a real broker with the profile this set ran: the validation
+def held_against_broker(found: Kept) -> str | None:
+    """How far the model held against a real broker with the profile a set ran: the validation
     objects kept beside the profile (:func:`bench.report.kept.kept_for`). One is quoted with its
     tally and each missed goal with its error; several by the rows met over all of them and every
-    figure met on at most half the traces (:func:`bench.report.kept.held_line`). None for a
-    broker's set, or when no such object exists."""
-    found = kept_for(rs)
+    figure met on at most half the traces (:func:`bench.report.kept.held_line`). None when there
+    is none (a broker's set, a profile kept without validations)."""
     if len(found) == 1:
         name, v = found[0]
         missed = [_missed(c) for c in v.get("checks", []) if c.get("verdict") == "missed"]

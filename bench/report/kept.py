@@ -99,15 +99,16 @@ def figures(kept: Kept) -> list[Figure]:
     return out
 
 
+def _counts(v: dict[str, Any]) -> tuple[int, int]:
+    """(judged rows met, judged rows) of one validation."""
+    verdicts = [c.get("verdict") for c in v.get("checks", []) if c.get("verdict") != NOT_JUDGED]
+    return sum(x in MET for x in verdicts), len(verdicts)
+
+
 def tally(kept: Kept) -> tuple[int, int]:
     """(judged rows met, judged rows) over every kept trace."""
-    met = judged = 0
-    for _, v in kept:
-        for c in v.get("checks", []):
-            if c.get("verdict") != NOT_JUDGED:
-                judged += 1
-                met += c.get("verdict") in MET
-    return met, judged
+    counts = [_counts(v) for _, v in kept]
+    return sum(m for m, _ in counts), sum(j for _, j in counts)
 
 
 def held_line(kept: Kept) -> str:
@@ -160,12 +161,10 @@ def held_json(kept: Kept) -> dict[str, Any]:
 
 
 def _share(v: dict[str, Any]) -> float:
-    met = sum(c.get("verdict") in MET for c in v.get("checks", []))
-    judged = sum(c.get("verdict") != NOT_JUDGED for c in v.get("checks", []))
+    met, judged = _counts(v)
     return met / judged if judged else 0.0
 
 
 def _met_of(v: dict[str, Any]) -> str:
     """"38/42": the trace's judged rows met, of its judged rows."""
-    met = sum(c.get("verdict") in MET for c in v.get("checks", []))
-    return f"{met}/{sum(c.get('verdict') != NOT_JUDGED for c in v.get('checks', []))}"
+    return "{}/{}".format(*_counts(v))

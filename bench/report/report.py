@@ -499,10 +499,10 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
                 extra.append(f"**Model vs broker ({design})** — factor: model → Pulsar "
                              f"{broker['manifest'].get('target', {}).get('version', '?')} broker: {agree} rows equal, "
                              f"{len(differs)} differ" + (f" ({', '.join(differs[:4])}{', …' if len(differs) > 4 else ''})." if differs else "."))
-    held = held_against_broker(main)
+    kept = kept_for(main)
+    held = held_against_broker(kept)
     if held is not None:
         extra.append(held)
-    kept = kept_for(main)
     if len(kept) > 1:  # one kept trace is quoted whole in the headline
         sections.append(held_section(kept, Row))
         summary["held_against_broker"] = held_json(kept)
