@@ -23,6 +23,7 @@ from tests.conftest import PulsarBroker
 pytestmark = pytest.mark.pulsar
 
 ROOT = Path(__file__).resolve().parents[2]
+PLAIN_AFTER_TXN = 60  # plain sends 250 µs apart after the first txn send: some go while it is parked (4-6 ms)
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +109,37 @@ def test_txn_visibility_and_blocking_behind_an_open_txn(client_cp: str, pulsar: 
     assert ops[9]["start_us"] >= delivered["m-commit"]["t_us"]
     subscribed = [e for e in events if e["ev"] == "subscribed"]
     assert [e["type"] for e in subscribed] == (["Failover"] if design == "v4" else ["QueueConsumer"])
+
+
+def test_plain_sends_overtaking_a_parked_first_txn_send_keep_the_connection(client_cp: str, pulsar: PulsarBroker,
+                                                                           tmp_path: Path) -> None:
+    """v4 parks a fresh partition's first txn append until the partition's first transaction-buffer
+    snapshot is written (TopicTransactionBuffer.appendBufferToTxn: takeFirstSnapshot) and appends
+    plain sends at once, so plain sends issued just after the txn send are answered before it. On
+    the txn's own producer that is an out-of-order receipt, on which the client closes its
+    connection (ProducerImpl.ackReceived) and fails whatever is in flight on it: the client keeps
+    a producer for txn sends and another for plain ones."""
+    topic, ms = _topic("v4"), 1_000
+    plain = range(4, 4 + PLAIN_AFTER_TXN)
+    rows = [
+        _row(0, 0, "subscribe", topic=topic, subscription="sub"),
+        _row(1, 100 * ms, "publish", topic=topic, msg="m0", size=16, key="k"),
+        _row(2, 500 * ms, "new_txn", txn="A", timeout_ms=60_000),
+        _row(3, 600 * ms, "publish", txn="A", topic=topic, msg="m-txn", size=16, key="k"),
+        *[_row(r, 600 * ms + (r - 3) * 250, "publish", topic=topic, msg=f"m{r}", size=16, key="k") for r in plain],
+        _row(4 + PLAIN_AFTER_TXN, 2_000 * ms, "commit", txn="A"),
+    ]
+    rc, events, stderr = _run(client_cp, pulsar, "v4", rows, tmp_path)
+    assert rc == 0, (events[-3:], stderr[-2000:])
+    assert "unexpected sequence id" not in stderr, stderr[-2000:]
+    ops = {e["row"]: e for e in events if e["ev"] == "op"}
+    assert sorted(ops) == list(range(len(rows)))
+    failed = {r: e["error"] for r, e in ops.items() if not e["ok"]}
+    assert not failed, failed
+    # the scenario: a plain send issued after the txn send was answered before it
+    assert any(ops[3]["start_us"] < ops[r]["start_us"] and ops[r]["end_us"] < ops[3]["end_us"] for r in plain), \
+        "the txn send was answered before every plain send: the first snapshot was too quick for the scenario"
+    assert {e["msg"] for e in events if e["ev"] == "deliver"} == {"m0", "m-txn", *(f"m{r}" for r in plain)}
 
 
 @pytest.mark.parametrize("design", ["v4", "v5"])

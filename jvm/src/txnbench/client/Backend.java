@@ -46,6 +46,9 @@ interface Backend extends AutoCloseable {
     @Override
     void close();
 
+    /** How both designs' producers are laid out (the ready event's client settings). */
+    String PRODUCERS = "two per topic: one for txn sends, one for plain sends";
+
     /** The label carried by every message (jvm/PROTOCOL.md). */
     String MSG_PROPERTY = "txnbench-msg";
 

@@ -2,6 +2,7 @@ package txnbench.client;
 
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
@@ -49,16 +50,26 @@ final class V4Backend implements Backend {
                 // exists already (a reused namespace)
             }
         }
-        for (String topic : rows.producers.keySet()) producer(topic);
+        for (Map.Entry<String, Set<Long>> e : rows.producers.entrySet()) {
+            for (long t : e.getValue()) producer(e.getKey(), t != 0);
+        }
     }
 
-    Producer<byte[]> producer(String topic) throws Exception {
-        Producer<byte[]> p = producers.get(topic);
+    /**
+     * A topic's producer for txn sends or for plain ones: two, not one. TopicTransactionBuffer
+     * parks a partition's first txn append until its first snapshot is written
+     * (appendBufferToTxn: takeFirstSnapshot) and appends plain sends at once, so one producer
+     * sending both got its receipts out of order on fresh partitions and closed its connection
+     * (ProducerImpl.ackReceived: "unexpected sequence id"), failing every op in flight on it.
+     */
+    Producer<byte[]> producer(String topic, boolean txn) throws Exception {
+        String k = (txn ? "txn\u0000" : "plain\u0000") + topic;
+        Producer<byte[]> p = producers.get(k);
         if (p == null) {
             // No batching: one message per entry, each with its own id (as the V5 SDK is run too).
             p = client.newProducer().topic(topic).enableBatching(false).blockIfQueueFull(true)
                     .maxPendingMessages(maxPending).create();
-            producers.put(topic, p);
+            producers.put(k, p);
         }
         return p;
     }
@@ -74,6 +85,7 @@ final class V4Backend implements Backend {
         m.put("initial_position", "Latest");
         m.put("txn_timeout", "per txn (newTransaction().withTransactionTimeout)");
         m.put("max_pending_messages", Integer.toString(maxPending));
+        m.put("producers", PRODUCERS);
         return Backend.settingsJson(m);
     }
 
@@ -100,7 +112,7 @@ final class V4Backend implements Backend {
     public CompletableFuture<Object> publish(String topic, String key, String msg, byte[] payload, Txn txn) {
         Producer<byte[]> p;
         try {
-            p = producer(topic);
+            p = producer(topic, txn != null);
         } catch (Exception e) {
             return CompletableFuture.failedFuture(e);
         }

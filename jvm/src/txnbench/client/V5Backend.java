@@ -75,12 +75,13 @@ final class V5Backend implements Backend {
             }
         }
         for (Map.Entry<String, Set<Long>> e : rows.producers.entrySet()) {
-            for (long t : e.getValue()) producer(e.getKey(), t == 0 ? baseTimeout : t);
+            for (long t : e.getValue()) producer(e.getKey(), t == 0 ? baseTimeout : t, t != 0);
         }
     }
 
-    Producer<byte[]> producer(String topic, long timeoutMs) throws Exception {
-        String k = timeoutMs + "\u0000" + topic;
+    /** A topic's producer on the client of a timeout, for txn sends or for plain ones (as V4Backend's). */
+    Producer<byte[]> producer(String topic, long timeoutMs, boolean txn) throws Exception {
+        String k = timeoutMs + (txn ? "\u0000txn\u0000" : "\u0000plain\u0000") + topic;
         Producer<byte[]> p = producers.get(k);
         if (p == null) {
             p = client(timeoutMs).newProducer(Schema.bytes()).topic(topic)
@@ -127,6 +128,7 @@ final class V5Backend implements Backend {
         m.put("subscription_type", "QueueConsumer (Shared per segment) for individual acks, "
                 + "StreamConsumer (Exclusive per segment) for cumulative acks");
         m.put("initial_position", "LATEST");
+        m.put("producers", PRODUCERS);
         m.put("segment_producers", "attached at setup (the SDK attaches them on a segment's first send)");
         m.put("txn_timeout", "client-wide: one client per distinct timeout " + clients.keySet());
         return Backend.settingsJson(m);
@@ -229,7 +231,7 @@ final class V5Backend implements Backend {
     public CompletableFuture<Object> publish(String topic, String key, String msg, byte[] payload, Txn txn) {
         AsyncMessageBuilder<byte[]> b;
         try {
-            b = producer(topic, txn == null ? baseTimeout : txn.timeoutMs()).async().newMessage();
+            b = producer(topic, txn == null ? baseTimeout : txn.timeoutMs(), txn != null).async().newMessage();
         } catch (Exception e) {
             return CompletableFuture.failedFuture(e);
         }
