@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from engine.capacity import IO_THREAD
 from engine.counters import Counters
 from engine.cursor import Cursor
 from engine.errors import LedgerError, TxnConflict
@@ -37,7 +38,7 @@ def pending_ack_ledger_name(ledger_name: str, subscription: str) -> str:
 
 
 class MLPendingAckStore(PendingAckStore):
-    """Counters: ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts`` (each also one
+    """Counters: ``log_creations``, ``appends`` (``.ack``, ``.commit``, ``.abort``), ``conflicts`` (each also one
     ``appends.ack``), ``lwm_aborts``, ``log_trimmed_entries``, ``recovery_entries_replayed``,
     ``recovery_acks_dropped`` (logged ACK records that conflict on replay), ``commit_cursor_writes``
     (commits that waited for the cursor's ledger write)."""
@@ -76,11 +77,31 @@ class MLPendingAckStore(PendingAckStore):
 
     def _open(self, create: bool) -> ManagedLedger | None:
         if self._log is None:
-            if not create and not self._ledgers.exists(self._log_name):
+            exists = self._ledgers.exists(self._log_name)
+            if not create and not exists:
                 return None
+            if not exists:
+                self._bill_creation()
             self._log = self._ledgers.open(self._log_name)
             self._log_cursor = Cursor(self._log, LOG_CURSOR)
         return self._log
+
+    def _bill_creation(self) -> None:
+        """The log's creation, which the op that needs it waits for (PendingAckHandleImpl parks a
+        subscription's first txn ack until initPendingAckStore completes), one call after another:
+        ``MLPendingAckStoreProvider.newPendingAckStore`` looks the ledger up (``asyncExists``) and
+        opens it. ``ManagedLedgerImpl.initialize`` reads and creates its info
+        (``MetaStoreImpl.getManagedLedgerInfo``). A BookKeeper ledger: ``PulsarLedgerIdGenerator``
+        puts and deletes an id node, ``PulsarLedgerManager`` puts its metadata. The info is updated
+        with it (``asyncUpdateLedgerIds``) and the cursors listed (``initializeCursors``). Then
+        ``asyncOpenCursor`` puts the new cursor's info (``ManagedCursorImpl.initialize``)."""
+        bill = self._meter.bill
+        bill("meta.read", times=2)
+        bill("meta.write", "metadata", IO_THREAD, 4)  # the info; the id node, put and deleted; the ledger's
+        bill("meta.cas", "metadata", IO_THREAD)
+        bill("meta.list")
+        bill("meta.write", "metadata", IO_THREAD)  # the cursor's info
+        self.stats["log_creations"] += 1
 
     def _append(self, op: str, txn: TxnID, **fields: object) -> Position:
         if self._closed:

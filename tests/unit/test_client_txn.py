@@ -25,8 +25,12 @@ NEW_TXN_US = {"v4": 200 + 1_000 + 200, "v5": 200 + 300 + 1_000 + 1_000 + 200}
 # registration of the subscription first (ConsumerBase: registerAckedTopic), a round trip around
 # v4's coordinator-log append (ledger.append 1,000) or v5's ownership read (meta.read 300), then
 # the ack's round trip around its pending-ack record: v4's pending-ack log append, v5's op record
-# (meta.write 1,000)
-ACK_US = {"v4": (200 + 1_000 + 200) + (200 + 1_000 + 200), "v5": (200 + 300 + 200) + (200 + 1_000 + 200)}
+# (meta.write 1,000). A v4 subscription's first txn ack also waits for its pending-ack log's
+# creation (legacy_v4.pending_ack: two meta.read 300, five meta.write and a meta.cas 1,000 each, a
+# meta.list 500), as each of these tests' acks is.
+PENDING_ACK_LOG_US = 2 * 300 + 6 * 1_000 + 500
+ACK_US = {"v4": (200 + 1_000 + 200) + PENDING_ACK_LOG_US + (200 + 1_000 + 200),
+          "v5": (200 + 300 + 200) + (200 + 1_000 + 200)}
 PLAIN_US = {"v4": 200 + 1_000 + 200, "v5": 200 + 1_000 + 1_000 + 200}  # a plain publish, v5's watermark CAS in it
 MB5 = 5 * 1024 * 1024
 
@@ -266,8 +270,8 @@ def _requested(result: RunResult) -> dict[str, int]:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_txns_sends_wait_for_its_new_txn_answer_and_a_topics_later_sends_for_them(tmp_path: Path, engine: str) -> None:
     """jvm TraceRunner.publish: a txn send goes once new_txn is answered (the client has no txn
-    before), and a send behind it on the same topic once it has gone (one producer per topic keeps
-    their order); a send to another topic goes at once. Latencies start when the request goes out,
+    before), and a send behind it on the same topic once it has gone (the client issues a topic's
+    sends in trace order); a send to another topic goes at once. Latencies start when the request goes out,
     as the broker run measures them."""
     U = "persistent://public/default/u"
     rows = [
@@ -346,3 +350,28 @@ def test_an_ack_of_a_message_whose_send_waits_goes_right_after_the_send(tmp_path
     assert _outcomes(result) == {"t0": "committed", "t1": "committed"}
     assert _delivered(result) == {"m1"}
     assert result.in_flight == {"undelivered": 0, "committed_not_visible": 0, "ending_txns": 0, "unsent": 0}
+
+
+def test_a_v4_subscriptions_first_txn_ack_waits_for_its_pending_ack_log_to_be_created(tmp_path: Path) -> None:
+    # PendingAckHandleImpl parks a subscription's first txn ack until initPendingAckStore has
+    # created the <topic>-<sub>__transaction_pending_ack ledger and its cursor; t2's ack of the
+    # same subscription finds it there, t3's of another subscription creates that one's
+    rows = [
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "s"},
+        {"ts_us": 0, "op": "subscribe", "topic": T, "subscription": "u"},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m1", "size": 10},
+        {"ts_us": 0, "op": "publish", "topic": T, "msg": "m2", "size": 10},
+        *[{"ts_us": 100_000, "op": "new_txn", "txn": t} for t in ("t1", "t2", "t3")],
+        {"ts_us": 200_000, "op": "ack", "txn": "t1", "topic": T, "msg": "m1", "subscription": "s"},
+        {"ts_us": 200_001, "op": "commit", "txn": "t1"},
+        {"ts_us": 300_000, "op": "ack", "txn": "t2", "topic": T, "msg": "m2", "subscription": "s"},
+        {"ts_us": 300_001, "op": "commit", "txn": "t2"},
+        {"ts_us": 400_000, "op": "ack", "txn": "t3", "topic": T, "msg": "m1", "subscription": "u"},
+        {"ts_us": 400_001, "op": "commit", "txn": "t3"},
+    ]
+    result = _run(tmp_path, "v4", rows)
+    later = ACK_US["v4"] - PENDING_ACK_LOG_US
+    assert _requested(result) == {"t1": 200_000 + ACK_US["v4"], "t2": 300_000 + later, "t3": 400_000 + ACK_US["v4"]}
+    c = result.counts
+    assert c["pending_ack.log_creations"] == 2
+    assert _outcomes(result) == {"t1": "committed", "t2": "committed", "t3": "committed"}
