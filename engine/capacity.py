@@ -11,7 +11,9 @@ queues here: the real service queues by itself.
 Scopes (``LatencyModel.resources`` names): ``metadata`` one per run (every broker shares the v5
 store) and broker thread (a write commits on its caller's thread: ``metadata_v5.txnrecords.IO``),
 or one per run (``shared``); ``bookie`` one per ledger (its ensemble) or one per run
-(``shared``); ``coordinator`` one per broker's coordinator; ``dispatch`` one per broker. Requests
+(``shared``); ``coordinator`` one per broker's coordinator; ``dispatch`` one per broker; ``cpu``
+one per run (the host's cores, which a standalone broker, its bookie, its metadata store and the
+trace client share; a call waits for a core, then its latency holds the work). Requests
 are admitted in the order engine code issues them; each takes the earliest gap that holds it
 (:class:`Resource`), so one issued later for an earlier instant still finds the time before
 bookings made ahead of it. The exceptions are the broker's single threads (:data:`IN_ORDER`): the
@@ -28,7 +30,7 @@ from typing import Mapping
 
 from engine.clock import ResourceSpec, Scheduler, Scope
 
-PER_RUN = frozenset({"metadata", "bookie"})  # shared by every broker of a run
+PER_RUN = frozenset({"metadata", "bookie", "cpu"})  # shared by every broker of a run (cpu: the host's cores)
 # The client connection's Netty IO thread (the trace client holds one connection to the broker):
 # ServerCnx handles the connection's commands on it in the order they arrive, a store call made
 # there blocks it (RocksdbMetadataStore runs storePut on its caller's thread), and the broker's

@@ -316,8 +316,9 @@ class Distribution:
 
 # The shared resources that queue work beyond their concurrency in virtual time
 # (engine/capacity.py): the v5 metadata store (one per run), each ledger's bookie, each
-# coordinator, each broker's dispatch.
-RESOURCE_NAMES = ("metadata", "bookie", "coordinator", "dispatch")
+# coordinator, each broker's dispatch, and the host's cores (``cpu``: work a call does besides
+# its wait, ResourceSpec.kind_service_us).
+RESOURCE_NAMES = ("metadata", "bookie", "coordinator", "dispatch", "cpu")
 
 
 @dataclass(frozen=True)
@@ -331,22 +332,33 @@ class ResourceSpec:
     operation kinds that go through it (None: all); the others run beside it (RocksDB: reads
     take no part in the writes' commit queue). ``latency_kinds``: kinds among them whose
     requests hold the slot for their own latency, not ``service_us`` (work whose length varies
-    by call: a listing's walk over the keys under its prefix)."""
+    by call: a listing's walk over the keys under its prefix). ``kind_service_us``: a slot held
+    per kind for that long, inside the call's latency (the ``cpu`` resource: the cores a call
+    works on while it waits for the rest; a call waits only for the slot, its latency already
+    holds the work); its kinds are the resource's ``kinds``."""
 
     service_us: int | None
     concurrency: int
     shared: bool = False
     kinds: frozenset[str] | None = None
     latency_kinds: frozenset[str] = frozenset()
+    kind_service_us: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.service_us is not None and self.service_us < 0) or self.concurrency < 1:
             raise ConfigError(f"resource spec needs service_us >= 0 and concurrency >= 1, got {self}")
         if self.kinds is not None and not self.latency_kinds <= self.kinds:
             raise ConfigError(f"resource spec's latency_kinds must be among its kinds, got {self}")
+        if self.kind_service_us and (self.kinds != frozenset(self.kind_service_us) or self.latency_kinds
+                                     or any(v < 0 for v in self.kind_service_us.values())):
+            raise ConfigError(f"resource spec's kind_service_us needs its kinds as its keys, values >= 0 "
+                              f"and no latency_kinds, got {self}")
 
     def describe(self, name: str = "") -> str:
         """In words; ``name``: the resource's, to say what one instance serves (engine/capacity.py)."""
+        if self.kind_service_us:
+            per = ", ".join(f"{k} {v} µs" for k, v in sorted(self.kind_service_us.items()))
+            return f"service per kind ({per}) x{self.concurrency}, within the call's latency, one per run"
         service = "its latency" if self.service_us is None else f"{self.service_us} µs"
         scope = ", one per run" if self.shared else (f", {_INSTANCES[name]}" if name in _INSTANCES else "")
         own = (f" ({'/'.join(sorted(self.latency_kinds))}: its latency)" if self.latency_kinds else "")
@@ -356,7 +368,7 @@ class ResourceSpec:
 
 # What one instance of a resource serves when it is not shared (engine/capacity.py's scopes).
 _INSTANCES = {"metadata": "one per broker thread", "bookie": "one per ledger", "coordinator": "one per coordinator",
-              "dispatch": "one per broker"}
+              "dispatch": "one per broker", "cpu": "one per run"}
 
 
 class _Constants(dict[str, int]):

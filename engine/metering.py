@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.capacity import Capacity, Resource, run_capacity
+from engine.capacity import PER_RUN, Capacity, Resource, run_capacity
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, Scope
 from engine.counters import Counters
 
@@ -118,6 +118,9 @@ class Meter:
         queues = bool(latency.resources) and isinstance(root, VirtualScheduler)
         self._run: Capacity | None = run_capacity(root, latency.resources) if queues else None
         self._local: Capacity | None = Capacity(latency.resources) if queues else None
+        # the host's cores: kind -> the core time a call of it works (ResourceSpec.kind_service_us)
+        cpu = latency.resources.get("cpu") if queues else None
+        self._cpu_us: dict[str, int] = dict(cpu.kind_service_us) if cpu is not None else {}
         self.request = RequestCost(self)
         if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
             self.bill = self._free_bill()  # type: ignore[method-assign]
@@ -126,7 +129,7 @@ class Meter:
         return self._of(kind)
 
     def _resource(self, name: str, key: str, create: bool = True) -> Resource | None:
-        cap = self._run if name in ("metadata", "bookie") else self._local
+        cap = self._run if name in PER_RUN else self._local
         return cap.resource(name, key, create) if cap is not None else None
 
     def _serving(self, kind: str, resource: str, key: str) -> Resource | None:
@@ -144,7 +147,8 @@ class Meter:
         of = self._of
         self.billed[kind] += times
         tabs = self._tabs
-        if resource is None:  # a call no resource serves (without resources: _free_bill)
+        core_us = self._cpu_us.get(kind, 0)
+        if resource is None and not core_us:  # a call no resource serves (without resources: _free_bill)
             took = 0
             for _ in range(times):
                 lat = of(kind)
@@ -153,17 +157,27 @@ class Meter:
                 took += lat
             return took
         top = tabs[-1] if tabs else None
-        res = self._serving(kind, resource, key)
+        res = self._serving(kind, resource, key) if resource is not None else None
         own = res is not None and kind in res.spec.latency_kinds
         took = 0
         for _ in range(times):
             lat = of(kind)
+            at = top.issue_at() if top is not None else self._now() + took
+            waited = self._core(at, core_us) if core_us else 0
             if res is not None:
-                lat = res.admit(top.issue_at() if top is not None else self._now() + took, lat, self._now(), own)
+                lat = res.admit(at + waited, lat, self._now(), own)
+            lat += waited
             if top is not None:
                 top.add(lat)
             took += lat
         return took
+
+    def _core(self, at_us: int, core_us: int) -> int:
+        """A call issued at ``at_us`` that works ``core_us`` on the host's cores: its wait for a
+        core (the work itself is inside its latency, which was measured with it)."""
+        res = self._resource("cpu", "")
+        assert res is not None  # _cpu_us is set only with a cpu spec, and only where resources queue
+        return res.admit(at_us, core_us, self._now(), True) - core_us
 
     def bill_per_thousand(self, kind: str, units: int, resource: str | None = None, key: str = "",
                           also: tuple[str, int] | None = None) -> int:
@@ -271,7 +285,8 @@ class Meter:
         request): their time."""
         of = self._of
         self.billed[kind] += times
-        if times == 1 and (self._run is None or resource is None):
+        core_us = self._cpu_us.get(kind, 0)
+        if times == 1 and (self._run is None or resource is None) and not core_us:
             return of(kind)
         res = self._resource(resource, key) if resource is not None and self._run is not None else None
         if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
@@ -279,7 +294,8 @@ class Meter:
         took = 0
         for _ in range(times):
             lat = of(kind)
-            took += res.admit(self._now() + took, lat, self._now()) if res is not None else lat
+            waited = self._core(self._now() + took, core_us) if core_us else 0
+            took += waited + (res.admit(self._now() + took + waited, lat, self._now()) if res is not None else lat)
         return took
 
     def tab(self) -> Tab:

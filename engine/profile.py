@@ -6,7 +6,7 @@ measured), ``operations`` (every kind of :data:`engine.clock.DEFAULT_LATENCIES_U
 ``{"constant": µs}`` or percentiles ``p0``/``p50``/``p90``/``p95``/``p99``/``p999``/``max``, at least
 ``p50``; a kind of :data:`LATER_KINDS` may be left out, and so may ``rpc.broker`` and
 ``meta.scan_get``, then the profile's ``rpc`` and ``meta.read``: :data:`SAME_AS`) and optional ``resources`` (``service_us`` µs
-or ``"latency"``, ``concurrency``, optional ``shared``, ``kinds``, ``latency_kinds``: see
+or ``"latency"``, or for ``cpu`` per kind ``{kind: µs}``, ``concurrency``, optional ``shared``, ``kinds``, ``latency_kinds``: see
 :class:`engine.clock.ResourceSpec`). A bad file is one :class:`ConfigError` naming the file and the key.
 """
 
@@ -22,7 +22,8 @@ from typing import Any, Mapping
 from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, LatencyModel, ResourceSpec
 from engine.errors import ConfigError
 
-RESOURCES = ("metadata", "bookie", "coordinator", "dispatch")  # the contract's shared resources
+RESOURCES = ("metadata", "bookie", "coordinator", "dispatch", "cpu")  # the contract's shared resources
+PER_KIND = ("cpu",)  # service_us is per kind, {kind: µs} (ResourceSpec.kind_service_us), and only there
 SERVED = ("coordinator",)  # billed by Meter.serve: a fixed service time, no latency of its own
 CONSTANTS_NAME = "constants"
 # Kinds added after profiles were shipped: a profile without one bills it 0, as every profile did
@@ -106,6 +107,16 @@ class LatencyProfile:
                                "latency_kinds")
             service, conc, shared = spec["service_us"], spec["concurrency"], spec.get("shared", False)
             kinds, own = spec.get("kinds"), spec.get("latency_kinds", [])
+            if rname in PER_KIND:
+                if (not isinstance(service, dict) or not service or "kinds" in spec or own
+                        or any(k not in DEFAULT_LATENCIES_US or not _is_int(v) or v < 0 for k, v in service.items())):
+                    raise bad(f"{key}.service_us", "expected an object of operation kinds, each the µs (an integer "
+                                                   f">= 0) a call of it works on the {rname}, and no kinds or "
+                                                   f"latency_kinds, got {service!r}")
+                if not _is_int(conc) or conc < 1:
+                    raise bad(f"{key}.concurrency", f"expected an integer >= 1, got {conc!r}")
+                resources[rname] = ResourceSpec(0, conc, True, frozenset(service), frozenset(), dict(service))
+                continue
             if kinds is not None and (not isinstance(kinds, list) or not kinds
                                       or any(k not in DEFAULT_LATENCIES_US for k in kinds)):
                 raise bad(f"{key}.kinds", f"expected a list of operation kinds, got {kinds!r}")
@@ -141,7 +152,9 @@ class LatencyProfile:
                 ops[kind] = {names[q]: v for q, v in dist.points}
         out: dict[str, Any] = {"name": self.name, "provenance": dict(self.provenance), "operations": ops}
         if self.resources:
-            out["resources"] = {r: {"service_us": "latency" if s.service_us is None else s.service_us,
+            out["resources"] = {r: {"service_us": dict(s.kind_service_us), "concurrency": s.concurrency}
+                                if s.kind_service_us else
+                                {"service_us": "latency" if s.service_us is None else s.service_us,
                                     "concurrency": s.concurrency, **({"shared": True} if s.shared else {}),
                                     **({"kinds": sorted(s.kinds)} if s.kinds is not None else {}),
                                     **({"latency_kinds": sorted(s.latency_kinds)} if s.latency_kinds else {})}

@@ -78,6 +78,11 @@ def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal
     assert back.resources["bookie"] == ResourceSpec(None, 3, shared=True)
     assert back.resources["metadata"].kinds == frozenset({"meta.write", "meta.cas"})
     assert '"service_us": "latency"' in (tmp_path / "y.json").read_text()
+    cores = LatencyProfile.from_json({"name": "z", "operations": _ops(), "resources": {
+        "cpu": {"service_us": {"rpc": 13, "rpc.broker": 246}, "concurrency": 2}}})
+    assert cores.resources["cpu"] == ResourceSpec(0, 2, True, frozenset({"rpc", "rpc.broker"}), frozenset(),
+                                                  {"rpc": 13, "rpc.broker": 246})
+    assert LatencyProfile.load(cores.save(tmp_path / "z.json").path or "").resources == cores.resources
 
 
 @pytest.mark.parametrize("data, key", [
@@ -101,6 +106,12 @@ def test_the_shipped_constants_file_is_what_the_code_writes_and_loads_back_equal
                                                                      "kinds": ["meta.write"],
                                                                      "latency_kinds": ["meta.list_keys"]}}},
      "resources.metadata.latency_kinds"),  # not a kind the resource serves
+    ({"name": "b", "operations": _ops(), "resources": {"cpu": {"service_us": 10, "concurrency": 2}}},
+     "resources.cpu.service_us"),  # the cores' work is per kind
+    ({"name": "b", "operations": _ops(), "resources": {"cpu": {"service_us": {"rpc.bogus": 1}, "concurrency": 2}}},
+     "resources.cpu.service_us"),
+    ({"name": "b", "operations": _ops(), "resources": {"cpu": {"service_us": {"rpc": 1}, "concurrency": 0}}},
+     "resources.cpu.concurrency"),
 ])
 def test_a_bad_profile_is_one_config_error_naming_the_file_and_the_key(tmp_path: Path, data: object, key: str) -> None:
     path = _write(tmp_path / "bad.json", data)

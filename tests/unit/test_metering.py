@@ -387,3 +387,56 @@ def test_a_listing_walk_is_billed_per_thousand_keys_and_holds_its_thread_for_its
     with pytest.raises(ConfigError, match="latency_kinds"):
         ResourceSpec(service_us=1, concurrency=1, kinds=frozenset({"meta.write"}),
                      latency_kinds=frozenset({"meta.list_keys"}))
+
+
+def _cores(costs: dict[str, int], cores: int = 1) -> ResourceSpec:
+    return ResourceSpec(0, cores, True, frozenset(costs), frozenset(), costs)
+
+
+def test_a_call_waits_for_a_core_only_while_the_cores_are_busy() -> None:
+    # rpc (200 µs) works 150 µs of it on the host's one core: alone it takes its latency, no more
+    m = _meter(cpu=_cores({"rpc": 150}))
+    with m.tab() as alone:
+        m.bill("rpc")
+    assert alone.us == 200 and m.billed["rpc"] == 1
+    # three requests issued at once: the second waits 150 µs for the core, the third 300
+    m2 = _meter(cpu=_cores({"rpc": 150}))
+    at_once = []
+    for _ in range(3):
+        with m2.tab() as t:
+            m2.bill("rpc")
+        at_once.append(t.us)
+    assert at_once == [200, 350, 500]
+    # a kind without a cost does not touch the cores, and two cores take two at once
+    with m2.tab() as other:
+        m2.bill("meta.read")
+    assert other.us == 300
+    m3 = _meter(cpu=_cores({"rpc": 150}, cores=2))
+    two = []
+    for _ in range(3):
+        with m3.tab() as t:
+            m3.bill("rpc")
+        two.append(t.us)
+    assert two == [200, 200, 350]
+    assert m3.capacity_stats()[1] == {"cpu.busy_us": 450, "cpu.queued_us": 150, "cpu.requests": 3}
+
+
+def test_a_call_waits_for_a_core_before_its_own_resource() -> None:
+    # the core first, then the bookie: the append's bookie slot is booked from when its core freed
+    specs = {"cpu": _cores({"ledger.append": 100}), "bookie": ResourceSpec(None, 1, shared=True)}
+    m = _meter(**specs)
+    with m.tab() as first:
+        m.bill("ledger.append", "bookie", "l")  # core 0..100, bookie 0..1000
+    with m.tab() as second:
+        m.bill("ledger.append", "bookie", "l")  # core 100..200, bookie from 1000: answered at 2000
+    assert (first.us, second.us) == (1_000, 2_000)
+    assert m.took("ledger.append", "bookie", "l") == 3_000  # the core free at 200, the bookie at 2,000
+    assert m.billed["ledger.append"] == 3
+
+
+def test_a_cores_spec_needs_its_kinds_as_its_costs() -> None:
+    with pytest.raises(ConfigError, match="kind_service_us"):
+        ResourceSpec(0, 2, True, frozenset({"rpc", "meta.read"}), frozenset(), {"rpc": 10})
+    with pytest.raises(ConfigError, match="kind_service_us"):
+        ResourceSpec(0, 2, True, frozenset({"rpc"}), frozenset(), {"rpc": -1})
+    assert "rpc 10 µs" in _cores({"rpc": 10}).describe("cpu")
