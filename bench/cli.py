@@ -666,6 +666,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     command = _command_line("calibrate")
     if args.store_probe and not args.refit:
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
+    if args.rates_from and (not args.refit or args.store_probe):
+        raise ConfigError("calibrate --rates-from goes with --refit PROFILE, and not with --store-probe")
+    if args.rates_from:
+        from bench.calibrate.rates_fit import with_rates
+
+        if args.redis or args.kafka or args.pulsar:
+            raise ConfigError("calibrate --rates-from fits to kept validations without measuring: "
+                              "not with --redis, --kafka or --pulsar")
+        profile = with_rates(args.refit, args.rates_from, args.out, command,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True), name=args.name)
+        print("\n".join(summary_lines(profile)))
+        return 0
     if args.refit:
         from bench.calibrate.calibrate import refit
 
@@ -956,6 +968,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")
+    p.add_argument("--rates-from", default=None, metavar="DIR",
+                   help="with --refit: instead, fit PROFILE's host cores (resource cpu: core time per client "
+                        "request, broker-internal request and delivery), its bookie and v5's listing walk to the "
+                        "broker's runs at saturation (and the machine's busy cores over them) that the validations "
+                        "in DIR recorded (bench/calibrate/rates_fit.py); every other operation and the metadata "
+                        "writes stay")
     p.add_argument("--store-probe", action="store_true",
                    help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
                         "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")

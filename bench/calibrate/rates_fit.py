@@ -1,0 +1,287 @@
+"""A profile's resources fitted to the saturated rates validations kept on this machine:
+``txnbench calibrate --refit PROFILE --rates-from DIR``. What calibrate's own fit
+(``bench.calibrate.saturation``) does on one trace, done over several, with the host's cores.
+
+On these 2-core machines a standalone broker's v4 rate at saturation is bound by the cores: over
+its as-fast-as-possible runs the machine kept 1.8-1.95 of its 2 cores busy, about half of them the
+broker's process (its bookie and metadata store inside it) and the rest the trace client's JVM
+(``bench.pulsar.cpu``; ``datasets/validation/fresh-default-6``). The bookie fitted alone (each
+append holding a slot for its latency, the concurrency that gives one trace's v4 rate) cannot carry
+that over: many-participants does three times the core time per txn of omb or small, and no one
+bookie concurrency met all three (session 31's refit).
+
+So the cores become a resource of their own: each call of a kind in :data:`KINDS` works a fitted
+time on one of the host's ``cores``, inside its latency (``engine.clock.ResourceSpec.kind_service_us``),
+and waits for a free one. The fit, trace by trace over the kept validations:
+
+- **per-txn cores**: over the broker's v4 runs as fast as possible, the machine's busy cores over
+  the committed rate (µs of a core per committed txn), the median of its runs;
+- **per-txn calls**: the model's v4 replay of the same rows (as many passes as the broker ran) as
+  fast as possible counts the calls of each kind in :data:`KINDS` per committed txn;
+- **costs**: non-negative least squares of the relative misfit, over every subset of the kinds,
+  then scaled (among :data:`SCALES`) to the scale whose model v4 rates are nearest the broker's
+  medians (squared log ratio, summed over the traces): the model's cores are never all busy, as
+  a txn's calls wait on one another;
+- **bookie**: then the concurrency among :data:`BOOKIE_CONCURRENCY` (none: no bound) whose model
+  v4 rates are nearest the broker's medians, the smaller on a tie within 1 %;
+- **v5's listing walk** (``meta.list_keys``, µs per thousand keys): v5's rate is bound by its
+  metadata store's threads (the ``metadata`` resource: RocksDB commits on its caller's thread),
+  whose work is not in :data:`KINDS`; of eight values from the store probe's walk on an idle JVM
+  (``provenance.extra["pulsar.store_probe"]``: the least it can be) to the profile's, the one
+  whose model v5 rates, each from its runs' history, are nearest the broker's medians.
+
+The metadata writes' service time stays the profile's (the broker's mean put, measured).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.clock import Distribution, ResourceSpec
+from engine.errors import ConfigError
+from engine.profile import LatencyProfile
+
+# What works on the host's cores per call, for both processes: a client request or answer (each
+# side's Netty handling and the broker's command), the broker's own client's END_TXN_ON_PARTITION
+# and END_TXN_ON_SUBSCRIPTION, and a message pushed to a consumer (and received). An append's work
+# goes with the request that makes it (the counts per message move together in every trace).
+KINDS = ("rpc", "rpc.broker", "consumer.deliver")
+WALK = "meta.list_keys"  # µs per thousand keys a listing walks (bench.calibrate.saturation.WALK)
+CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
+BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
+SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptRun:
+    """One kept validation's broker figures at saturation: what the fit reads."""
+    name: str
+    trace: Path
+    repeat: dict[str, int]
+    rates: dict[str, list[float]]  # per design, committed txn/s of each as-fast-as-possible run
+    busy_cores: list[float]  # the machine's busy cores over each v4 run
+    cores: int
+    v5_history: int
+    v5_listeners: int
+
+    @property
+    def core_us_per_txn(self) -> float:
+        """The median over the v4 runs of a core's µs per committed txn."""
+        return statistics.median(b * 1e6 / r for b, r in zip(self.busy_cores, self.rates["v4"]) if r)
+
+
+def kept_runs(folder: Path) -> list[KeptRun]:
+    """Every validation in ``folder`` (``*.json``) with the broker's v4 runs at saturation and the
+    machine's cores over them; its trace is ``folder``'s parent's ``NAME.parquet``."""
+    runs = []
+    for f in sorted(folder.glob("*.json")):
+        try:
+            v = json.loads(f.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: not a validation ({exc})") from None
+        cpu = (v.get("broker_saturation_cpu") or {}).get("v4") if isinstance(v, dict) else None
+        rates = v.get("broker_saturation_runs") if isinstance(v, dict) else None
+        if not cpu or not rates or not rates.get("v4"):
+            continue
+        trace = folder.parent / f"{f.stem}.parquet"
+        if not trace.exists():
+            raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: its trace {trace} is missing")
+        runs.append(KeptRun(f.stem, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
+                            rates, [c["machine_busy_cores"] for c in cpu], int(v.get("cores", CORES)),
+                            int((v.get("model_v5_history") or {}).get("asap", 0)),
+                            int((v.get("model_v5_listeners") or {}).get("asap", 0))))
+    if not runs:
+        raise ConfigError(f"calibrate --rates-from {folder}: no validation there records the broker's v4 runs at "
+                          "saturation and the machine's busy cores over them (broker_saturation_cpu)")
+    return runs
+
+
+def _replay(profile: LatencyProfile, resources: dict[str, ResourceSpec], run: KeptRun, design: str,
+            into: Path) -> tuple[float, dict[str, float]]:
+    """The model's committed rate of ``design`` replaying ``run``'s saturation rows as fast as
+    possible, and its billed calls of each kind per committed txn."""
+    from bench.pulsar.validate_run import model_configs, saturation_traces
+    from bench.replay.measure import committed_rate
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+    from bench.trace.tracestats import summarize
+
+    trace = saturation_traces(run.trace, into, {design: run.repeat.get(design, 1)})[design]
+    latency = profile.to_latency_model(1).with_resources(resources)
+    cfg = next(c for c in model_configs(latency, profile) if c.engine == design)
+    if design == "v5":
+        cfg = cfg.with_history(run.v5_history, summarize(trace).ops_per_txn, run.v5_listeners)
+    result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))
+    t = result.txns
+    rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
+                          for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))
+    committed = max(1, sum(1 for o in t["outcome"] if o == "committed"))
+    per_txn = {k.removeprefix("billed."): v / committed for k, v in result.counts.items() if k.startswith("billed.")}
+    return rate or 0.0, per_txn
+
+
+def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
+    """Non-negative costs minimising the squared relative misfit of ``rows`` · costs to
+    ``targets``: the best least-squares solution over every subset of the columns whose costs
+    all come out >= 0 (a handful of columns: exhaustive)."""
+    import numpy as np
+
+    a = np.array([[x / t for x in row] for row, t in zip(rows, targets)])
+    b = np.ones(len(targets))
+    best: tuple[float, list[float]] | None = None
+    n = a.shape[1]
+    for size in range(1, n + 1):
+        for cols in itertools.combinations(range(n), size):
+            sol, *_ = np.linalg.lstsq(a[:, cols], b, rcond=None)
+            if (sol < 0).any():
+                continue
+            costs = [0.0] * n
+            for c, s in zip(cols, sol):
+                costs[c] = float(s)
+            misfit = float(((a @ np.array(costs)) - b) @ ((a @ np.array(costs)) - b))
+            if best is None or misfit < best[0] - 1e-12:
+                best = (misfit, costs)
+    return best[1] if best is not None else [0.0] * n
+
+
+def fit(profile: LatencyProfile, folder: Path,
+        progress: Callable[[str], None] = lambda s: None) -> tuple[LatencyProfile, dict[str, Any], str]:
+    """``profile`` with ``cpu``, ``bookie`` and ``meta.list_keys`` fitted to the validations in
+    ``folder`` (module doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and
+    a note in words."""
+    runs = kept_runs(folder)
+    cores = runs[0].cores
+    unbound = {k: v for k, v in profile.resources.items() if k not in ("bookie", "cpu")}
+    record: dict[str, Any] = {"from": str(folder), "cores": cores, "kinds": list(KINDS), "traces": {}}
+    rows, targets = [], []
+    with tempfile.TemporaryDirectory(prefix="txnbench-rates-fit-") as tmp:
+        def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
+            """The model's rates of ``design`` on every run's trace, and their squared log error
+            against the broker's medians."""
+            rates = {run.name: _replay(prof, res, run, design, Path(tmp) / run.name)[0] for run in runs}
+            return rates, sum(math.log(rates[r.name] / statistics.median(r.rates[design])) ** 2 if rates[r.name]
+                              else math.inf for r in runs)
+
+        for run in runs:
+            per_kind = _replay(profile, unbound, run, "v4", Path(tmp) / run.name)[1]
+            per_txn = [per_kind.get(k, 0.0) for k in KINDS]
+            rows.append(per_txn)
+            targets.append(run.core_us_per_txn)
+            record["traces"][run.name] = {"core_us_per_txn": round(run.core_us_per_txn, 1),
+                                          "calls_per_txn": {k: round(x, 2) for k, x in zip(KINDS, per_txn)},
+                                          "broker_runs": run.rates, "busy_cores": run.busy_cores}
+            progress(f"rates fit: {run.name}: {run.core_us_per_txn:,.0f} core-µs per committed v4 txn on the broker's "
+                     f"runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
+        shape = {k: c for k, c in zip(KINDS, nnls(rows, targets)) if round(c) > 0}
+        if not shape:
+            raise ConfigError(f"calibrate --rates-from {folder}: no non-negative core costs fit the runs there")
+        record["core_us_least_squares"] = {k: round(c) for k, c in shape.items()}
+        progress(f"rates fit: core µs per call by least squares {record['core_us_least_squares']} on {cores} cores")
+
+        # the model's cores are never all busy (a txn's calls wait on one another): the costs'
+        # scale is fitted to the broker's rates by replaying, the bookie unbounded
+        record["scale_scan"] = []
+        for scale in SCALES:
+            costs = {k: max(1, round(c * scale)) for k, c in shape.items()}
+            rates, err = error(profile, dict(unbound, cpu=_cores(costs, cores)), "v4")
+            record["scale_scan"].append({"scale": scale, "v4": rates, "error": round(err, 4)})
+            progress(f"rates fit: core costs x{scale}: model v4 {rates} (squared log error {err:.4f})")
+        best = min(record["scale_scan"], key=lambda x: x["error"])["scale"]
+        costs = record["core_us"] = {k: max(1, round(c * best)) for k, c in shape.items()}
+        cpu = _cores(costs, cores)
+        progress(f"rates fit: core µs per call {costs} on {cores} cores")
+
+        record["bookie_scan"] = []
+        for k in BOOKIE_CONCURRENCY:
+            res = dict(unbound, cpu=cpu, **({"bookie": _bookie(profile, k)} if k is not None else {}))
+            rates, err = error(profile, res, "v4")
+            record["bookie_scan"].append({"bookie": k, "v4": rates, "error": round(err, 4)})
+            progress(f"rates fit: bookie x{k or 'unbounded'}: model v4 {rates} (squared log error {err:.4f})")
+        least = min(s["error"] for s in record["bookie_scan"])
+        chosen = next(s for s in record["bookie_scan"] if s["error"] <= least * 1.01 + 1e-9)
+        record["bookie"] = chosen["bookie"]
+        resources = dict(unbound, cpu=cpu)
+        if chosen["bookie"] is not None:
+            resources["bookie"] = _bookie(profile, chosen["bookie"])
+
+        # v5: the listing's walk, at least what the store probe timed on an idle JVM
+        was = profile.operations[WALK].nominal_us
+        floor = int((profile.provenance.get("extra", {}).get("pulsar.store_probe") or {}).get("walk_us_per_thousand")
+                    or was / 8)
+        record["walk_scan"] = []
+        for walk in _between(floor, was):
+            prof = profile.derived(operations={**profile.operations, WALK: Distribution.constant(walk)})
+            rates, err = error(prof, resources, "v5")
+            record["walk_scan"].append({"walk_us": walk, "v5": rates, "error": round(err, 4)})
+            progress(f"rates fit: listing walk {walk} µs per thousand keys: model v5 {rates} (squared log error "
+                     f"{err:.4f})")
+        fitted = min(record["walk_scan"], key=lambda x: x["error"])
+        walk = record["walk_us"] = fitted["walk_us"]
+        profile = profile.derived(operations={**profile.operations, WALK: Distribution.constant(walk)})
+        checks = {}
+        for run in runs:
+            v4, v5 = chosen["v4"][run.name], fitted["v5"][run.name]
+            broker = {d: statistics.median(run.rates[d]) for d in ("v4", "v5") if run.rates.get(d)}
+            checks[run.name] = {"model": {"v4": v4, "v5": v5, "ratio": round(v5 / v4, 4) if v4 else None},
+                                "broker": {**broker, "ratio": round(broker["v5"] / broker["v4"], 4)
+                                           if broker.get("v4") and "v5" in broker else None}}
+        record["check"] = checks
+    note = (f"resources and the listing's walk fitted to the broker's runs at saturation kept in {folder} "
+            f"(bench/calibrate/rates_fit.py): cpu, the host's {cores} cores, each call of {', '.join(costs)} working "
+            + ", ".join(f"{v} µs" for v in costs.values())
+            + " on one (inside its latency), from the machine's busy cores over the broker's v4 runs ("
+            + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items())
+            + f") and scaled to their rates; bookie {'unbounded' if chosen['bookie'] is None else 'x' + str(chosen['bookie'])}"
+              f" with them, the concurrency whose model v4 rates are nearest the broker's medians; meta.list_keys "
+              f"{walk} µs per thousand keys (was {was}; at least the store probe's {floor}), nearest v5's; "
+            + "; ".join(f"{n}: model v4 {c['model']['v4']:,.0f}, v5 {c['model']['v5']:,.1f}, broker "
+                        f"{c['broker']['v4']:,.0f}, {c['broker']['v5']:,.1f} committed txn/s" for n, c in checks.items()))
+    return profile.derived(resources=resources), record, note
+
+
+def _between(lo: int, hi: int, steps: int = 8) -> list[int]:
+    """``steps`` values from ``lo`` to ``hi``, geometrically spaced (both ends included)."""
+    if hi <= lo:
+        return [hi]
+    ratio = (hi / max(lo, 1)) ** (1 / (steps - 1))
+    return sorted({round(max(lo, 1) * ratio ** i) for i in range(steps - 1)} | {hi})
+
+
+def _cores(costs: dict[str, int], cores: int) -> ResourceSpec:
+    return ResourceSpec(0, cores, True, frozenset(costs), frozenset(), costs)
+
+
+def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
+    """The profile's bookie at ``concurrency`` (each append holding a slot for its latency, one per run)."""
+    was = profile.resources.get("bookie")
+    if was is None:
+        return ResourceSpec(None, concurrency, True)
+    return dataclasses.replace(was, concurrency=concurrency)
+
+
+def with_rates(path: str, folder: str, out: str, command: str,
+             progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
+    """The profile at ``path`` with ``cpu``, ``bookie`` and ``meta.list_keys`` fitted to
+    ``folder``'s validations (:func:`fit`), every other operation and resource as they were, named
+    ``name`` (by default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say
+    when, from what and by what command."""
+    profile = LatencyProfile.load(path)
+    if name:
+        profile = dataclasses.replace(profile, name=name)
+    fitted, record, note = fit(profile, Path(folder), progress)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    prov = dict(profile.provenance)
+    prov["extra"] = {**dict(prov.get("extra", {})), "pulsar.rates_fit": {**record, "at": when, "command": command}}
+    prov["kinds"] = {**dict(prov.get("kinds", {})), WALK: {
+        "how": "fit", "backend": "pulsar", "source": f"fitted to v5's rates at saturation kept in {folder} "
+                                                     "(bench/calibrate/rates_fit.py)"}}
+    prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
+    return fitted.derived(provenance=prov).save(out)

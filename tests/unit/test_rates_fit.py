@@ -1,0 +1,84 @@
+"""Resources fitted to kept validations' saturated rates (bench/calibrate/rates_fit.py, ``calibrate --rates-from``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import rates_fit
+from bench.cli import EXIT_USAGE, main
+from bench.trace.workloads import generate, load_profile
+from engine.errors import ConfigError
+from engine.profile import LatencyProfile, resolve
+
+DEFAULT = str(resolve("pulsar-standalone-5.0.0-M1"))
+
+
+def test_nnls_recovers_non_negative_costs_and_never_gives_a_negative_one() -> None:
+    costs = [10.0, 0.0, 200.0]
+    rows = [[40, 12, 12], [27, 3, 3], [30, 5, 2]]
+    got = rates_fit.nnls(rows, [sum(c * x for c, x in zip(costs, r)) for r in rows])
+    assert got == pytest.approx(costs, abs=1e-6)
+    # the unconstrained least squares wants a negative second cost here; the fit drops that kind
+    got = rates_fit.nnls([[1, 1], [1, 2], [1, 3]], [10, 8, 6])
+    assert got[1] == 0 and got[0] > 0
+
+
+def _kept(folder: Path, name: str, v4_rates: list[float], busy: list[float]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"checks": [], "cores": 2, "saturation_repeat": {"v4": 1, "v5": 1},
+                                "broker_saturation_runs": {"v4": v4_rates, "v5": [40.0, 50.0, 45.0]},
+                                "broker_saturation_cpu": {"v4": [{"machine_busy_cores": b} for b in busy]},
+                                "model_v5_history": {"asap": 0}, "model_v5_listeners": {"asap": 0}}))
+    return path
+
+
+def test_kept_runs_read_the_broker_rates_and_cores_and_refuse_what_they_cannot_fit(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no validation there"):
+        rates_fit.kept_runs(tmp_path)
+    _kept(tmp_path / "kept", "gone", [100.0], [1.0])
+    with pytest.raises(ConfigError, match=r"gone.json: its trace .*gone.parquet is missing"):
+        rates_fit.kept_runs(tmp_path / "kept")
+    (tmp_path / "gone.parquet").write_bytes(b"")
+    (run,) = rates_fit.kept_runs(tmp_path / "kept")
+    assert run.name == "gone" and run.cores == 2
+    # a core's µs per committed txn: the median over the runs of busy cores over the rate
+    _kept(tmp_path / "kept", "gone", [100.0, 400.0, 200.0], [1.0, 2.0, 1.0])
+    assert rates_fit.kept_runs(tmp_path / "kept")[0].core_us_per_txn == pytest.approx(5_000)
+
+
+def test_the_fitted_cores_give_the_model_the_brokers_v4_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
+    broker_v4 = [280.0, 300.0, 320.0]  # below the model's rate without a bound on the cores
+    _kept(tmp_path / "kept", "small600", broker_v4, [1.9, 1.9, 1.9])
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"), "--name", "fitted",
+                 "--out", str(out)]) == 0
+    prof = LatencyProfile.load(out)
+    assert prof.name == "fitted"
+    cpu = prof.resources["cpu"]
+    assert cpu.concurrency == 2 and cpu.kind_service_us and set(cpu.kind_service_us) <= set(rates_fit.KINDS)
+    record = prof.provenance["extra"]["pulsar.rates_fit"]
+    model_v4 = record["check"]["small600"]["model"]["v4"]
+    assert model_v4 == pytest.approx(300.0, rel=0.05)
+    # what was measured and the metadata writes stay; the walk is one of the scan's, from the
+    # store probe's idle walk (the least it can be) to the profile's
+    before = LatencyProfile.load(DEFAULT)
+    walk = rates_fit.WALK
+    assert {k: d for k, d in prof.operations.items() if k != walk} == {
+        k: d for k, d in before.operations.items() if k != walk}
+    assert prof.resources["metadata"] == before.resources["metadata"]
+    scanned = [w["walk_us"] for w in record["walk_scan"]]
+    assert scanned[0] == round(before.provenance["extra"]["pulsar.store_probe"]["walk_us_per_thousand"])
+    assert scanned[-1] == before.operations[walk].nominal_us and prof.operations[walk].nominal_us in scanned
+    assert "cpu, the host's 2 cores" in prof.provenance["notes"] and record["at"] and record["command"]
+    assert "resource cpu:" in capsys.readouterr().out
+
+
+def test_rates_from_goes_with_refit_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--rates-from", str(tmp_path), "--out", str(tmp_path / "x.json")]) == EXIT_USAGE
+    assert "error: calibrate --rates-from goes with --refit PROFILE" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
