@@ -566,8 +566,19 @@ def _command_line(name: str) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from bench.pulsar.validate_run import model_profile, run_validate
+    from bench.pulsar.validate_run import model_profile, rejudge, run_validate
 
+    from engine.errors import ConfigError
+
+    if args.rejudge:
+        if args.trace or args.target or args.calibrate or args.fresh_broker:
+            raise ConfigError("validate --rejudge runs no broker: not with --trace, --target, --calibrate or "
+                              "--fresh-broker (the trace is the one its broker ran)")
+        doc = rejudge(args.rejudge, args.out, args.latency_profile, force=args.force, progress=print)
+        _say_validation(doc, args.out)
+        return 0
+    if not args.trace or not args.target:
+        raise ConfigError("validate needs --trace and --target pulsar://HOST:PORT (or --rejudge DIR)")
     target, warm_up_txns = _target(args), _warm_up_txns(args)
     calibration = None
     if args.calibrate:  # the model's profile measured on this broker first (bench.calibrate.in_session)
@@ -579,11 +590,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
                        fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat,
                        warm_up_txns=warm_up_txns, calibration=calibration)
+    _say_validation(doc, args.out)
+    return 0
+
+
+def _say_validation(doc: dict[str, Any], out: str) -> None:
     missed = [c for c in doc["checks"] if c["verdict"] in ("missed", "differs")]
     print(f"model vs broker, against the goals: {doc['tally']}"
           + (f"; missed: {', '.join(c['design'] + ' ' + c['metric'] for c in missed)}" if missed else ""))
-    print(f"report: {Path(args.out) / 'report' / 'report.html'}")
-    return 0
+    print(f"report: {Path(out) / 'report' / 'report.html'}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -852,8 +867,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="the same trace through the model and a real Pulsar 5 broker (both designs, "
                        "and as fast as possible for saturation): the 'model vs broker' section against the goals")
-    p.add_argument("--trace", required=True)
-    p.add_argument("--target", required=True, metavar="pulsar://HOST:PORT")
+    p.add_argument("--trace", default=None, help="the trace (needed, but with --rejudge)")
+    p.add_argument("--target", default=None, metavar="pulsar://HOST:PORT", help="the broker (needed, but with --rejudge)")
+    p.add_argument("--rejudge", default=None, metavar="DIR",
+                   help="run no broker: judge the model (--latency-profile) again against the broker runs an earlier "
+                        "validate kept in DIR (its --out), into --out")
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",

@@ -290,8 +290,6 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     from bench.replay.output import check_out, shown_path, staged_dir
     from bench.pulsar.run import pulsar_replay
     from bench.pulsar.target import probe
-    from bench.report.report import build
-    from bench.replay.runner import replay_trace
     from bench.trace.trace import trace_metadata, validate
 
     say = progress or (lambda _line: None)
@@ -326,33 +324,85 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         recorded: dict[str, Any] = {"profile_note": note}
         if calibration is not None:
             recorded["calibration"] = calibration.recheck(say)
-        # the model after the broker: its v5 store starts from the history the broker's store had
-        history = broker_history([tmp / "broker"])
-        runs = sorted(tmp.glob("broker*"))
-        listeners = broker_listeners([tmp / "broker"], runs)
-        replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners), tmp / "model",
-                     extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
-                     shown=shown)
-        say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history, {listeners:,} watches of "
-            "topics loaded before) replayed in virtual time")
-        sets: list[str | Path] = [tmp / "model"]
-        if saturation:
-            history = broker_history(asap)
-            listeners = broker_listeners(asap, runs)
-            for path, designs, suffix in groups(traces):
-                replay_trace(path, [dataclasses.replace(c, pacing="asap")
-                                    for c in model_configs(latency, prof, history, summarize(path).ops_per_txn,
-                                                           listeners)
-                                    if c.engine in designs],
-                             tmp / f"model-asap{suffix}",
-                             extra_manifest={"validate": {**recorded, "v5_history": history,
-                                                          "v5_listeners": listeners}}, shown=shown)
-                sets.append(tmp / f"model-asap{suffix}")
-            say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
-                f"v5 from {history:,} txns of history and {listeners:,} watches): throughput at saturation")
-        sets.append(tmp / "broker")
-        sets += asap
-        rep = build(sets, tmp / "report", title="txnbench validate", shown=shown)
-        doc: dict[str, Any] = rep.summary["validation"]
-        (tmp / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")
+        return judge(trace, tmp, prof, latency, recorded, traces if saturation else None, asap, sorted(tmp.glob("broker*")),
+                     shown, say)
+
+
+def judge(trace: str | Path, into: Path, prof: LatencyProfile, latency: LatencyModel, recorded: dict[str, Any],
+          traces: dict[str, Path] | None, asap: list[Path], runs: list[Path], shown: dict[str, str],
+          say: Callable[[str], None], broker: Path | None = None) -> dict[str, Any]:
+    """The model's side of a validation, into ``into``, and the section: the model replays the
+    trace at its pace, and (``traces``: per design, the rows its broker's asap runs replayed) as
+    fast as possible, its v5 store starting from the history the broker's had; then the report of
+    the model's sets against the broker's (``broker``, by default ``into/broker``, and ``asap``)
+    into ``into/report``, and ``into/validation.json``. ``runs``: every broker set of the
+    validation, warm-ups included (the topics v5's broker had loaded: :func:`broker_listeners`)."""
+    from bench.report.report import build
+    from bench.replay.runner import replay_trace
+
+    broker = into / "broker" if broker is None else broker
+    history = broker_history([broker])
+    listeners = broker_listeners([broker], runs)
+    replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners), into / "model",
+                 extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
+                 shown=shown)
+    say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history, {listeners:,} watches of "
+        "topics loaded before) replayed in virtual time")
+    sets: list[str | Path] = [into / "model"]
+    if traces is not None:
+        history = broker_history(asap)
+        listeners = broker_listeners(asap, runs)
+        for path, designs, suffix in groups(traces):
+            replay_trace(path, [dataclasses.replace(c, pacing="asap")
+                                for c in model_configs(latency, prof, history, summarize(path).ops_per_txn, listeners)
+                                if c.engine in designs],
+                         into / f"model-asap{suffix}",
+                         extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
+                         shown=shown)
+            sets.append(into / f"model-asap{suffix}")
+        say(f"model: both designs again as fast as possible (rows 1 µs apart, each on its broker runs' trace; "
+            f"v5 from {history:,} txns of history and {listeners:,} watches): throughput at saturation")
+    sets.append(broker)
+    sets += asap
+    rep = build(sets, into / "report", title="txnbench validate", shown=shown)
+    doc: dict[str, Any] = rep.summary["validation"]
+    (into / "validation.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc
+
+
+def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Judge the model (``profile``, by default the project's default) again against the broker
+    runs an earlier ``validate`` kept in ``earlier`` (its ``--out``), without a broker: the
+    model's sets, the report and validation.json go to ``out``; the broker's sets are read where
+    they are. What a change to the model or its profile needs, measured on the same runs."""
+    from bench.replay.output import check_out, staged_dir
+
+    say = progress or (lambda _line: None)
+    src = Path(earlier)
+    try:
+        manifest = json.loads((src / "broker" / "manifest.json").read_text())
+        before = json.loads((src / "validation.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"validate --rejudge {src}: not an earlier validate --out (its broker/manifest.json and "
+                          f"validation.json: {exc})") from None
+    trace = Path(manifest.get("trace", {}).get("path", ""))
+    if not trace.is_file():
+        raise ConfigError(f"validate --rejudge {src}: the trace its broker ran, {trace}, is not there")
+    if Path(out).resolve() == src.resolve():
+        raise ConfigError(f"validate --rejudge {src}: --out must be another directory (the broker's runs are read there)")
+    check_out(out, force=force)
+    seed = int(manifest.get("seed") or 0)
+    prof = model_profile(profile)
+    runs = sorted(p for p in src.glob("broker*") if (p / "manifest.json").exists())
+    asap = sorted((p for p in runs if p.name.startswith("broker-asap")),
+                  key=lambda p: json.loads((p / "manifest.json").read_text()).get("finished_at", ""))
+    with staged_dir(out, force=force) as tmp:
+        shown = {str(tmp): str(out)}
+        latency, note = model_latency(prof, seed)
+        traces = None
+        if asap:
+            repeat = {d: int(n) for d, n in (before.get("saturation_repeat") or {}).items()} or {d: 1 for d in DESIGNS}
+            traces = saturation_traces(trace, tmp, repeat, say)
+        recorded = {"profile_note": note, "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
+        return judge(trace, tmp, prof, latency, recorded, traces, asap, runs, shown, say, broker=src / "broker")

@@ -65,6 +65,20 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
         for side in ("model", "broker"):
             assert doc["new_txn_modes"][d][side]["new_txns"] == rows[(d, "Counts", "txns committed")]["broker"]
 
+    # judged again without the broker: the same model gives the same rows; another profile the
+    # same broker figures beside its own latencies
+    again = tmp_path / "again"
+    assert main(["validate", "--rejudge", str(out), "--out", str(again)]) == 0
+    redo = json.loads((again / "validation.json").read_text())
+    assert redo["checks"] == doc["checks"] and redo["broker"] == str(out / "broker")
+    other = tmp_path / "other"
+    assert main(["validate", "--rejudge", str(out), "--latency-profile", "constants", "--out", str(other)]) == 0
+    moved = json.loads((other / "validation.json").read_text())
+    assert [c["broker"] for c in moved["checks"]] == [c["broker"] for c in doc["checks"]]
+    assert "latency profile constants" in moved["profile"]
+    assert ({c["model"] for c in moved["checks"] if c["section"] == "Latency"}
+            != {c["model"] for c in doc["checks"] if c["section"] == "Latency"})
+
 
 def _namespaces(admin_url: str) -> list[str]:
     with urllib.request.urlopen(f"{admin_url}/admin/v2/namespaces/public", timeout=10) as r:

@@ -651,3 +651,22 @@ def test_calibrate_and_a_latency_profile_are_refused_together_before_anything_ru
     assert code != 0 and len(err) == 1
     assert "validate --calibrate measures the model's profile on this broker: not with --latency-profile constants" in err[0]
     assert not (tmp_path / "v").exists()
+
+
+def test_rejudge_refuses_what_is_not_an_earlier_validation_and_runs_no_broker(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import EXIT_USAGE, main
+
+    assert main(["validate", "--rejudge", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "not an earlier validate --out" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    earlier = tmp_path / "earlier"
+    _set(earlier / "broker", tmp_path / "gone.parquet", broker=True)
+    (earlier / "validation.json").write_text("{}")
+    assert main(["validate", "--rejudge", str(earlier), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert f"the trace its broker ran, {tmp_path / 'gone.parquet'}, is not there" in capsys.readouterr().err
+    assert main(["validate", "--rejudge", str(earlier), "--target", "pulsar://127.0.0.1:1", "--out",
+                 str(tmp_path / "o")]) == EXIT_USAGE
+    assert "runs no broker: not with --trace, --target" in capsys.readouterr().err
+    assert main(["validate", "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "validate needs --trace and --target" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
