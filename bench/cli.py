@@ -572,10 +572,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from engine.errors import ConfigError
 
     if args.rejudge:
-        if args.trace or args.target or args.calibrate or args.fresh_broker:
-            raise ConfigError("validate --rejudge runs no broker: not with --trace, --target, --calibrate or "
-                              "--fresh-broker (the trace is the one its broker ran)")
-        doc = rejudge(args.rejudge, args.out, args.latency_profile, force=args.force, progress=print)
+        if args.target or args.calibrate or args.fresh_broker:
+            raise ConfigError("validate --rejudge runs no broker: not with --target, --calibrate or --fresh-broker")
+        doc = rejudge(args.rejudge, args.out, args.latency_profile, force=args.force, trace=args.trace, progress=print)
         _say_validation(doc, args.out)
         return 0
     if not args.trace or not args.target:
@@ -868,11 +867,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="the same trace through the model and a real Pulsar 5 broker (both designs, "
                        "and as fast as possible for saturation): the 'model vs broker' section against the goals")
-    p.add_argument("--trace", default=None, help="the trace (needed, but with --rejudge)")
+    p.add_argument("--trace", default=None, help="the trace (with --rejudge: where the trace its broker ran is now, "
+                                                 "when it moved)")
     p.add_argument("--target", default=None, metavar="pulsar://HOST:PORT", help="the broker (needed, but with --rejudge)")
     p.add_argument("--rejudge", default=None, metavar="DIR",
                    help="run no broker: judge the model (--latency-profile) again against the broker runs an earlier "
-                        "validate kept in DIR (its --out), into --out")
+                        "validate kept in DIR (its --out, or that directory packed as a .tar.xz), into --out")
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",

@@ -370,39 +370,65 @@ def judge(trace: str | Path, into: Path, prof: LatencyProfile, latency: LatencyM
     return doc
 
 
+ARCHIVES = (".tar.xz", ".tar.gz", ".tgz", ".tar")  # an earlier --out packed (datasets/validation/*/broker-runs/)
+
+
 def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            trace: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Judge the model (``profile``, by default the project's default) again against the broker
-    runs an earlier ``validate`` kept in ``earlier`` (its ``--out``), without a broker: the
-    model's sets, the report and validation.json go to ``out``; the broker's sets are read where
-    they are. What a change to the model or its profile needs, measured on the same runs."""
+    runs an earlier ``validate`` kept in ``earlier`` (its ``--out``, or that directory packed as a
+    tar archive, unpacked into ``out/broker-runs``), without a broker: the model's sets, the report
+    and validation.json go to ``out``; the broker's sets are read where they are. ``trace``: where
+    the trace the broker ran is now (by default the path its broker set recorded), of as many rows.
+    What a change to the model or its profile needs, measured on the same runs."""
+    import tarfile
+
     from bench.replay.output import check_out, staged_dir
+    from bench.trace.tracestats import summarize
 
     say = progress or (lambda _line: None)
     src = Path(earlier)
-    try:
-        manifest = json.loads((src / "broker" / "manifest.json").read_text())
-        before = json.loads((src / "validation.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"validate --rejudge {src}: not an earlier validate --out (its broker/manifest.json and "
-                          f"validation.json: {exc})") from None
-    trace = Path(manifest.get("trace", {}).get("path", ""))
-    if not trace.is_file():
-        raise ConfigError(f"validate --rejudge {src}: the trace its broker ran, {trace}, is not there")
-    if Path(out).resolve() == src.resolve():
+    packed = src.is_file() and src.name.endswith(ARCHIVES)
+    if not packed and Path(out).resolve() == src.resolve():
         raise ConfigError(f"validate --rejudge {src}: --out must be another directory (the broker's runs are read there)")
     check_out(out, force=force)
-    seed = int(manifest.get("seed") or 0)
-    prof = model_profile(profile)
-    runs = sorted(p for p in src.glob("broker*") if (p / "manifest.json").exists())
-    asap = sorted((p for p in runs if p.name.startswith("broker-asap")),
-                  key=lambda p: json.loads((p / "manifest.json").read_text()).get("finished_at", ""))
     with staged_dir(out, force=force) as tmp:
         shown = {str(tmp): str(out)}
+        if packed:
+            runs_dir = tmp / "broker-runs"
+            try:
+                with tarfile.open(src) as tar:
+                    tar.extractall(runs_dir, filter="data")
+            except (OSError, tarfile.TarError) as exc:
+                raise ConfigError(f"validate --rejudge {src}: cannot unpack it ({exc})") from None
+            src_dirs = [p for p in runs_dir.iterdir() if p.is_dir()]
+            base = src_dirs[0] if len(src_dirs) == 1 and not (runs_dir / "broker").exists() else runs_dir
+        else:
+            base = src
+        try:
+            manifest = json.loads((base / "broker" / "manifest.json").read_text())
+            before = json.loads((base / "validation.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"validate --rejudge {src}: not an earlier validate --out (its broker/manifest.json and "
+                              f"validation.json: {exc})") from None
+        recorded_trace = manifest.get("trace", {})
+        path = Path(trace if trace is not None else recorded_trace.get("path", ""))
+        if not path.is_file():
+            raise ConfigError(f"validate --rejudge {src}: the trace its broker ran, {path}, is not there"
+                              + ("" if trace is not None else " (--trace: where it is now)"))
+        rows = recorded_trace.get("rows")
+        if trace is not None and rows is not None and summarize(path).rows != int(rows):
+            raise ConfigError(f"validate --rejudge {src}: --trace {path} has {summarize(path).rows:,} rows, the trace "
+                              f"its broker ran {int(rows):,}")
+        seed = int(manifest.get("seed") or 0)
+        prof = model_profile(profile)
+        runs = sorted(p for p in base.glob("broker*") if (p / "manifest.json").exists() and p.is_dir())
+        asap = sorted((p for p in runs if p.name.startswith("broker-asap")),
+                      key=lambda p: json.loads((p / "manifest.json").read_text()).get("finished_at", ""))
         latency, note = model_latency(prof, seed)
         traces = None
         if asap:
             repeat = {d: int(n) for d, n in (before.get("saturation_repeat") or {}).items()} or {d: 1 for d in DESIGNS}
-            traces = saturation_traces(trace, tmp, repeat, say)
+            traces = saturation_traces(path, tmp, repeat, say)
         recorded = {"profile_note": note, "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
-        return judge(trace, tmp, prof, latency, recorded, traces, asap, runs, shown, say, broker=src / "broker")
+        return judge(path, tmp, prof, latency, recorded, traces, asap, runs, shown, say, broker=base / "broker")

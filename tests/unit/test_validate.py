@@ -666,7 +666,29 @@ def test_rejudge_refuses_what_is_not_an_earlier_validation_and_runs_no_broker(tm
     assert f"the trace its broker ran, {tmp_path / 'gone.parquet'}, is not there" in capsys.readouterr().err
     assert main(["validate", "--rejudge", str(earlier), "--target", "pulsar://127.0.0.1:1", "--out",
                  str(tmp_path / "o")]) == EXIT_USAGE
-    assert "runs no broker: not with --trace, --target" in capsys.readouterr().err
+    assert "runs no broker: not with --target" in capsys.readouterr().err
+    (tmp_path / "bad.tar.xz").write_bytes(b"not an archive")
+    assert main(["validate", "--rejudge", str(tmp_path / "bad.tar.xz"), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "cannot unpack it" in capsys.readouterr().err
     assert main(["validate", "--out", str(tmp_path / "o")]) == EXIT_USAGE
     assert "validate needs --trace and --target" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("profile, judged", [("pulsar-standalone-5.0.0-M1", "small-slow-2000.json"),
+                                             ("pulsar-standalone-5.0.0-M1-rates", "rates/small-slow-2000.json")])
+def test_the_kept_judgements_of_fresh_default_7_are_this_model_on_its_kept_broker_runs(
+        tmp_path: Path, profile: str, judged: str) -> None:
+    # the broker runs are kept packed beside the judgements: judged again by this model and the
+    # profile, without a broker, they give the kept rows (a model change that moves them asks for
+    # `validate --rejudge` of the kept runs)
+    from bench.cli import main
+
+    kept = Path("datasets/validation/fresh-default-7")
+    out = tmp_path / "again"
+    assert main(["validate", "--rejudge", str(kept / "broker-runs" / "small-slow-2000.tar.xz"),
+                 "--trace", "datasets/validation/small-slow-2000.parquet", "--latency-profile", profile,
+                 "--out", str(out)]) == 0
+    again = json.loads((out / "validation.json").read_text())
+    assert again["checks"] == json.loads((kept / judged).read_text())["checks"]
+    assert (out / "broker-runs" / "small-slow-2000" / "broker" / "manifest.json").exists()
