@@ -24,13 +24,12 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   a txn's calls wait on one another;
 - **bookie**: then the concurrency among :data:`BOOKIE_CONCURRENCY` (none: no bound) whose model
   v4 rates are nearest the broker's medians, the smaller on a tie within 1 %;
-- **v5's listing walk** (``meta.list_keys``, µs per thousand keys): v5's rate is bound by its
-  metadata store's threads (the ``metadata`` resource: RocksDB commits on its caller's thread),
-  whose work is not in :data:`KINDS`; of eight values from the store probe's walk on an idle JVM
-  (``provenance.extra["pulsar.store_probe"]``: the least it can be) to the profile's, the one
-  whose model v5 rates, each from its runs' history, are nearest the broker's medians.
+- **v5** is not fitted: its rate is bound by its metadata store's threads (the ``metadata``
+  resource: RocksDB commits on its caller's thread, and the listings' walk holds it), which
+  calibrate fits on its own saturation trace across the runs' histories; the fit gives v5's model
+  rates beside the broker's, and the v5/v4 ratio, as a check.
 
-The metadata writes' service time stays the profile's (the broker's mean put, measured).
+The metadata writes' service time and the walk stay the profile's.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.clock import Distribution, ResourceSpec
+from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
@@ -54,7 +53,6 @@ from engine.profile import LatencyProfile
 # and END_TXN_ON_SUBSCRIPTION, and a message pushed to a consumer (and received). An append's work
 # goes with the request that makes it (the counts per message move together in every trace).
 KINDS = ("rpc", "rpc.broker", "consumer.deliver")
-WALK = "meta.list_keys"  # µs per thousand keys a listing walks (bench.calibrate.saturation.WALK)
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
 BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
 SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5
@@ -154,9 +152,8 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
 
 def fit(profile: LatencyProfile, folder: Path,
         progress: Callable[[str], None] = lambda s: None) -> tuple[LatencyProfile, dict[str, Any], str]:
-    """``profile`` with ``cpu``, ``bookie`` and ``meta.list_keys`` fitted to the validations in
-    ``folder`` (module doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and
-    a note in words."""
+    """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folder`` (module
+    doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
     runs = kept_runs(folder)
     cores = runs[0].cores
     unbound = {k: v for k, v in profile.resources.items() if k not in ("bookie", "cpu")}
@@ -212,47 +209,27 @@ def fit(profile: LatencyProfile, folder: Path,
         if chosen["bookie"] is not None:
             resources["bookie"] = _bookie(profile, chosen["bookie"])
 
-        # v5: the listing's walk, at least what the store probe timed on an idle JVM
-        was = profile.operations[WALK].nominal_us
-        floor = int((profile.provenance.get("extra", {}).get("pulsar.store_probe") or {}).get("walk_us_per_thousand")
-                    or was / 8)
-        record["walk_scan"] = []
-        for walk in _between(floor, was):
-            prof = profile.derived(operations={**profile.operations, WALK: Distribution.constant(walk)})
-            rates, err = error(prof, resources, "v5")
-            record["walk_scan"].append({"walk_us": walk, "v5": rates, "error": round(err, 4)})
-            progress(f"rates fit: listing walk {walk} µs per thousand keys: model v5 {rates} (squared log error "
-                     f"{err:.4f})")
-        fitted = min(record["walk_scan"], key=lambda x: x["error"])
-        walk = record["walk_us"] = fitted["walk_us"]
-        profile = profile.derived(operations={**profile.operations, WALK: Distribution.constant(walk)})
+        # v5 is not fitted: its rates are the check (its store's threads and the listing's walk
+        # are calibrate's, fitted to its own saturation trace across histories)
+        v5_rates = error(profile, resources, "v5")[0]
         checks = {}
         for run in runs:
-            v4, v5 = chosen["v4"][run.name], fitted["v5"][run.name]
+            v4, v5 = chosen["v4"][run.name], v5_rates[run.name]
             broker = {d: statistics.median(run.rates[d]) for d in ("v4", "v5") if run.rates.get(d)}
             checks[run.name] = {"model": {"v4": v4, "v5": v5, "ratio": round(v5 / v4, 4) if v4 else None},
                                 "broker": {**broker, "ratio": round(broker["v5"] / broker["v4"], 4)
                                            if broker.get("v4") and "v5" in broker else None}}
         record["check"] = checks
-    note = (f"resources and the listing's walk fitted to the broker's runs at saturation kept in {folder} "
+    note = (f"resources fitted to the broker's runs at saturation kept in {folder} "
             f"(bench/calibrate/rates_fit.py): cpu, the host's {cores} cores, each call of {', '.join(costs)} working "
             + ", ".join(f"{v} µs" for v in costs.values())
             + " on one (inside its latency), from the machine's busy cores over the broker's v4 runs ("
             + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items())
             + f") and scaled to their rates; bookie {'unbounded' if chosen['bookie'] is None else 'x' + str(chosen['bookie'])}"
-              f" with them, the concurrency whose model v4 rates are nearest the broker's medians; meta.list_keys "
-              f"{walk} µs per thousand keys (was {was}; at least the store probe's {floor}), nearest v5's; "
+              f" with them, the concurrency whose model v4 rates are nearest the broker's medians; v5 not fitted: "
             + "; ".join(f"{n}: model v4 {c['model']['v4']:,.0f}, v5 {c['model']['v5']:,.1f}, broker "
                         f"{c['broker']['v4']:,.0f}, {c['broker']['v5']:,.1f} committed txn/s" for n, c in checks.items()))
     return profile.derived(resources=resources), record, note
-
-
-def _between(lo: int, hi: int, steps: int = 8) -> list[int]:
-    """``steps`` values from ``lo`` to ``hi``, geometrically spaced (both ends included)."""
-    if hi <= lo:
-        return [hi]
-    ratio = (hi / max(lo, 1)) ** (1 / (steps - 1))
-    return sorted({round(max(lo, 1) * ratio ** i) for i in range(steps - 1)} | {hi})
 
 
 def _cores(costs: dict[str, int], cores: int) -> ResourceSpec:
@@ -269,10 +246,10 @@ def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
 
 def with_rates(path: str, folder: str, out: str, command: str,
              progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
-    """The profile at ``path`` with ``cpu``, ``bookie`` and ``meta.list_keys`` fitted to
-    ``folder``'s validations (:func:`fit`), every other operation and resource as they were, named
-    ``name`` (by default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say
-    when, from what and by what command."""
+    """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to ``folder``'s validations
+    (:func:`fit`), every operation and the other resources as they were, named ``name`` (by
+    default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say when, from
+    what and by what command."""
     profile = LatencyProfile.load(path)
     if name:
         profile = dataclasses.replace(profile, name=name)
@@ -280,8 +257,5 @@ def with_rates(path: str, folder: str, out: str, command: str,
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov = dict(profile.provenance)
     prov["extra"] = {**dict(prov.get("extra", {})), "pulsar.rates_fit": {**record, "at": when, "command": command}}
-    prov["kinds"] = {**dict(prov.get("kinds", {})), WALK: {
-        "how": "fit", "backend": "pulsar", "source": f"fitted to v5's rates at saturation kept in {folder} "
-                                                     "(bench/calibrate/rates_fit.py)"}}
     prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
     return fitted.derived(provenance=prov).save(out)
