@@ -141,8 +141,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _add_latency_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-profile", default=None, metavar="FILE",
                    help="virtual-time latencies: a profile file, or the name of one in datasets/latency/ "
-                        "(constants, pulsar-standalone-5.0.0-M1, pulsar-standalone-5.0.0-M1-rates, redis-local, kafka-local); "
-                        "default: pulsar-standalone-5.0.0-M1")
+                        "(constants, pulsar-standalone-5.0.0-M1, redis-local, kafka-local); default: pulsar-standalone-5.0.0-M1")
     p.add_argument("--latency", action="append", default=[], metavar="KIND=VALUE",
                    help="override one operation kind of the profile with a constant in µs, e.g. meta.cas=1500; repeatable")
     p.add_argument("--latency-seed", type=int, default=1, metavar="N",

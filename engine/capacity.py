@@ -16,10 +16,10 @@ one per run (the host's cores, which a standalone broker, its bookie, its metada
 trace client share; a call waits for a core, then its latency holds the work). Requests
 are admitted in the order engine code issues them; each takes the earliest gap that holds it
 (:class:`Resource`), so one issued later for an earlier instant still finds the time before
-bookings made ahead of it. The exceptions are the broker's single threads (:data:`IN_ORDER`): the
-client connection's IO thread and the metadata store's notification thread run their tasks one
-after another in the order they arrive, so there a request waits for everything admitted before
-it (:class:`Resource` ``in_order``).
+bookings made ahead of it. The broker's single threads (:data:`IN_ORDER`), the client
+connection's IO thread and the metadata store's notification thread, run their tasks one after
+another in the order they arrive, so there a request also waits for every request that arrived
+before it, whenever engine code admitted it (:class:`Resource` ``in_order``).
 """
 
 from __future__ import annotations
@@ -52,81 +52,99 @@ class Resource:
     Engine code issues a serial chain's later calls when it bills the chain, for instants still to
     come; a calendar keeps the time before such a booking free for requests issued earlier, where
     a slot's next-free instant alone would count the slot busy from now on (and, under load, queue
-    everything behind bookings far ahead). An ``in_order`` resource is the other way: its queue
-    is served in arrival order (a Netty event loop's task queue), so no request takes a gap
-    before one admitted earlier."""
+    everything behind bookings far ahead). An ``in_order`` resource is a queue served first come,
+    first served (a Netty event loop's task queue, a single-thread executor): a request starts no
+    earlier than every request that *arrived* (was issued for an instant) before it, whenever
+    engine code admitted them; one admitted ahead, for a later instant, is only an obstacle."""
 
-    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order")
+    __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order", "_arrivals",
+                 "_latest_start")
 
     def __init__(self, spec: ResourceSpec, in_order: bool = False) -> None:
         self.spec = spec
         # a queue served in arrival order (a thread; concurrency k: k threads taking from one
-        # queue): a request starts after every one admitted before it, never in a gap before
-        # them; each slot then keeps one block, from when it was last idle
+        # queue): a request starts no earlier than the latest start among those that arrived
+        # at or before it (_arrivals, sorted, with _latest_start the running maximum of their starts)
         self.in_order = in_order
         self._starts: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self._ends: list[list[int]] = [[] for _ in range(spec.concurrency)]
+        self._arrivals: list[int] = []
+        self._latest_start: list[int] = []
         self.busy_us = 0  # service time summed over requests
         self.queued_us = 0  # time requests waited for a slot, summed
         self.requests = 0
 
-    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, own: bool = False) -> int:
+    def admit(self, at_us: int, latency_us: int, now_us: int | None = None, own: bool = False,
+              arrival_us: int | None = None) -> int:
         """A request issued at ``at_us`` taking ``latency_us`` once served: returns how long
         after ``at_us`` it completes: its wait for a slot plus its latency, or its service time
         when that is longer (the answer cannot come before the work that makes it is done: a
         profile's fitted service time can exceed a latency measured on an idle broker).
         ``now_us``: no later request is issued before it (blocks that ended by then are forgotten).
         ``own``: the request holds its slot for its own latency whatever the resource's service
-        time (``ResourceSpec.latency_kinds``)."""
+        time (``ResourceSpec.latency_kinds``). ``arrival_us``: on an in-order resource, when the
+        task it belongs to arrived (by default ``at_us``): a synchronous continuation of a task
+        the thread is running keeps its place in the queue (``Meter``'s tasks)."""
         service = self.spec.service_us
         if service is None or own:  # the request's own latency is the work (see ResourceSpec)
             service = latency_us
-        if self.in_order:
-            return self._admit_in_order(at_us, latency_us, service)
+        if now_us is not None:
+            self._forget(min(now_us, at_us))
+        arrival = at_us if arrival_us is None else arrival_us
+        earliest = max(at_us, self._fifo(arrival)) if self.in_order else at_us
         best, best_slot = -1, 0
         for k, (starts, ends) in enumerate(zip(self._starts, self._ends)):
-            if now_us is not None and ends and ends[0] <= min(now_us, at_us):
-                gone = bisect.bisect_right(ends, min(now_us, at_us))
-                del starts[:gone], ends[:gone]
-            start = _fit(starts, ends, at_us, service)
+            start = _fit(starts, ends, earliest, service)
             if best < 0 or start < best:
                 best, best_slot = start, k
-                if start == at_us:
+                if start == earliest:
                     break
         _book(self._starts[best_slot], self._ends[best_slot], best, best + service)
+        if self.in_order:
+            self._arrived(arrival, best)
         self.requests += 1
         self.busy_us += service
         self.queued_us += best - at_us
         return best - at_us + max(latency_us, service)
 
-    def _admit_in_order(self, at_us: int, latency_us: int, service: int) -> int:
-        k = min(range(len(self._ends)), key=lambda j: self._ends[j][0] if self._ends[j] else 0)
-        ends = self._ends[k]
-        return self._queue(k, at_us, max(at_us, ends[0]) if ends else at_us, latency_us, service)
+    def _forget(self, before_us: int) -> None:
+        """Drop the blocks that ended by ``before_us`` (no request is issued before it now), and
+        the arrivals before it that started by then (they bound no later request)."""
+        for starts, ends in zip(self._starts, self._ends):
+            if ends and ends[0] <= before_us:
+                gone = bisect.bisect_right(ends, before_us)
+                del starts[:gone], ends[:gone]
+        arrivals = self._arrivals
+        if arrivals and arrivals[0] <= before_us:
+            k = bisect.bisect_right(arrivals, before_us)
+            if self._latest_start[k - 1] <= before_us:
+                del arrivals[:k], self._latest_start[:k]
 
-    def _queue(self, k: int, at_us: int, start: int, latency_us: int, service: int) -> int:
-        """Book ``service`` from ``start`` on in-order slot ``k``: onto its block when that is
-        still busy at ``start`` (its end moves back by ``service``), else as its new block."""
-        starts, ends = self._starts[k], self._ends[k]
-        if ends and ends[0] >= start:
-            ends[0] += service
-        else:
-            starts[:], ends[:] = [start], [start + service]
-        self.requests += 1
-        self.busy_us += service
-        self.queued_us += start - at_us
-        return start - at_us + max(latency_us, service)
+    def _fifo(self, at_us: int) -> int:
+        """The earliest a request arriving at ``at_us`` may start: after the starts of all that
+        arrived at or before it (on one slot, after their ends: they hold it in turn)."""
+        i = bisect.bisect_right(self._arrivals, at_us)
+        return max(at_us, self._latest_start[i - 1]) if i else at_us
+
+    def _arrived(self, at_us: int, start_us: int) -> None:
+        i = bisect.bisect_right(self._arrivals, at_us)
+        self._arrivals.insert(i, at_us)
+        latest = self._latest_start
+        latest.insert(i, max(start_us, latest[i - 1]) if i else start_us)
+        for j in range(i + 1, len(latest)):  # an arrival before later ones (admitted after them): rare
+            if latest[j] >= latest[j - 1]:
+                break
+            latest[j] = latest[j - 1]
 
     def free_at(self, at_us: int) -> int:
-        """When a request issued at ``at_us`` that takes no time of its own gets a slot: after
-        everything admitted before it on an in-order resource, else at the end of the busy block
-        ``at_us`` falls in, if any."""
-        if self.in_order:
-            return max(at_us, min(ends[0] if ends else 0 for ends in self._ends))
+        """When a request issued at ``at_us`` that takes no time of its own gets a slot: on an
+        in-order resource after every request that arrived before it, and on any resource not
+        inside a busy block."""
+        earliest = self._fifo(at_us) if self.in_order else at_us
         best = -1
         for starts, ends in zip(self._starts, self._ends):
-            i = bisect.bisect_right(ends, at_us)  # the first block still busy after at_us
-            free = ends[i] if i < len(starts) and starts[i] <= at_us else at_us
+            i = bisect.bisect_right(ends, earliest)  # the first block still busy after it
+            free = ends[i] if i < len(starts) and starts[i] <= earliest else earliest
             best = free if best < 0 else min(best, free)
         return best
 

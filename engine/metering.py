@@ -121,6 +121,9 @@ class Meter:
         # the host's cores: kind -> the core time a call of it works (ResourceSpec.kind_service_us)
         cpu = latency.resources.get("cpu") if queues else None
         self._cpu_us: dict[str, int] = dict(cpu.kind_service_us) if cpu is not None else {}
+        # the last call booked on an in-order thread: (the outermost tab it was billed in, the
+        # thread, when its task arrived, when it completes); see _admit
+        self._task: tuple[Tab | None, Resource, int, int] | None = None
         self.request = RequestCost(self)
         if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
             self.bill = self._free_bill()  # type: ignore[method-assign]
@@ -159,18 +162,50 @@ class Meter:
         top = tabs[-1] if tabs else None
         res = self._serving(kind, resource, key) if resource is not None else None
         own = res is not None and kind in res.spec.latency_kinds
+        beside = None if res is not None or resource is None else self._resource(resource, key, create=False)
         took = 0
         for _ in range(times):
             lat = of(kind)
             at = top.issue_at() if top is not None else self._now() + took
             waited = self._core(at, core_us) if core_us else 0
             if res is not None:
-                lat = res.admit(at + waited, lat, self._now(), own)
+                lat = self._admit(res, at + waited, lat, own)
+            elif beside is not None and beside.in_order:
+                self._beside(beside, at + waited, lat)
             lat += waited
             if top is not None:
                 top.add(lat)
             took += lat
         return took
+
+    def _admit(self, res: Resource, at_us: int, latency_us: int, own: bool) -> int:
+        """``res.admit`` of one call, issued at ``at_us``. On a thread serving in arrival order, a
+        call issued the instant the same request's call before it on that thread completes is the
+        same task: RocksdbMetadataStore completes each store call on its caller's thread, so a
+        chain of them runs as one event-loop task, and work that arrived meanwhile waits for the
+        whole chain. Any other call (after a hop, an append, on another thread) arrives anew."""
+        if not res.in_order:
+            return res.admit(at_us, latency_us, self._now(), own)
+        tabs = self._tabs
+        root = tabs[0] if tabs else None
+        task = self._task
+        arrival = (task[2] if task is not None and root is not None and task[0] is root and task[1] is res
+                   and task[3] == at_us else at_us)
+        took = res.admit(at_us, latency_us, self._now(), own, arrival)
+        self._task = (root, res, arrival, at_us + took)
+        return took
+
+    def _beside(self, res: Resource, at_us: int, latency_us: int) -> None:
+        """A call on an in-order thread that its resource does not queue (a read beside the
+        writes' commits): it books nothing, but it runs on the thread, so it starts a task there
+        (a command's handler reading the store before it writes) or goes on with the one it
+        continues."""
+        root = self._tabs[0] if self._tabs else None
+        task = self._task
+        if task is not None and task[1] is res and task[3] == at_us and task[0] is root and root is not None:
+            self._task = (root, res, task[2], at_us + latency_us)
+        else:
+            self._task = (root, res, at_us, at_us + latency_us)
 
     def _core(self, at_us: int, core_us: int) -> int:
         """A call issued at ``at_us`` that works ``core_us`` on the host's cores: its wait for a
@@ -191,8 +226,7 @@ class Meter:
         tabs = self._tabs
         top = tabs[-1] if tabs else None
         if res is not None:
-            lat = res.admit(top.issue_at() if top is not None else self._now(), lat, self._now(),
-                            kind in res.spec.latency_kinds)
+            lat = self._admit(res, top.issue_at() if top is not None else self._now(), lat, kind in res.spec.latency_kinds)
         if top is not None:
             top.add(lat)
         return lat

@@ -216,21 +216,24 @@ def test_the_shipped_participants_write_on_the_event_thread(tmp_path: Path) -> N
 
 
 def test_the_connection_io_thread_serves_in_arrival_order() -> None:
-    """A Netty event loop runs its tasks in the order they arrive (``capacity.IO_THREAD``): a
-    request waits for everything admitted before it, even for a booking made ahead of it,
-    where a calendar lets it take the gap before that booking."""
+    """A Netty event loop runs its tasks first come, first served (``capacity.IO_THREAD``): a
+    request waits for every request that arrived before it, whenever engine code admitted it,
+    and not for a booking made ahead of it for a later instant: that is only an obstacle."""
     from engine.capacity import EVENT_THREAD, IO_THREAD
 
     spec = ResourceSpec(service_us=None, concurrency=1)
     in_order, calendar = Resource(spec, in_order=True), Resource(spec)
     for res in (in_order, calendar):
-        assert res.admit(1_000, 100) == 100  # 1000..1100
-    assert calendar.admit(0, 50) == 50  # 0..50, before the booking
-    assert in_order.admit(0, 50) == 1_100 + 50  # 1100..1150, after it
-    # a request of no time of its own: when it gets the thread
-    assert (in_order.free_at(0), in_order.free_at(1_149), in_order.free_at(2_000)) == (1_150, 1_150, 2_000)
-    assert (calendar.free_at(0), calendar.free_at(50), calendar.free_at(1_050)) == (50, 50, 1_100)
-    assert in_order.admit(5_000, 10) == 10 and in_order.queued_us == 1_100  # idle again
+        assert res.admit(1_000, 100) == 100  # 1000..1100, booked ahead
+    assert in_order.admit(0, 50) == calendar.admit(0, 50) == 50  # 0..50: it arrived first
+    assert in_order.admit(0, 2_000) == 1_100 + 2_000  # too long for the gap: after the booking
+    # arrived at 10, after the one of 2,000 µs that arrived at 0: after it, though a gap at 50 is free
+    assert in_order.admit(10, 20) == 3_100 + 20 - 10
+    assert calendar.admit(10, 20) == 50 + 20 - 10  # a calendar takes the gap at 50
+    # a request of no time of its own: after those that arrived before it, and not inside a block
+    assert (in_order.free_at(0), in_order.free_at(20), in_order.free_at(5_000)) == (3_120, 3_120, 5_000)
+    assert (calendar.free_at(5), calendar.free_at(80), calendar.free_at(1_050)) == (70, 80, 1_100)
+    assert in_order.admit(6_000, 10, now_us=6_000) == 10  # everything before now forgotten, idle again
     two = Resource(ResourceSpec(service_us=100, concurrency=2), in_order=True)
     assert [two.admit(0, 10) for _ in range(3)] == [100, 100, 200] and two.free_at(0) == 100
     cap = Capacity({"metadata": ResourceSpec(service_us=100, concurrency=1)})
@@ -238,6 +241,28 @@ def test_the_connection_io_thread_serves_in_arrival_order() -> None:
     # the notification thread is a single-thread executor too; other keys book a calendar
     assert io is not None and io.in_order and event is not None and event.in_order
     assert load is not None and not load.in_order
+
+
+def test_a_chain_of_store_calls_is_one_task_on_the_thread() -> None:
+    """RocksdbMetadataStore completes each call on its caller's thread, so a request's store calls
+    one after another run as one event-loop task: work that arrived meanwhile waits for the whole
+    chain, a read the thread makes beside the writes' queue included; after a hop, the request's
+    next call arrives anew."""
+    spec = ResourceSpec(service_us=None, concurrency=1, kinds=frozenset({"meta.write", "meta.cas"}))
+    m = _meter(metadata=spec)
+    with m.tab() as chain:
+        m.bill("meta.read", "metadata", "io")  # 300 µs on the thread, beside the writes' queue: the task arrives at 0
+        m.bill("meta.cas", "metadata", "io")  # 300..1300
+        m.bill("meta.write", "metadata", "io")  # 1300..2300
+        m.bill("rpc")  # a hop: 2300..2500
+        m.bill("meta.write", "metadata", "io")  # arrives anew at 2500
+    assert chain.us == 300 + 1_000 + 1_000 + 200 + 1_000
+    io = m._resource("metadata", "io")
+    assert io is not None
+    # a publish that reached the thread at 100, in the middle of the chain, waits for all of it
+    assert io.free_at(100) == 2_300
+    # one that reached it at 2,400, before the write after the hop, does not wait for that write
+    assert io.free_at(2_400) == 2_400
 
 
 def test_a_request_behind_the_thread_waits_in_its_tab() -> None:
@@ -265,8 +290,11 @@ def test_work_booked_on_a_thread_delays_only_what_that_thread_serves_next() -> N
         assert m.book_per_thousand("meta.notify", 3 * 2_000, "metadata", "event") == 30  # 3 x 2,000 listeners at 5 ns
     assert t.us == 1_000  # the writer does not wait for them
     assert m.billed["meta.notify"] == 6_000  # counted as listener calls
-    assert m.behind("metadata", "event", in_tab=False) == 1_000 + 30  # from when the write was done
-    assert m.behind("metadata", "io", in_tab=False) == 400  # the IO thread: its own write only
+    event, io = m._resource("metadata", "event"), m._resource("metadata", "io")
+    assert event is not None and io is not None
+    assert event.free_at(1_000) == 1_000 + 30  # they arrive when the write is done
+    assert m.behind("metadata", "event", in_tab=False) == 0  # a request arriving before them does not wait
+    assert io.free_at(0) == 400  # the IO thread: its own write only
     assert m.book_per_thousand("meta.notify", 0, "metadata", "event") == 0
     assert _meter().book_per_thousand("meta.notify", 1_000, "metadata", "event") == 0  # unpriced: nothing to hold
 

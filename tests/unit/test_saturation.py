@@ -192,7 +192,7 @@ def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mi
     from engine.clock import Distribution
 
     base = LatencyProfile.constants()
-    truth_ops = {**base.operations, saturation.WALK: Distribution.constant(20_000)}
+    truth_ops = {**base.operations, saturation.WALK: Distribution.constant(60_000)}
     truth = LatencyProfile(base.name, base.provenance, truth_ops)
     resources = {"bookie": ResourceSpec(None, 2, shared=True), "metadata": saturation._metadata(600)}
     histories = [100, 400, 700]
@@ -202,12 +202,14 @@ def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mi
     record = {"txns_before": {"v4": [1, 2, 3], "v5": [histories[2], histories[0], histories[1]]},
               "runs": {"v5": [runs[2], runs[0], runs[1]]}}  # in the order measured, not by history
     fitted, keys_us, note = saturation.fit(base, rates, mix, record)
-    assert keys_us == pytest.approx(20_000, rel=0.1)
-    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.1)
+    assert keys_us == pytest.approx(60_000, rel=0.1)
+    # the threads serve by arrival, so on this short trace v5's rate moves little with the
+    # service time (each txn's chain, not the thread, bounds much of it): found to 20 %
+    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.2)
     assert "(400 txns)" in note and "at 100/400/700 txns before" in note
     # with the broker's mean put in those runs, a write holds its thread that long, and the walk is fitted alone
     measured = {**record, "mean_put_us": {"v4": [900.0, 900.0, 900.0], "v5": [590.0, 610.0, 600.0]}}
     fitted, keys_us, note = saturation.fit(base, rates, mix, measured)
-    assert fitted["metadata"].service_us == 600 and keys_us == pytest.approx(20_000, rel=0.1)
+    assert fitted["metadata"].service_us == 600 and keys_us == pytest.approx(60_000, rel=0.1)
     assert "600 µs each (the median of the broker's mean put" in note
     assert saturation.v5_histories({"txns_before": {"v5": [5, None]}, "runs": {"v5": [1.0, 2.0]}}) == []
