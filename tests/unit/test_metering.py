@@ -427,25 +427,24 @@ def test_a_call_waits_for_a_core_only_while_the_cores_are_busy() -> None:
     with m.tab() as alone:
         m.bill("rpc")
     assert alone.us == 200 and m.billed["rpc"] == 1
-    # three requests issued at once: the second waits 150 µs for the core, the third 300
+    def at_once(meter: Meter, n: int) -> list[int]:
+        """``n`` requests issued at the same instant, each its own tab: what each waited."""
+        took = []
+        for _ in range(n):
+            with meter.tab() as t:
+                meter.bill("rpc")
+            took.append(t.us)
+        return took
+
+    # three at once: the second waits 150 µs for the core, the third 300
     m2 = _meter(cpu=_cores({"rpc": 150}))
-    at_once = []
-    for _ in range(3):
-        with m2.tab() as t:
-            m2.bill("rpc")
-        at_once.append(t.us)
-    assert at_once == [200, 350, 500]
+    assert at_once(m2, 3) == [200, 350, 500]
     # a kind without a cost does not touch the cores, and two cores take two at once
     with m2.tab() as other:
         m2.bill("meta.read")
     assert other.us == 300
     m3 = _meter(cpu=_cores({"rpc": 150}, cores=2))
-    two = []
-    for _ in range(3):
-        with m3.tab() as t:
-            m3.bill("rpc")
-        two.append(t.us)
-    assert two == [200, 200, 350]
+    assert at_once(m3, 3) == [200, 200, 350]
     assert m3.capacity_stats()[1] == {"cpu.busy_us": 450, "cpu.queued_us": 150, "cpu.requests": 3}
 
 
