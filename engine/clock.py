@@ -354,6 +354,12 @@ class ResourceSpec:
             raise ConfigError(f"resource spec's kind_service_us needs its kinds as its keys, values >= 0 "
                               f"and no latency_kinds, got {self}")
 
+    @classmethod
+    def cores(cls, costs: Mapping[str, int], concurrency: int) -> ResourceSpec:
+        """The host's cores (the ``cpu`` resource): ``concurrency`` of them, one set per run, a call
+        of each kind in ``costs`` working that many µs on one."""
+        return cls(0, concurrency, True, frozenset(costs), frozenset(), dict(costs))
+
     def describe(self, name: str = "") -> str:
         """In words; ``name``: the resource's, to say what one instance serves (engine/capacity.py)."""
         if self.kind_service_us:

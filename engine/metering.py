@@ -121,6 +121,7 @@ class Meter:
         # the host's cores: kind -> the core time a call of it works (ResourceSpec.kind_service_us)
         cpu = latency.resources.get("cpu") if queues else None
         self._cpu_us: dict[str, int] = dict(cpu.kind_service_us) if cpu is not None else {}
+        self._cpu = self._run.resource("cpu") if cpu is not None and self._run is not None else None
         # the last call booked on an in-order thread: (the outermost tab it was billed in, the
         # thread, when its task arrived, when it completes); see _admit
         self._task: tuple[Tab | None, Resource, int, int] | None = None
@@ -160,9 +161,11 @@ class Meter:
                 took += lat
             return took
         top = tabs[-1] if tabs else None
-        res = self._serving(kind, resource, key) if resource is not None else None
+        res = self._resource(resource, key) if resource is not None else None
+        beside = None  # the thread, when it runs the call beside its queue (a kind outside its ``kinds``)
+        if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
+            res, beside = None, res
         own = res is not None and kind in res.spec.latency_kinds
-        beside = None if res is not None or resource is None else self._resource(resource, key, create=False)
         took = 0
         for _ in range(times):
             lat = of(kind)
@@ -186,11 +189,7 @@ class Meter:
         whole chain. Any other call (after a hop, an append, on another thread) arrives anew."""
         if not res.in_order:
             return res.admit(at_us, latency_us, self._now(), own)
-        tabs = self._tabs
-        root = tabs[0] if tabs else None
-        task = self._task
-        arrival = (task[2] if task is not None and root is not None and task[0] is root and task[1] is res
-                   and task[3] == at_us else at_us)
+        root, arrival = self._task_arrival(res, at_us)
         took = res.admit(at_us, latency_us, self._now(), own, arrival)
         self._task = (root, res, arrival, at_us + took)
         return took
@@ -200,17 +199,23 @@ class Meter:
         writes' commits): it books nothing, but it runs on the thread, so it starts a task there
         (a command's handler reading the store before it writes) or goes on with the one it
         continues."""
+        root, arrival = self._task_arrival(res, at_us)
+        self._task = (root, res, arrival, at_us + latency_us)
+
+    def _task_arrival(self, res: Resource, at_us: int) -> tuple[Tab | None, int]:
+        """(the outermost open tab, when the task of a call on ``res`` issued at ``at_us`` arrived):
+        the last task's arrival when the call is the same request's on that thread, issued the
+        instant that task's last call completes; else ``at_us`` (a task of its own)."""
         root = self._tabs[0] if self._tabs else None
         task = self._task
-        if task is not None and task[1] is res and task[3] == at_us and task[0] is root and root is not None:
-            self._task = (root, res, task[2], at_us + latency_us)
-        else:
-            self._task = (root, res, at_us, at_us + latency_us)
+        if task is not None and root is not None and task[0] is root and task[1] is res and task[3] == at_us:
+            return root, task[2]
+        return root, at_us
 
     def _core(self, at_us: int, core_us: int) -> int:
         """A call issued at ``at_us`` that works ``core_us`` on the host's cores: its wait for a
         core (the work itself is inside its latency, which was measured with it)."""
-        res = self._resource("cpu", "")
+        res = self._cpu
         assert res is not None  # _cpu_us is set only with a cpu spec, and only where resources queue
         return res.admit(at_us, core_us, self._now(), True) - core_us
 

@@ -115,7 +115,7 @@ class LatencyProfile:
                                                    f"latency_kinds, got {service!r}")
                 if not _is_int(conc) or conc < 1:
                     raise bad(f"{key}.concurrency", f"expected an integer >= 1, got {conc!r}")
-                resources[rname] = ResourceSpec(0, conc, True, frozenset(service), frozenset(), dict(service))
+                resources[rname] = ResourceSpec.cores(service, conc)
                 continue
             if kinds is not None and (not isinstance(kinds, list) or not kinds
                                       or any(k not in DEFAULT_LATENCIES_US for k in kinds)):

@@ -144,7 +144,8 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
             costs = [0.0] * n
             for c, s in zip(cols, sol):
                 costs[c] = float(s)
-            misfit = float(((a @ np.array(costs)) - b) @ ((a @ np.array(costs)) - b))
+            residual = a @ np.array(costs) - b
+            misfit = float(residual @ residual)
             if best is None or misfit < best[0] - 1e-12:
                 best = (misfit, costs)
     return best[1] if best is not None else [0.0] * n
@@ -188,12 +189,12 @@ def fit(profile: LatencyProfile, folder: Path,
         record["scale_scan"] = []
         for scale in SCALES:
             costs = {k: max(1, round(c * scale)) for k, c in shape.items()}
-            rates, err = error(profile, dict(unbound, cpu=_cores(costs, cores)), "v4")
+            rates, err = error(profile, dict(unbound, cpu=ResourceSpec.cores(costs, cores)), "v4")
             record["scale_scan"].append({"scale": scale, "v4": rates, "error": round(err, 4)})
             progress(f"rates fit: core costs x{scale}: model v4 {rates} (squared log error {err:.4f})")
         best = min(record["scale_scan"], key=lambda x: x["error"])["scale"]
         costs = record["core_us"] = {k: max(1, round(c * best)) for k, c in shape.items()}
-        cpu = _cores(costs, cores)
+        cpu = ResourceSpec.cores(costs, cores)
         progress(f"rates fit: core µs per call {costs} on {cores} cores")
 
         record["bookie_scan"] = []
@@ -230,10 +231,6 @@ def fit(profile: LatencyProfile, folder: Path,
             + "; ".join(f"{n}: model v4 {c['model']['v4']:,.0f}, v5 {c['model']['v5']:,.1f}, broker "
                         f"{c['broker']['v4']:,.0f}, {c['broker']['v5']:,.1f} committed txn/s" for n, c in checks.items()))
     return profile.derived(resources=resources), record, note
-
-
-def _cores(costs: dict[str, int], cores: int) -> ResourceSpec:
-    return ResourceSpec(0, cores, True, frozenset(costs), frozenset(), costs)
 
 
 def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:

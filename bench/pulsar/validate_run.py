@@ -417,9 +417,11 @@ def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = N
             raise ConfigError(f"validate --rejudge {src}: the trace its broker ran, {path}, is not there"
                               + ("" if trace is not None else " (--trace: where it is now)"))
         rows = recorded_trace.get("rows")
-        if trace is not None and rows is not None and summarize(path).rows != int(rows):
-            raise ConfigError(f"validate --rejudge {src}: --trace {path} has {summarize(path).rows:,} rows, the trace "
-                              f"its broker ran {int(rows):,}")
+        if trace is not None and rows is not None:
+            has = summarize(path).rows
+            if has != int(rows):
+                raise ConfigError(f"validate --rejudge {src}: --trace {path} has {has:,} rows, the trace its broker "
+                                  f"ran {int(rows):,}")
         seed = int(manifest.get("seed") or 0)
         prof = model_profile(profile)
         runs = sorted(p for p in base.glob("broker*") if (p / "manifest.json").exists() and p.is_dir())

@@ -418,7 +418,7 @@ def test_a_listing_walk_is_billed_per_thousand_keys_and_holds_its_thread_for_its
 
 
 def _cores(costs: dict[str, int], cores: int = 1) -> ResourceSpec:
-    return ResourceSpec(0, cores, True, frozenset(costs), frozenset(), costs)
+    return ResourceSpec.cores(costs, cores)
 
 
 def test_a_call_waits_for_a_core_only_while_the_cores_are_busy() -> None:
