@@ -682,6 +682,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
     if args.rates_from and (not args.refit or args.store_probe):
         raise ConfigError("calibrate --rates-from goes with --refit PROFILE, and not with --store-probe")
+    if args.hops_from and (not args.refit or args.store_probe or args.rates_from):
+        raise ConfigError("calibrate --hops-from goes with --refit PROFILE, and not with --store-probe or --rates-from "
+                          "(fit one, then refit its output with the other)")
+    if args.hops_from:
+        from bench.calibrate.hops_fit import with_hops
+
+        if args.redis or args.kafka or args.pulsar:
+            raise ConfigError("calibrate --hops-from fits to kept validations without measuring: "
+                              "not with --redis, --kafka or --pulsar")
+        profile = with_hops(args.refit, args.hops_from, args.out, command,
+                            progress=lambda line: print(line, file=sys.stderr, flush=True), name=args.name)
+        print("\n".join(summary_lines(profile)))
+        return 0
     if args.rates_from:
         from bench.calibrate.rates_fit import with_rates
 
@@ -986,12 +999,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")
-    p.add_argument("--rates-from", default=None, metavar="DIR",
+    p.add_argument("--rates-from", action="append", default=None, metavar="DIR",
                    help="with --refit: instead, fit PROFILE's host cores (resource cpu: core time per client "
-                        "request, broker-internal request and delivery), its bookie and v5's listing walk to the "
-                        "broker's runs at saturation (and the machine's busy cores over them) that the validations "
-                        "in DIR recorded (bench/calibrate/rates_fit.py); every other operation and the metadata "
-                        "writes stay")
+                        "request, broker-internal request and delivery) and its bookie to the broker's runs at "
+                        "saturation (and the machine's busy cores over them) that the validations in DIR recorded "
+                        "(bench/calibrate/rates_fit.py); repeatable: several DIRs (sets from different brokers) "
+                        "are fitted together; every other operation and the metadata writes stay")
+    p.add_argument("--hops-from", action="append", default=None, metavar="DIR",
+                   help="with --refit: instead, scale PROFILE's rpc and ledger.append (one factor, their shape "
+                        "kept) to the v4 plain publish p50 the broker answered at in the validations in DIR "
+                        "(bench/calibrate/hops_fit.py); repeatable: several DIRs are fitted together; every other "
+                        "kind and the resources stay")
     p.add_argument("--store-probe", action="store_true",
                    help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
                         "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")

@@ -468,6 +468,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     say when and by what command the resources were re-fitted. ``store_probe``: first time the
     emulated scan's GETs with the broker's classes on this machine (no broker needed:
     :func:`with_scan_get`), for a profile measured before calibrate did."""
+    from bench.calibrate import hops_fit
     from bench.calibrate.saturation import with_resources
 
     profile = LatencyProfile.load(path)
@@ -479,6 +480,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
         from bench.calibrate.store_probe import measure
 
         profile = with_scan_get(profile, measure(progress))
+    profile = hops_fit.unscaled(profile)  # the calibration's own hops, which its fits below were made on
     profile = _rpc(profile, progress)
     profile = _coordinator_kinds(profile, progress)
     progress(f"fitting the model's resources to the rates {path} records: {sat['committed_txns_per_s']}")
@@ -492,7 +494,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     prov["notes"] = (kept + "; " if kept else "") + (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")
     prov["refitted"] = {"at": when, "command": command}
-    return fitted.derived(provenance=prov).save(out)
+    return hops_fit.rescaled(fitted.derived(provenance=prov)).save(out)
 
 
 def summary_lines(profile: LatencyProfile) -> list[str]:

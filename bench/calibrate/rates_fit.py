@@ -1,6 +1,9 @@
 """A profile's resources fitted to the saturated rates validations kept on this machine:
-``txnbench calibrate --refit PROFILE --rates-from DIR``. What calibrate's own fit
-(``bench.calibrate.saturation``) does on one trace, done over several, with the host's cores.
+``txnbench calibrate --refit PROFILE --rates-from DIR [--rates-from DIR ...]``. What calibrate's
+own fit (``bench.calibrate.saturation``) does on one trace, done over several, with the host's
+cores. Several folders pool their validations: sets measured on different days' brokers, whose
+hops and rates drifted apart (a fifth on hops, up to 1.7x on v4's rate), so that the fit is not
+one broker's.
 
 On these 2-core machines a standalone broker's v4 rate at saturation is bound by the cores: over
 its as-fast-as-possible runs the machine kept 1.8-1.95 of its 2 cores busy, about half of them the
@@ -42,7 +45,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
@@ -76,9 +79,10 @@ class KeptRun:
         return statistics.median(b * 1e6 / r for b, r in zip(self.busy_cores, self.rates["v4"]) if r)
 
 
-def kept_runs(folder: Path) -> list[KeptRun]:
+def kept_runs(folder: Path, qualified: bool = False) -> list[KeptRun]:
     """Every validation in ``folder`` (``*.json``) with the broker's v4 runs at saturation and the
-    machine's cores over them; its trace is ``folder``'s parent's ``NAME.parquet``."""
+    machine's cores over them; its trace is ``folder``'s parent's ``NAME.parquet``. ``qualified``:
+    each run named ``FOLDER/NAME`` (the same trace kept in several folders)."""
     runs = []
     for f in sorted(folder.glob("*.json")):
         try:
@@ -92,7 +96,7 @@ def kept_runs(folder: Path) -> list[KeptRun]:
         trace = folder.parent / f"{f.stem}.parquet"
         if not trace.exists():
             raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: its trace {trace} is missing")
-        runs.append(KeptRun(f.stem, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
+        runs.append(KeptRun(f"{folder.name}/{f.stem}" if qualified else f.stem, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
                             rates, [c["machine_busy_cores"] for c in cpu], int(v.get("cores", CORES)),
                             int((v.get("model_v5_history") or {}).get("asap", 0)),
                             int((v.get("model_v5_listeners") or {}).get("asap", 0))))
@@ -151,25 +155,33 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
     return best[1] if best is not None else [0.0] * n
 
 
-def fit(profile: LatencyProfile, folder: Path,
+def fit(profile: LatencyProfile, folders: Sequence[Path],
         progress: Callable[[str], None] = lambda s: None) -> tuple[LatencyProfile, dict[str, Any], str]:
-    """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folder`` (module
+    """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders`` (module
     doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
-    runs = kept_runs(folder)
+    if len({f.name for f in folders}) < len(folders):
+        raise ConfigError("calibrate --rates-from: two folders of one name ("
+                          + ", ".join(str(f) for f in folders) + "): their runs would be named alike")
+    runs = [run for f in folders for run in kept_runs(f, qualified=len(folders) > 1)]
     cores = runs[0].cores
+    if any(run.cores != cores for run in runs):
+        raise ConfigError("calibrate --rates-from: the validations ran on hosts of different cores ("
+                          + ", ".join(f"{run.name} {run.cores}" for run in runs) + "): one fit cannot hold them")
+    where = ", ".join(str(f) for f in folders)
     unbound = {k: v for k, v in profile.resources.items() if k not in ("bookie", "cpu")}
-    record: dict[str, Any] = {"from": str(folder), "cores": cores, "kinds": list(KINDS), "traces": {}}
+    record: dict[str, Any] = {"from": str(folders[0]) if len(folders) == 1 else [str(f) for f in folders],
+                              "cores": cores, "kinds": list(KINDS), "traces": {}}
     rows, targets = [], []
     with tempfile.TemporaryDirectory(prefix="txnbench-rates-fit-") as tmp:
         def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
             """The model's rates of ``design`` on every run's trace, and their squared log error
             against the broker's medians."""
-            rates = {run.name: _replay(prof, res, run, design, Path(tmp) / run.name)[0] for run in runs}
+            rates = {run.name: _replay(prof, res, run, design, _scratch(tmp, run))[0] for run in runs}
             return rates, sum(math.log(rates[r.name] / statistics.median(r.rates[design])) ** 2 if rates[r.name]
                               else math.inf for r in runs)
 
         for run in runs:
-            per_kind = _replay(profile, unbound, run, "v4", Path(tmp) / run.name)[1]
+            per_kind = _replay(profile, unbound, run, "v4", _scratch(tmp, run))[1]
             per_txn = [per_kind.get(k, 0.0) for k in KINDS]
             rows.append(per_txn)
             targets.append(run.core_us_per_txn)
@@ -180,7 +192,7 @@ def fit(profile: LatencyProfile, folder: Path,
                      f"runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
         shape = {k: c for k, c in zip(KINDS, nnls(rows, targets)) if round(c) > 0}
         if not shape:
-            raise ConfigError(f"calibrate --rates-from {folder}: no non-negative core costs fit the runs there")
+            raise ConfigError(f"calibrate --rates-from {where}: no non-negative core costs fit the runs there")
         record["core_us_least_squares"] = {k: round(c) for k, c in shape.items()}
         progress(f"rates fit: core µs per call by least squares {record['core_us_least_squares']} on {cores} cores")
 
@@ -221,7 +233,7 @@ def fit(profile: LatencyProfile, folder: Path,
                                 "broker": {**broker, "ratio": round(broker["v5"] / broker["v4"], 4)
                                            if broker.get("v4") and "v5" in broker else None}}
         record["check"] = checks
-    note = (f"resources fitted to the broker's runs at saturation kept in {folder} "
+    note = (f"resources fitted to the broker's runs at saturation kept in {where} "
             f"(bench/calibrate/rates_fit.py): cpu, the host's {cores} cores, each call of {', '.join(costs)} working "
             + ", ".join(f"{v} µs" for v in costs.values())
             + " on one (inside its latency), from the machine's busy cores over the broker's v4 runs ("
@@ -233,6 +245,11 @@ def fit(profile: LatencyProfile, folder: Path,
     return profile.derived(resources=resources), record, note
 
 
+def _scratch(tmp: str, run: KeptRun) -> Path:
+    """Where ``run``'s saturation traces are written for a replay (a qualified name's folder flattened)."""
+    return Path(tmp) / run.name.replace("/", "--")
+
+
 def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
     """The profile's bookie at ``concurrency`` (each append holding a slot for its latency, one per run)."""
     was = profile.resources.get("bookie")
@@ -241,16 +258,16 @@ def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
     return dataclasses.replace(was, concurrency=concurrency)
 
 
-def with_rates(path: str, folder: str, out: str, command: str,
+def with_rates(path: str, folders: Sequence[str], out: str, command: str,
              progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
-    """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to ``folder``'s validations
+    """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders``
     (:func:`fit`), every operation and the other resources as they were, named ``name`` (by
     default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say when, from
     what and by what command."""
     profile = LatencyProfile.load(path)
     if name:
         profile = dataclasses.replace(profile, name=name)
-    fitted, record, note = fit(profile, Path(folder), progress)
+    fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov = dict(profile.provenance)
     prov["extra"] = {**dict(prov.get("extra", {})), "pulsar.rates_fit": {**record, "at": when, "command": command}}

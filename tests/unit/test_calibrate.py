@@ -194,6 +194,16 @@ def test_metadata_ops_in_the_lowest_bucket_spread_over_twice_their_mean_from_the
     assert plain["p50"] == round(50 / 90 * 1000) and plain["p99"] == 2800
 
 
+def _as_calibrated(tmp_path: Path) -> Path:
+    """The shipped profile as its calibration made it: its hops before the kept validations scaled
+    them (bench.calibrate.hops_fit), that fit's record gone (the refit tests' source)."""
+    from bench.calibrate import hops_fit
+
+    shipped = hops_fit.unscaled(LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json"))
+    extra = {k: v for k, v in shipped.provenance["extra"].items() if k != "pulsar.hops_fit"}
+    return Path(shipped.derived(provenance={**shipped.provenance, "extra": extra}).save(tmp_path / "calibrated.json").path)
+
+
 def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """``--refit``: the profile's measured operations kept, the coordinator requests' handling
@@ -206,7 +216,7 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     # its rpc fit among the measurement's notes)
     monkeypatch.setattr(saturation, "with_resources", lambda profile, rates, measured: (profile, "the first fit"))
     first = tmp_path / "first.json"
-    assert main(["calibrate", "--refit", "datasets/latency/pulsar-standalone-5.0.0-M1.json", "--out", str(first)]) == 0
+    assert main(["calibrate", "--refit", str(_as_calibrated(tmp_path)), "--out", str(first)]) == 0
     source = LatencyProfile.load(first)
     recorded = source.provenance["extra"]["pulsar.saturation"]["committed_txns_per_s"]
     record = source.provenance["extra"]["pulsar.saturation"]
@@ -365,7 +375,7 @@ def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path
     from bench.calibrate.hop_fit import as_distribution
 
     monkeypatch.setattr(saturation, "with_resources", lambda profile, rates, measured: (profile, "kept"))
-    source = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
+    source = LatencyProfile.load(_as_calibrated(tmp_path))
     probe = {"publish": {"p0": 1_118, "p50": 1_987, "p90": 2_546, "p99": 5_034},
              "append": {"p0": 1_202, "p50": 1_629, "p95": 2_262, "p99": 2_978}}
     # a profile from before rpc.broker was measured: no record of it, and it bills it as its rpc
@@ -391,5 +401,7 @@ def test_refit_fits_rpc_again_to_the_probes_publishes_it_recorded(tmp_path: Path
     assert got.operations["rpc.broker"] == as_distribution(rpc_of({"p50": 1_848, "p95": 3_156}, tb["append"])) != expected
     assert got.operations["rpc"] == expected and "rpc.broker to END_TXN_ON_PARTITION" in got.provenance["notes"]
     # without the record, rpc stays as measured
-    assert main(["calibrate", "--refit", str(source.path), "--out", str(tmp_path / "q.json")]) == 0
+    bare = {k: v for k, v in extra.items() if k not in ("pulsar.rpc_probe_us", "pulsar.hops_fit")}
+    unrecorded = source.derived(provenance={**source.provenance, "extra": bare}).save(tmp_path / "bare.json")
+    assert main(["calibrate", "--refit", str(unrecorded.path), "--out", str(tmp_path / "q.json")]) == 0
     assert LatencyProfile.load(tmp_path / "q.json").operations["rpc"] == source.operations["rpc"]

@@ -76,3 +76,35 @@ def test_rates_from_goes_with_refit_only(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["calibrate", "--rates-from", str(tmp_path), "--out", str(tmp_path / "x.json")]) == EXIT_USAGE
     assert "error: calibrate --rates-from goes with --refit PROFILE" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_several_folders_are_fitted_together_each_run_named_by_its_folder(tmp_path: Path) -> None:
+    # the same trace kept from two brokers, one a third faster: one fit between them, not either's
+    generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
+    _kept(tmp_path / "monday", "small600", [280.0, 300.0, 320.0], [1.9, 1.9, 1.9])
+    _kept(tmp_path / "tuesday", "small600", [380.0, 400.0, 420.0], [1.9, 1.9, 1.9])
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "monday"),
+                 "--rates-from", str(tmp_path / "tuesday"), "--out", str(out)]) == 0
+    record = LatencyProfile.load(out).provenance["extra"]["pulsar.rates_fit"]
+    assert record["from"] == [str(tmp_path / "monday"), str(tmp_path / "tuesday")]
+    check = record["check"]
+    assert set(check) == {"monday/small600", "tuesday/small600"}
+    assert check["monday/small600"]["broker"]["v4"] == 300.0 and check["tuesday/small600"]["broker"]["v4"] == 400.0
+    model = check["monday/small600"]["model"]["v4"]
+    assert model == check["tuesday/small600"]["model"]["v4"] and 300.0 < model < 400.0
+
+
+def test_several_folders_must_differ_in_name_and_share_the_hosts_cores(tmp_path: Path) -> None:
+    (tmp_path / "small600.parquet").write_bytes(b"")
+    _kept(tmp_path / "a" / "kept", "small600", [300.0], [1.9])
+    _kept(tmp_path / "b" / "kept", "small600", [300.0], [1.9])
+    prof = LatencyProfile.load(DEFAULT)
+    with pytest.raises(ConfigError, match="two folders of one name"):
+        rates_fit.fit(prof, [tmp_path / "a" / "kept", tmp_path / "b" / "kept"])
+    (tmp_path / "a" / "small600.parquet").write_bytes(b"")
+    (tmp_path / "b" / "small600.parquet").write_bytes(b"")
+    four = _kept(tmp_path / "four", "small600", [300.0], [1.9])
+    four.write_text(four.read_text().replace('"cores": 2', '"cores": 4'))
+    with pytest.raises(ConfigError, match=r"hosts of different cores \(kept/small600 2, four/small600 4\)"):
+        rates_fit.fit(prof, [tmp_path / "a" / "kept", tmp_path / "four"])
