@@ -680,29 +680,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     command = _command_line("calibrate")
     if args.store_probe and not args.refit:
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
-    if args.rates_from and (not args.refit or args.store_probe):
-        raise ConfigError("calibrate --rates-from goes with --refit PROFILE, and not with --store-probe")
-    if args.hops_from and (not args.refit or args.store_probe or args.rates_from):
-        raise ConfigError("calibrate --hops-from goes with --refit PROFILE, and not with --store-probe or --rates-from "
-                          "(fit one, then refit its output with the other)")
-    if args.hops_from:
+    # fits to kept validations, without measuring (bench/calibrate/hops_fit.py, rates_fit.py)
+    kept = [(flag, dirs) for flag, dirs in (("--hops-from", args.hops_from), ("--rates-from", args.rates_from)) if dirs]
+    if len(kept) > 1:
+        raise ConfigError("calibrate --hops-from and --rates-from: fit one, then refit its output with the other")
+    if kept:
         from bench.calibrate.hops_fit import with_hops
-
-        if args.redis or args.kafka or args.pulsar:
-            raise ConfigError("calibrate --hops-from fits to kept validations without measuring: "
-                              "not with --redis, --kafka or --pulsar")
-        profile = with_hops(args.refit, args.hops_from, args.out, command,
-                            progress=lambda line: print(line, file=sys.stderr, flush=True), name=args.name)
-        print("\n".join(summary_lines(profile)))
-        return 0
-    if args.rates_from:
         from bench.calibrate.rates_fit import with_rates
 
+        flag, dirs = kept[0]
+        if not args.refit or args.store_probe:
+            raise ConfigError(f"calibrate {flag} goes with --refit PROFILE, and not with --store-probe")
         if args.redis or args.kafka or args.pulsar:
-            raise ConfigError("calibrate --rates-from fits to kept validations without measuring: "
+            raise ConfigError(f"calibrate {flag} fits to kept validations without measuring: "
                               "not with --redis, --kafka or --pulsar")
-        profile = with_rates(args.refit, args.rates_from, args.out, command,
-                           progress=lambda line: print(line, file=sys.stderr, flush=True), name=args.name)
+        profile = (with_hops if flag == "--hops-from" else with_rates)(
+            args.refit, dirs, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True),
+            name=args.name)
         print("\n".join(summary_lines(profile)))
         return 0
     if args.refit:

@@ -33,10 +33,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate.kept_fit import distinct, refitted
 from engine.clock import Distribution
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -105,9 +105,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     missing = [k for k in KINDS if k not in profile.operations]
     if missing:
         raise ConfigError(f"calibrate --hops-from: {profile.name} has no {', '.join(missing)} to scale")
-    if len({f.name for f in folders}) < len(folders):
-        raise ConfigError("calibrate --hops-from: two folders of one name ("
-                          + ", ".join(str(f) for f in folders) + "): their sets would be named alike")
+    distinct("--hops-from", folders)
     kept = [k for f in folders for k in kept_publishes(f, qualified=len(folders) > 1)]
     where = ", ".join(str(f) for f in folders)
     scan: list[dict[str, float]] = []  # per scale tried, its error
@@ -162,17 +160,8 @@ def with_hops(path: str, folders: Sequence[str], out: str, command: str,
     (:func:`fit`), everything else as it was, named ``name`` (by default as it was); the notes,
     ``provenance.kinds`` and ``provenance.extra["pulsar.hops_fit"]`` say when, from what and by
     what command."""
-    profile = LatencyProfile.load(path)
-    if name:
-        profile = dataclasses.replace(profile, name=name)
-    fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    prov = dict(profile.provenance)
-    prov["extra"] = {**dict(prov.get("extra", {})), "pulsar.hops_fit": {**record, "at": when, "command": command}}
-    prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
-    kinds = dict(prov.get("kinds") or {})
-    for kind in KINDS:
-        was = dict(kinds.get(kind) or {})
-        kinds[kind] = {**was, "scaled": {"by": record["scale"], "how": "hops_fit", "source": note}}
-    prov["kinds"] = kinds
-    return fitted.derived(provenance=prov).save(out)
+    def kinds(prov: dict[str, Any], record: dict[str, Any], note: str) -> dict[str, Any]:
+        was = dict(prov.get("kinds") or {})
+        return {"kinds": {**was, **{k: {**dict(was.get(k) or {}), "scaled": {"by": record["scale"], "how": "hops_fit",
+                                                                             "source": note}} for k in KINDS}}}
+    return refitted(fit, "pulsar.hops_fit", path, folders, out, command, progress, name, after=kinds)

@@ -43,10 +43,10 @@ import json
 import math
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate.kept_fit import distinct, refitted
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -159,9 +159,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         progress: Callable[[str], None] = lambda s: None) -> tuple[LatencyProfile, dict[str, Any], str]:
     """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders`` (module
     doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
-    if len({f.name for f in folders}) < len(folders):
-        raise ConfigError("calibrate --rates-from: two folders of one name ("
-                          + ", ".join(str(f) for f in folders) + "): their runs would be named alike")
+    distinct("--rates-from", folders)
     runs = [run for f in folders for run in kept_runs(f, qualified=len(folders) > 1)]
     cores = runs[0].cores
     if any(run.cores != cores for run in runs):
@@ -259,17 +257,9 @@ def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
 
 
 def with_rates(path: str, folders: Sequence[str], out: str, command: str,
-             progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
+               progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
     """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders``
     (:func:`fit`), every operation and the other resources as they were, named ``name`` (by
     default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say when, from
     what and by what command."""
-    profile = LatencyProfile.load(path)
-    if name:
-        profile = dataclasses.replace(profile, name=name)
-    fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    prov = dict(profile.provenance)
-    prov["extra"] = {**dict(prov.get("extra", {})), "pulsar.rates_fit": {**record, "at": when, "command": command}}
-    prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
-    return fitted.derived(provenance=prov).save(out)
+    return refitted(fit, "pulsar.rates_fit", path, folders, out, command, progress, name)

@@ -75,7 +75,7 @@ def test_hops_from_goes_with_refit_alone(tmp_path: Path, capsys: pytest.CaptureF
     assert "error: calibrate --hops-from goes with --refit PROFILE" in capsys.readouterr().err
     assert main(["calibrate", "--refit", DEFAULT, "--hops-from", str(tmp_path), "--rates-from", str(tmp_path),
                  "--out", str(tmp_path / "x.json")]) == EXIT_USAGE
-    assert "not with --store-probe or --rates-from" in capsys.readouterr().err
+    assert "error: calibrate --hops-from and --rates-from: fit one, then refit its output" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 
 
