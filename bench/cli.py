@@ -1000,8 +1000,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(bench/calibrate/rates_fit.py); repeatable: several DIRs (sets from different brokers) "
                         "are fitted together; every other operation and the metadata writes stay")
     p.add_argument("--hops-from", action="append", default=None, metavar="DIR",
-                   help="with --refit: instead, scale PROFILE's rpc and ledger.append (one factor, their shape "
-                        "kept) to the v4 plain publish p50 the broker answered at in the validations in DIR "
+                   help="with --refit: instead, scale PROFILE's rpc, consumer.deliver and ledger.append (one "
+                        "factor, their shape kept) to the v4 plain publish p50 the broker answered at in the validations in DIR "
                         "(bench/calibrate/hops_fit.py); repeatable: several DIRs are fitted together; every other "
                         "kind and the resources stay")
     p.add_argument("--store-probe", action="store_true",

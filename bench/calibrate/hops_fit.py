@@ -10,12 +10,12 @@ hops and an append (engine/broker.py ``publish``), so that one figure per set me
 and the append together. Those sets are the record of this machine's brokers, where one
 calibration is one session.
 
-The fit is one scale, applied to every point of both kinds' distributions:
+The fit is one scale, applied to every point of the kinds' distributions (:data:`KINDS`):
 
 - **per set**: the broker's v4 plain publish p50, the ``publish (plain) p50`` row its validation
   kept;
-- **per scale** (:data:`SCALES`): the model's v4 replay of the same trace at its pace, with
-  ``rpc`` and ``ledger.append`` scaled, gives its plain publish p50;
+- **per scale** (:data:`SCALES`): the model's v4 replay of the same trace at its pace, with the
+  kinds scaled, gives its plain publish p50;
 - **the scale**: the one whose squared log error over the sets is least.
 
 The kinds keep their shape (the split between hop and append that the calibration measured). No
@@ -23,9 +23,9 @@ kept figure can split them: the runs record the publish Summary's count, not its
 ``consumer.deliver`` is scaled with ``rpc``, as a calibration takes them equal. Every other kind
 and the resources stay as they were. The kinds as they were are recorded: a structural
 ``calibrate --refit`` fits from the calibration's own records, so it restores them first and
-applies the scale again after (:func:`unscaled`, :func:`rescaled`). The saturated v4 rate is held by the host's
-cores (``bench.calibrate.rates_fit``), not by these latencies, so ``--rates-from`` needs no second
-pass.
+applies the scale again after (:func:`unscaled`, :func:`rescaled`). The saturated v4 rate is held
+by the host's cores (``bench.calibrate.rates_fit``), not by these latencies, so ``--rates-from``
+needs no second pass.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def kept_runs(folder: Path, qualified: bool = False) -> list[KeptRun]:
         trace = folder.parent / f"{f.stem}.parquet"
         if not trace.exists():
             raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: its trace {trace} is missing")
-        runs.append(KeptRun(f"{folder.name}/{f.stem}" if qualified else f.stem, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
+        runs.append(KeptRun(f"{folder.name}/{f.stem}" if qualified else f.stem, trace,
+                            {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
                             rates, [c["machine_busy_cores"] for c in cpu], int(v.get("cores", CORES)),
                             int((v.get("model_v5_history") or {}).get("asap", 0)),
                             int((v.get("model_v5_listeners") or {}).get("asap", 0))))
