@@ -31,12 +31,11 @@ needs no second pass.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.calibrate.kept_fit import distinct, refitted
+from bench.calibrate.kept_fit import distinct, refitted, validations
 from engine.clock import Distribution
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -56,24 +55,18 @@ class KeptPublish:
     broker_p50_us: int
 
 
+def _broker_p50(v: dict[str, Any]) -> int:
+    """The broker's v4 :data:`ROW` (µs) a validation kept; 0 when it kept none."""
+    row = next((c for c in v.get("checks") or () if c.get("design") == "v4" and c.get("metric") == ROW), None)
+    return int(row.get("broker") or 0) if row is not None else 0
+
+
 def kept_publishes(folder: Path, qualified: bool = False) -> list[KeptPublish]:
     """Every validation in ``folder`` (``*.json``) that kept the broker's v4 ``publish (plain)
     p50``; its trace is ``folder``'s parent's ``NAME.parquet``. ``qualified``: each named
     ``FOLDER/NAME``."""
-    kept = []
-    for f in sorted(folder.glob("*.json")):
-        try:
-            v = json.loads(f.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"calibrate --hops-from {folder}: {f.name}: not a validation ({exc})") from None
-        checks = v.get("checks") if isinstance(v, dict) else None
-        row = next((c for c in checks or () if c.get("design") == "v4" and c.get("metric") == ROW), None)
-        if row is None or not row.get("broker"):
-            continue
-        trace = folder.parent / f"{f.stem}.parquet"
-        if not trace.exists():
-            raise ConfigError(f"calibrate --hops-from {folder}: {f.name}: its trace {trace} is missing")
-        kept.append(KeptPublish(f"{folder.name}/{f.stem}" if qualified else f.stem, trace, int(row["broker"])))
+    kept = [KeptPublish(name, trace, _broker_p50(v))
+            for name, trace, v in validations("--hops-from", folder, qualified, lambda v: _broker_p50(v) > 0)]
     if not kept:
         raise ConfigError(f"calibrate --hops-from {folder}: no validation there kept the broker's v4 {ROW!r}")
     return kept
@@ -127,7 +120,11 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     note = (f"{' and '.join(KINDS)} scaled x{scale} to the v4 plain publish p50 the broker answered at in "
             f"{len(kept)} kept validations in {where} (bench/calibrate/hops_fit.py): the model's then "
             f"{off[0]:+.0%} to {off[-1]:+.0%} off the broker's")
-    return scaled(profile, scale), record, note
+    fitted = scaled(profile, scale)
+    kinds = dict(fitted.provenance.get("kinds") or {})
+    for kind in KINDS:
+        kinds[kind] = {**dict(kinds.get(kind) or {}), "scaled": {"by": scale, "how": "hops_fit", "source": note}}
+    return fitted.derived(provenance={**fitted.provenance, "kinds": kinds}), record, note
 
 
 def unscaled(profile: LatencyProfile) -> LatencyProfile:
@@ -160,8 +157,4 @@ def with_hops(path: str, folders: Sequence[str], out: str, command: str,
     (:func:`fit`), everything else as it was, named ``name`` (by default as it was); the notes,
     ``provenance.kinds`` and ``provenance.extra["pulsar.hops_fit"]`` say when, from what and by
     what command."""
-    def kinds(prov: dict[str, Any], record: dict[str, Any], note: str) -> dict[str, Any]:
-        was = dict(prov.get("kinds") or {})
-        return {"kinds": {**was, **{k: {**dict(was.get(k) or {}), "scaled": {"by": record["scale"], "how": "hops_fit",
-                                                                             "source": note}} for k in KINDS}}}
-    return refitted(fit, "pulsar.hops_fit", path, folders, out, command, progress, name, after=kinds)
+    return refitted(fit, "pulsar.hops_fit", path, folders, out, command, progress, name)

@@ -5,6 +5,7 @@ folders they read, and the profile they write with the fit's record."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -23,21 +24,38 @@ def distinct(flag: str, folders: Sequence[Path]) -> None:
                           + ", ".join(str(f) for f in folders) + "): their sets would be named alike")
 
 
+def validations(flag: str, folder: Path, qualified: bool,
+                usable: Callable[[dict[str, Any]], bool]) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(name, trace, validation) of every validation in ``folder`` (``*.json``) that is
+    ``usable``; its trace is ``folder``'s parent's ``NAME.parquet``, and ``qualified`` names it
+    ``FOLDER/NAME`` (the same trace kept in several folders). An unreadable file, or a usable
+    one without its trace, is a :class:`ConfigError`."""
+    found = []
+    for f in sorted(folder.glob("*.json")):
+        try:
+            v = json.loads(f.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"calibrate {flag} {folder}: {f.name}: not a validation ({exc})") from None
+        if not isinstance(v, dict) or not usable(v):
+            continue
+        trace = folder.parent / f"{f.stem}.parquet"
+        if not trace.exists():
+            raise ConfigError(f"calibrate {flag} {folder}: {f.name}: its trace {trace} is missing")
+        found.append((f"{folder.name}/{f.stem}" if qualified else f.stem, trace, v))
+    return found
+
+
 def refitted(fit: Fit, key: str, path: str, folders: Sequence[str], out: str, command: str,
-             progress: Progress = lambda s: None, name: str | None = None,
-             after: Callable[[dict[str, Any], dict[str, Any], str], dict[str, Any]] | None = None) -> LatencyProfile:
+             progress: Progress = lambda s: None, name: str | None = None) -> LatencyProfile:
     """The profile at ``path``, named ``name`` (by default as it was), ``fit`` to the validations
-    in ``folders``, saved to ``out``: the notes and ``provenance.extra[key]`` (the fit's record)
-    say when, from what and by what command; ``after(provenance, record, note)`` gives more of
-    the provenance to update."""
+    in ``folders``, saved to ``out``: the fitted profile's provenance, with the notes and
+    ``provenance.extra[key]`` (the fit's record) saying when, from what and by what command."""
     profile = LatencyProfile.load(path)
     if name:
         profile = dataclasses.replace(profile, name=name)
     fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    prov = dict(profile.provenance)
+    prov = dict(fitted.provenance)
     prov["extra"] = {**dict(prov.get("extra", {})), key: {**record, "at": when, "command": command}}
     prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
-    if after is not None:
-        prov.update(after(prov, record, note))
     return fitted.derived(provenance=prov).save(out)

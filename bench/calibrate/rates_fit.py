@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.calibrate.kept_fit import distinct, refitted
+from bench.calibrate.kept_fit import distinct, refitted, validations
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -79,28 +78,20 @@ class KeptRun:
         return statistics.median(b * 1e6 / r for b, r in zip(self.busy_cores, self.rates["v4"]) if r)
 
 
+def _saturated(v: dict[str, Any]) -> bool:
+    """A validation that kept the broker's v4 runs at saturation and the machine's cores over them."""
+    return bool((v.get("broker_saturation_cpu") or {}).get("v4") and (v.get("broker_saturation_runs") or {}).get("v4"))
+
+
 def kept_runs(folder: Path, qualified: bool = False) -> list[KeptRun]:
     """Every validation in ``folder`` (``*.json``) with the broker's v4 runs at saturation and the
     machine's cores over them; its trace is ``folder``'s parent's ``NAME.parquet``. ``qualified``:
     each run named ``FOLDER/NAME`` (the same trace kept in several folders)."""
-    runs = []
-    for f in sorted(folder.glob("*.json")):
-        try:
-            v = json.loads(f.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: not a validation ({exc})") from None
-        cpu = (v.get("broker_saturation_cpu") or {}).get("v4") if isinstance(v, dict) else None
-        rates = v.get("broker_saturation_runs") if isinstance(v, dict) else None
-        if not cpu or not rates or not rates.get("v4"):
-            continue
-        trace = folder.parent / f"{f.stem}.parquet"
-        if not trace.exists():
-            raise ConfigError(f"calibrate --rates-from {folder}: {f.name}: its trace {trace} is missing")
-        runs.append(KeptRun(f"{folder.name}/{f.stem}" if qualified else f.stem, trace,
-                            {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
-                            rates, [c["machine_busy_cores"] for c in cpu], int(v.get("cores", CORES)),
-                            int((v.get("model_v5_history") or {}).get("asap", 0)),
-                            int((v.get("model_v5_listeners") or {}).get("asap", 0))))
+    runs = [KeptRun(name, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
+                    v["broker_saturation_runs"], [c["machine_busy_cores"] for c in v["broker_saturation_cpu"]["v4"]],
+                    int(v.get("cores", CORES)), int((v.get("model_v5_history") or {}).get("asap", 0)),
+                    int((v.get("model_v5_listeners") or {}).get("asap", 0)))
+            for name, trace, v in validations("--rates-from", folder, qualified, _saturated)]
     if not runs:
         raise ConfigError(f"calibrate --rates-from {folder}: no validation there records the broker's v4 runs at "
                           "saturation and the machine's busy cores over them (broker_saturation_cpu)")
