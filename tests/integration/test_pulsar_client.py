@@ -23,7 +23,8 @@ from tests.conftest import PulsarBroker
 pytestmark = pytest.mark.pulsar
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAIN_AFTER_TXN = 60  # plain sends 250 µs apart after the first txn send: some go while it is parked (4-6 ms)
+PLAIN_AFTER_TXN = 60  # plain sends 250 µs apart after the first txn send: some go while it is parked
+ATTEMPTS = 3  # fresh namespaces tried for the overtaking scenario, whose timing is the broker's
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +119,21 @@ def test_plain_sends_overtaking_a_parked_first_txn_send_keep_the_connection(clie
     plain sends at once, so plain sends issued just after the txn send are answered before it. On
     the txn's own producer that is an out-of-order receipt, on which the client closes its
     connection (ProducerImpl.ackReceived) and fails whatever is in flight on it: the client keeps
-    a producer for txn sends and another for plain ones."""
+    a producer for txn sends and another for plain ones.
+
+    How long the first snapshot parks the txn send depends on the broker's load (40-100 ms idle;
+    a busy broker has been seen answering it before any plain send), so the scenario is tried on
+    up to ATTEMPTS fresh namespaces; every attempt must keep the connection, one must overtake."""
+    overtaken = []
+    for attempt in range(ATTEMPTS):
+        overtaken.append(_overtaking_attempt(client_cp, pulsar, tmp_path / str(attempt)))
+        if overtaken[-1]:
+            break
+    assert overtaken[-1], f"no plain send overtook the txn send in {ATTEMPTS} attempts: the first snapshot was too quick"
+
+
+def _overtaking_attempt(client_cp: str, pulsar: PulsarBroker, tmp: Path) -> int:
+    """One run of the scenario on a fresh namespace; the plain sends that overtook the txn send."""
     topic, ms = _topic("v4"), 1_000
     plain = range(4, 4 + PLAIN_AFTER_TXN)
     rows = [
@@ -129,17 +144,17 @@ def test_plain_sends_overtaking_a_parked_first_txn_send_keep_the_connection(clie
         *[_row(r, 600 * ms + (r - 3) * 250, "publish", topic=topic, msg=f"m{r}", size=16, key="k") for r in plain],
         _row(4 + PLAIN_AFTER_TXN, 2_000 * ms, "commit", txn="A"),
     ]
-    rc, events, stderr = _run(client_cp, pulsar, "v4", rows, tmp_path)
+    tmp.mkdir()
+    rc, events, stderr = _run(client_cp, pulsar, "v4", rows, tmp)
     assert rc == 0, (events[-3:], stderr[-2000:])
     assert "unexpected sequence id" not in stderr, stderr[-2000:]
     ops = {e["row"]: e for e in events if e["ev"] == "op"}
     assert sorted(ops) == list(range(len(rows)))
     failed = {r: e["error"] for r, e in ops.items() if not e["ok"]}
     assert not failed, failed
-    # the scenario: a plain send issued after the txn send was answered before it
-    assert any(ops[3]["start_us"] < ops[r]["start_us"] and ops[r]["end_us"] < ops[3]["end_us"] for r in plain), \
-        "the txn send was answered before every plain send: the first snapshot was too quick for the scenario"
     assert {e["msg"] for e in events if e["ev"] == "deliver"} == {"m0", "m-txn", *(f"m{r}" for r in plain)}
+    # the scenario: a plain send issued after the txn send was answered before it
+    return sum(ops[3]["start_us"] < ops[r]["start_us"] and ops[r]["end_us"] < ops[3]["end_us"] for r in plain)
 
 
 @pytest.mark.parametrize("design", ["v4", "v5"])
