@@ -671,6 +671,19 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pinned_cores(items: list[str]) -> dict[str, int]:
+    """``--core KIND=US`` values: {kind: µs}; a malformed one is a ConfigError naming it."""
+    from engine.errors import ConfigError
+
+    pinned: dict[str, int] = {}
+    for item in items:
+        kind, sep, us = (part.strip() for part in item.partition("="))
+        if not sep or not us.isdigit() or kind in pinned:
+            raise ConfigError(f"calibrate --core {item!r}: expected KIND=US (µs, a whole number >= 0), each kind once")
+        pinned[kind] = int(us)
+    return pinned
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure latencies on real backends and write a latency profile (bench.calibrate.calibrate)."""
     from bench.calibrate.calibrate import calibrate, summary_lines
@@ -684,6 +697,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     kept = [(flag, dirs) for flag, dirs in (("--hops-from", args.hops_from), ("--rates-from", args.rates_from)) if dirs]
     if len(kept) > 1:
         raise ConfigError("calibrate --hops-from and --rates-from: fit one, then refit its output with the other")
+    if args.core and not args.rates_from:
+        raise ConfigError("calibrate --core pins a core cost of the --rates-from fit: it goes with --rates-from")
     if kept:
         from bench.calibrate.hops_fit import with_hops
         from bench.calibrate.rates_fit import with_rates
@@ -694,9 +709,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.redis or args.kafka or args.pulsar:
             raise ConfigError(f"calibrate {flag} fits to kept validations without measuring: "
                               "not with --redis, --kafka or --pulsar")
-        profile = (with_hops if flag == "--hops-from" else with_rates)(
-            args.refit, dirs, args.out, command, progress=lambda line: print(line, file=sys.stderr, flush=True),
-            name=args.name)
+        def progress(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        if flag == "--hops-from":
+            profile = with_hops(args.refit, dirs, args.out, command, progress=progress, name=args.name)
+        else:
+            profile = with_rates(args.refit, dirs, args.out, command, progress=progress, name=args.name,
+                                 pinned=_pinned_cores(args.core or []))
         print("\n".join(summary_lines(profile)))
         return 0
     if args.refit:
@@ -999,6 +1019,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "saturation (and the machine's busy cores over them) that the validations in DIR recorded "
                         "(bench/calibrate/rates_fit.py); repeatable: several DIRs (sets from different brokers) "
                         "are fitted together; every other operation and the metadata writes stay")
+    p.add_argument("--core", action="append", default=None, metavar="KIND=US",
+                   help="with --rates-from: pin KIND's core time per call (rpc, rpc.broker or consumer.deliver) "
+                        "at US µs, unscaled, and fit the other kinds to what is left; repeatable")
     p.add_argument("--hops-from", action="append", default=None, metavar="DIR",
                    help="with --refit: instead, scale PROFILE's rpc, consumer.deliver and ledger.append (one "
                         "factor, their shape kept) to the v4 plain publish p50 the broker answered at in the validations in DIR "

@@ -25,6 +25,14 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   then scaled (among :data:`SCALES`) to the scale whose model v4 rates are nearest the broker's
   medians (squared log ratio, summed over the traces): the model's cores are never all busy, as
   a txn's calls wait on one another;
+- **pinned costs** (``--core KIND=US``): a kind whose cost other evidence fixes keeps it, unscaled;
+  the least squares fits the others to what is left of each run's core time. The per-txn calls
+  of the three kinds nearly move together over these traces (rpc 27 per txn on small and omb, 41
+  on many-participants; rpc.broker 3.3 and 12.5), so the split between them is weakly fixed by the
+  rates alone. Fitted over ``fresh-default-6/`` to ``-8/``, rpc.broker came out 159 µs (the
+  default's is 258), and the burst of 33 v4 END_TXNs at the end of omb's trace took the model
+  9.3 ms at the median (the default's 13.2), where four brokers answered it at 4.9-7.0
+  (datasets/validation/README.md, session 34);
 - **bookie**: then the concurrency among :data:`BOOKIE_CONCURRENCY` (none: no bound) whose model
   v4 rates are nearest the broker's medians, the smaller on a tie within 1 %;
 - **v5** is not fitted: its rate is bound by its metadata store's threads (the ``metadata``
@@ -38,12 +46,13 @@ The metadata writes' service time and the walk stay the profile's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bench.calibrate.kept_fit import distinct, refitted, validations
 from engine.clock import ResourceSpec
@@ -148,10 +157,19 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
 
 
 def fit(profile: LatencyProfile, folders: Sequence[Path],
-        progress: Callable[[str], None] = lambda s: None) -> tuple[LatencyProfile, dict[str, Any], str]:
+        progress: Callable[[str], None] = lambda s: None,
+        pinned: Mapping[str, int] | None = None) -> tuple[LatencyProfile, dict[str, Any], str]:
     """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders`` (module
-    doc); also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
+    doc), the kinds in ``pinned`` costing what it gives; also the fit's record
+    (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
     distinct("--rates-from", folders)
+    pinned = dict(pinned or {})
+    bad = [f"{kind}={us}" for kind, us in pinned.items() if kind not in KINDS or us < 0]
+    if bad:
+        raise ConfigError(f"calibrate --core {', '.join(bad)}: a kind of {', '.join(KINDS)} and µs >= 0")
+    free = [k for k in KINDS if k not in pinned]
+    if not free:
+        raise ConfigError(f"calibrate --core: every kind pinned ({', '.join(KINDS)}): nothing left to fit")
     runs = [run for f in folders for run in kept_runs(f, qualified=len(folders) > 1)]
     cores = runs[0].cores
     if any(run.cores != cores for run in runs):
@@ -161,6 +179,8 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     unbound = {k: v for k, v in profile.resources.items() if k not in ("bookie", "cpu")}
     record: dict[str, Any] = {"from": str(folders[0]) if len(folders) == 1 else [str(f) for f in folders],
                               "cores": cores, "kinds": list(KINDS), "traces": {}}
+    if pinned:
+        record["core_us_pinned"] = pinned
     rows, targets = [], []
     with tempfile.TemporaryDirectory(prefix="txnbench-rates-fit-") as tmp:
         def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
@@ -173,29 +193,36 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         for run in runs:
             per_kind = _replay(profile, unbound, run, "v4", _scratch(tmp, run))[1]
             per_txn = [per_kind.get(k, 0.0) for k in KINDS]
-            rows.append(per_txn)
-            targets.append(run.core_us_per_txn)
+            left = run.core_us_per_txn - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items())
+            if left <= 0:
+                raise ConfigError(f"calibrate --core {', '.join(f'{k}={v}' for k, v in pinned.items())}: the pinned "
+                                  f"costs alone exceed {run.name}'s "
+                                  f"{run.core_us_per_txn:,.0f} core-µs per committed txn")
+            rows.append([per_kind.get(k, 0.0) for k in free])
+            targets.append(left)
             record["traces"][run.name] = {"core_us_per_txn": round(run.core_us_per_txn, 1),
                                           "calls_per_txn": {k: round(x, 2) for k, x in zip(KINDS, per_txn)},
                                           "broker_runs": run.rates, "busy_cores": run.busy_cores}
             progress(f"rates fit: {run.name}: {run.core_us_per_txn:,.0f} core-µs per committed v4 txn on the broker's "
                      f"runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
-        shape = {k: c for k, c in zip(KINDS, nnls(rows, targets)) if round(c) > 0}
+        shape = {k: c for k, c in zip(free, nnls(rows, targets)) if round(c) > 0}
         if not shape:
             raise ConfigError(f"calibrate --rates-from {where}: no non-negative core costs fit the runs there")
         record["core_us_least_squares"] = {k: round(c) for k, c in shape.items()}
+        fixed = {k: v for k, v in pinned.items() if v > 0}  # a kind pinned at 0 works on no core
         progress(f"rates fit: core µs per call by least squares {record['core_us_least_squares']} on {cores} cores")
 
         # the model's cores are never all busy (a txn's calls wait on one another): the costs'
-        # scale is fitted to the broker's rates by replaying, the bookie unbounded
+        # scale is fitted to the broker's rates by replaying, the bookie unbounded (a pinned kind
+        # keeps its cost)
         record["scale_scan"] = []
         for scale in SCALES:
-            costs = {k: max(1, round(c * scale)) for k, c in shape.items()}
+            costs = {**fixed, **{k: max(1, round(c * scale)) for k, c in shape.items()}}
             rates, err = error(profile, dict(unbound, cpu=ResourceSpec.cores(costs, cores)), "v4")
             record["scale_scan"].append({"scale": scale, "v4": rates, "error": round(err, 4)})
             progress(f"rates fit: core costs x{scale}: model v4 {rates} (squared log error {err:.4f})")
         best = min(record["scale_scan"], key=lambda x: x["error"])["scale"]
-        costs = record["core_us"] = {k: max(1, round(c * best)) for k, c in shape.items()}
+        costs = record["core_us"] = {**fixed, **{k: max(1, round(c * best)) for k, c in shape.items()}}
         cpu = ResourceSpec.cores(costs, cores)
         progress(f"rates fit: core µs per call {costs} on {cores} cores")
 
@@ -226,7 +253,9 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     note = (f"resources fitted to the broker's runs at saturation kept in {where} "
             f"(bench/calibrate/rates_fit.py): cpu, the host's {cores} cores, each call of {', '.join(costs)} working "
             + ", ".join(f"{v} µs" for v in costs.values())
-            + " on one (inside its latency), from the machine's busy cores over the broker's v4 runs ("
+            + " on one (inside its latency)"
+            + (f" ({', '.join(f'{k} {v} µs' for k, v in pinned.items())} pinned by --core)" if pinned else "")
+            + ", from the machine's busy cores over the broker's v4 runs ("
             + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items())
             + f") and scaled to their rates; bookie {'unbounded' if chosen['bookie'] is None else 'x' + str(chosen['bookie'])}"
               f" with them, the concurrency whose model v4 rates are nearest the broker's medians; v5 not fitted: "
@@ -249,9 +278,11 @@ def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
 
 
 def with_rates(path: str, folders: Sequence[str], out: str, command: str,
-               progress: Callable[[str], None] = lambda s: None, name: str | None = None) -> LatencyProfile:
+               progress: Callable[[str], None] = lambda s: None, name: str | None = None,
+               pinned: Mapping[str, int] | None = None) -> LatencyProfile:
     """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders``
-    (:func:`fit`), every operation and the other resources as they were, named ``name`` (by
-    default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]`` say when, from
-    what and by what command."""
-    return refitted(fit, "pulsar.rates_fit", path, folders, out, command, progress, name)
+    (:func:`fit`, ``pinned`` kinds' costs given), every operation and the other resources as they
+    were, named ``name`` (by default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]``
+    say when, from what and by what command."""
+    return refitted(functools.partial(fit, pinned=pinned), "pulsar.rates_fit", path, folders, out, command,
+                    progress, name)

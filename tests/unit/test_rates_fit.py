@@ -108,3 +108,43 @@ def test_several_folders_must_differ_in_name_and_share_the_hosts_cores(tmp_path:
     four.write_text(four.read_text().replace('"cores": 2', '"cores": 4'))
     with pytest.raises(ConfigError, match=r"hosts of different cores \(kept/small600 2, four/small600 4\)"):
         rates_fit.fit(prof, [tmp_path / "a" / "kept", tmp_path / "four"])
+
+
+def test_a_pinned_core_cost_is_kept_and_the_others_fit_what_is_left(tmp_path: Path) -> None:
+    generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
+    _kept(tmp_path / "kept", "small600", [280.0, 300.0, 320.0], [1.9, 1.9, 1.9])
+    out = tmp_path / "pinned.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"),
+                 "--core", "rpc.broker=40", "--out", str(out)]) == 0
+    prof = LatencyProfile.load(out)
+    record = prof.provenance["extra"]["pulsar.rates_fit"]
+    assert record["core_us_pinned"] == {"rpc.broker": 40}
+    assert prof.resources["cpu"].kind_service_us["rpc.broker"] == 40  # unscaled, whatever scale was chosen
+    assert "rpc.broker" not in record["core_us_least_squares"] and record["core_us_least_squares"]
+    # the rest carries the run's core time less the pinned kind's share of it
+    calls = record["traces"]["small600"]["calls_per_txn"]
+    per_txn = record["traces"]["small600"]["core_us_per_txn"]
+    fitted = sum(calls[k] * c for k, c in record["core_us_least_squares"].items())
+    assert fitted == pytest.approx(per_txn - 40 * calls["rpc.broker"], rel=0.02)
+    assert "rpc.broker 40 µs pinned by --core" in prof.provenance["notes"]
+
+
+@pytest.mark.parametrize(("core", "why"), [
+    ("rpc.broker", "expected KIND=US"),
+    ("rpc.broker=-3", "expected KIND=US"),
+    ("ledger.append=10", "a kind of rpc, rpc.broker, consumer.deliver"),
+    ("rpc.broker=999999", "the pinned costs alone exceed small600's"),
+])
+def test_a_bad_pinned_core_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                core: str, why: str) -> None:
+    generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
+    _kept(tmp_path / "kept", "small600", [300.0], [1.9])
+    out = tmp_path / "x.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"), "--core", core,
+                 "--out", str(out)]) == EXIT_USAGE
+    assert why in capsys.readouterr().err and not out.exists()
+
+
+def test_core_goes_with_rates_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--refit", DEFAULT, "--core", "rpc=1", "--out", str(tmp_path / "x.json")]) == EXIT_USAGE
+    assert "calibrate --core pins a core cost of the --rates-from fit" in capsys.readouterr().err
