@@ -17,6 +17,12 @@ sequence counters included, once per GC candidate). Once finalized txns outlived
 a GC sweep used 12-56 s of CPU, up to a minute of one core (2026-11-27, a broker whose v5
 coordinator had run some 6,500 txns). So a broker run first waits for that thread to be idle
 (:func:`await_sweep_idle`), and records its cores.
+
+So is the broker's JIT compiler (HotSpot's C1 and C2 compiler threads, which it starts and stops as
+its queue needs). On a fresh broker they took most of its CPU in the first asap runs of small's
+saturation trace, and its v4 rate rose as they fell: 396 txn/s with 1,123 µs of a compiler core
+per txn, 1,808 with none, 1,162 again when they came back for 292 (2026-11-28, twelve runs;
+datasets/validation/README.md, session 34). A run records their cores beside the broker's.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ SWEEP_THREAD = "pulsar-txn-v5-sweep"[:15]
 SWEEP_WINDOW_S = 0.25  # an idle sweep thread: under IDLE_SHARE of a core over one such window
 IDLE_SHARE = 0.3
 SWEEP_WAIT_LIMIT_S = 300.0  # a GC sweep took up to 62 s; past this a run goes ahead and says how long it waited
+# HotSpot's compiler threads ("C1 CompilerThread0", "C2 CompilerThread1", ...), as Linux truncates them
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+RESCAN_EVERY = 25  # samples between looks for compiler threads started since (about every 0.5 s)
 
 
 def stat_cpu_s(stat: str) -> float:
@@ -82,6 +91,22 @@ def thread_id(pid: str, name: str) -> str | None:
         except OSError:
             continue
     return None
+
+
+def thread_ids(pid: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The ids of process ``pid``'s threads whose name starts with one of ``prefixes``."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    found = []
+    for task in tasks:
+        try:
+            if (task / "comm").read_text().startswith(prefixes):
+                found.append(task.name)
+        except OSError:
+            continue  # the thread ended
+    return found
 
 
 def task_cpu_s(pid: str, tid: str) -> float | None:
@@ -134,13 +159,16 @@ def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float] | None:
 
 class CpuSampler:
     """Samples (epoch ms, the broker's CPU s or None, machine busy s, machine all s, the broker's
-    sweep thread's CPU s or None) every :data:`PERIOD_S` from ``start`` to ``stop``; :meth:`over`
-    gives a window's use."""
+    sweep thread's CPU s or None, its compiler threads' CPU s or None) every :data:`PERIOD_S` from
+    ``start`` to ``stop``; :meth:`over` gives a window's use."""
 
     def __init__(self, broker_pid: str | None) -> None:
         self.pid = broker_pid
         self.sweep = thread_id(broker_pid, SWEEP_THREAD) if broker_pid else None
-        self.samples: list[tuple[float, float | None, float, float, float | None]] = []
+        self.samples: list[tuple[float, float | None, float, float, float | None, float | None]] = []
+        # the compiler threads seen and running: their CPU s when last read; and what the ones gone had
+        self._jit: dict[str, float] = {}
+        self._jit_gone = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txnbench-cpu", daemon=True)
 
@@ -153,22 +181,44 @@ class CpuSampler:
         self._thread.join()
 
     def _run(self) -> None:
+        n = 0
         while True:
             busy, every = machine_cpu_s()
             self.samples.append((time.time() * 1000, process_cpu_s(self.pid) if self.pid else None, busy, every,
-                                 task_cpu_s(self.pid, self.sweep) if self.pid and self.sweep else None))
+                                 task_cpu_s(self.pid, self.sweep) if self.pid and self.sweep else None,
+                                 self._jit_cpu_s(rescan=n % RESCAN_EVERY == 0)))
+            n += 1
             if self._stop.wait(PERIOD_S):
                 return
+
+    def _jit_cpu_s(self, rescan: bool) -> float | None:
+        """The CPU seconds of the broker's compiler threads seen so far; None without a pid. One
+        found at a later look counts in full there (it started since the look before); one that is
+        gone, or whose id a new thread took (its CPU went down), keeps what it had."""
+        if not self.pid:
+            return None
+        if rescan:
+            for tid in thread_ids(self.pid, JIT_THREADS):
+                self._jit.setdefault(tid, 0.0)
+        for tid, was in list(self._jit.items()):
+            now = task_cpu_s(self.pid, tid)
+            if now is None or now < was:
+                del self._jit[tid]
+                self._jit_gone += was
+            else:
+                self._jit[tid] = now
+        return self._jit_gone + sum(self._jit.values())
 
     def over(self, lo_ms: float, hi_ms: float) -> dict[str, Any] | None:
         """Cores used over [lo_ms, hi_ms] (the samples inside it): ``machine_busy_cores``,
         ``broker_cores`` (None without the broker's pid), ``sweep_cores`` (of the broker's, its
-        sweep thread's; None without one), ``cores`` and ``span_ms``; None when fewer than two
+        sweep thread's; None without one), ``jit_cores`` (of the broker's, its compiler threads';
+        None without the broker's pid), ``cores`` and ``span_ms``; None when fewer than two
         samples fall inside."""
         inside = [s for s in self.samples if lo_ms <= s[0] <= hi_ms]
         if len(inside) < 2:
             return None
-        (t0, b0, busy0, all0, s0), (t1, b1, busy1, all1, s1) = inside[0], inside[-1]
+        (t0, b0, busy0, all0, s0, j0), (t1, b1, busy1, all1, s1, j1) = inside[0], inside[-1]
         cores = os.cpu_count() or 1
         wall_s = (all1 - all0) / cores  # the machine's clock, in the same ticks as the rest
         if wall_s <= 0:
@@ -176,7 +226,8 @@ class CpuSampler:
         return {"span_ms": round(t1 - t0, 1), "cores": cores,
                 "machine_busy_cores": round((busy1 - busy0) / wall_s, 2),
                 "broker_cores": None if b0 is None or b1 is None else round((b1 - b0) / wall_s, 2),
-                "sweep_cores": None if s0 is None or s1 is None else round((s1 - s0) / wall_s, 2)}
+                "sweep_cores": None if s0 is None or s1 is None else round((s1 - s0) / wall_s, 2),
+                "jit_cores": None if j0 is None or j1 is None else round((j1 - j0) / wall_s, 2)}
 
 
 def broker_pid(pulsar_dir: Path | None) -> str | None:

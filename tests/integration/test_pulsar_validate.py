@@ -125,6 +125,8 @@ def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: P
         assert cpu["machine_busy_cores"] >= cpu["broker_cores"] - 0.1
         # the v5 coordinator's sweep thread is found by its name in the 5.0.0-M1 broker, and read
         assert 0 <= cpu["sweep_cores"] <= cpu["broker_cores"] + 0.05
+        # and so are its JIT compiler threads (HotSpot's C1/C2 CompilerThread names)
+        assert 0 <= cpu["jit_cores"] <= cpu["broker_cores"] + 0.05
         assert measured["runs"][d]["sweep_wait_s"] >= 0
     doc = json.loads((out / "validation.json").read_text())
     assert doc["broker_cpu"]["v5"]["sweep_wait_s"] == measured["runs"]["v5"]["sweep_wait_s"]

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.pulsar.cpu import SWEEP_THREAD, CpuSampler, await_sweep_idle, broker_pid, thread_id, txn_phase
+from bench.pulsar.cpu import JIT_THREADS, SWEEP_THREAD, CpuSampler, await_sweep_idle, broker_pid, thread_id, txn_phase
 
 
 def test_a_spinning_process_counts_as_about_one_busy_core() -> None:
@@ -52,15 +52,15 @@ def test_the_txn_phase_runs_from_the_first_new_txn_to_the_last_end() -> None:
     assert txn_phase(events[:2]) is None  # no txn: no phase
 
 
-def _named(name: str, spin_s: float) -> subprocess.Popen[bytes]:
-    """A process whose one thread is named ``name`` (as a JVM names its threads), spinning for
-    ``spin_s`` seconds, then idle."""
-    code = (f"open('/proc/self/comm', 'w').write({name!r})\nimport time\nend = time.monotonic() + {spin_s}\n"
-            "while time.monotonic() < end: pass\ntime.sleep(600)")
+def _named(name: str, spin_s: float, after_s: float = 0.0) -> subprocess.Popen[bytes]:
+    """A process whose one thread is named ``name`` (as a JVM names its threads) ``after_s`` seconds
+    after it started, then spins for ``spin_s`` seconds, then idles."""
+    code = (f"import time\ntime.sleep({after_s})\nopen('/proc/self/comm', 'w').write({name!r})\n"
+            f"end = time.monotonic() + {spin_s}\nwhile time.monotonic() < end: pass\ntime.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 10
-    while thread_id(str(child.pid), name) is None and time.monotonic() < deadline:  # named once it has started
-        time.sleep(0.01)
+    while not after_s and thread_id(str(child.pid), name) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # named once it has started
     return child
 
 
@@ -105,3 +105,27 @@ def test_a_run_waits_for_a_busy_sweep_thread_and_not_for_an_idle_one() -> None:
             child.wait()
     assert await_sweep_idle(None) is None  # no broker pid
     assert await_sweep_idle(str(os.getpid())) is None  # no sweep thread
+
+
+def test_the_brokers_jit_compiler_threads_are_counted_also_when_started_later() -> None:
+    """HotSpot starts and stops compiler threads as its queue needs: one named after the sampling
+    began is found at the next look, and its cores counted from there."""
+    now = _named(JIT_THREADS[1], 600)
+    later = _named(JIT_THREADS[0], 600, after_s=0.3)
+    try:
+        with CpuSampler(str(now.pid)) as busy, CpuSampler(str(later.pid)) as starts:
+            time.sleep(1.6)
+    finally:
+        for child in (now, later):
+            child.kill()
+            child.wait()
+    got = busy.over(busy.samples[0][0], busy.samples[-1][0])
+    assert got is not None and 0.4 < got["jit_cores"] <= got["broker_cores"] + 0.05
+    # the second was named 0.3 s in: counted from the look after it, for most of the 1.6 s
+    late = starts.over(starts.samples[0][0], starts.samples[-1][0])
+    assert late is not None and starts.samples[0][5] == 0.0 and 0.2 < late["jit_cores"] <= late["broker_cores"] + 0.05
+    # a process with no compiler thread: none of its cores; without a broker pid: no JIT figure
+    with CpuSampler(str(os.getpid())) as mine, CpuSampler(None) as none:
+        time.sleep(0.1)
+    assert mine.over(mine.samples[0][0], mine.samples[-1][0])["jit_cores"] == 0.0  # type: ignore[index]
+    assert none.over(none.samples[0][0], none.samples[-1][0])["jit_cores"] is None  # type: ignore[index]

@@ -333,17 +333,27 @@ def test_the_section_says_who_used_the_cores_in_the_asap_runs(tmp_path: Path) ->
               "v5": {"span_ms": 900.0, "cores": 2, "machine_busy_cores": 1.8, "broker_cores": 1.2}})
     _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000))
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
-    # sets written before the sweep thread was read: its cores and wait are None
-    assert dict(v.saturation_cpu) == {"v4": ((1.9, 0.4, None, None), None), "v5": ((1.8, 1.2, None, None), None)}
+    # sets written before the sweep thread and the JIT were read: their cores and the wait are None
+    assert dict(v.saturation_cpu) == {"v4": ((1.9, 0.4, None, None, None), None),
+                                      "v5": ((1.8, 1.2, None, None, None), None)}
     assert v.cores == 2
     assert v.to_json()["broker_saturation_cpu"]["v4"] == [{"machine_busy_cores": 1.9, "broker_cores": 0.4,
-                                                           "sweep_cores": None, "sweep_wait_s": None}, None]
+                                                           "sweep_cores": None, "sweep_wait_s": None,
+                                                           "jit_cores": None}, None]
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
                tmp_path / "rep").markdown.read_text()
     assert "Cores in use over the txn phase of each asap run, the machine's busy (the broker process's) of its 2: " \
            "v4 1.9 (0.4), -; v5 1.8 (1.2), -." in md
     assert "In v4 the machine was near full and the broker used under half of it" in md  # v5's broker had 2/3
-    assert "sweep thread" not in md  # no run recorded it
+    assert "sweep thread" not in md and "compiler threads" not in md  # no run recorded them
+    # a set that read the broker's compiler threads gives their share of each run, and says why
+    _set(tmp_path / "jit", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
+         cpu={"v4": {"span_ms": 300.0, "cores": 2, "machine_busy_cores": 1.9, "broker_cores": 1.2, "jit_cores": 0.6},
+              "v5": {"span_ms": 900.0, "cores": 2, "machine_busy_cores": 1.8, "broker_cores": 1.2, "jit_cores": 0.0}})
+    md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "jit"], tmp_path / "rep-jit").markdown.read_text()
+    assert ("the machine's busy (the broker process's, of them its JIT compiler threads') of its 2: "
+            "v4 1.9 (1.2, JIT 0.6); v5 1.8 (1.2, JIT 0).") in md
+    assert "a run whose JIT was busy measured the broker still warming" in md
     # sets without CPU records say nothing of it
     none = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap2")])
     assert none.saturation_cpu == () and none.to_json()["broker_saturation_cpu"] == {}
@@ -382,11 +392,11 @@ def test_the_section_says_what_the_brokers_v5_sweep_took_of_each_run_and_how_lon
     _set(tmp_path / "asap2", trace, broker=True, pacing="asap", ends=(20_000, 50_000),
          cpu={"v4": run(0.0), "v5": run(0.9)}, sweep_wait_s={"v4": 0.0, "v5": 0.25})
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), [load(tmp_path / "asap"), load(tmp_path / "asap2")])
-    assert dict(v.broker_cpu) == {"v4": (1.5, 1.0, 0.0, 61.5), "v5": (1.5, 1.0, 0.0, 0.0)}
-    assert dict(v.saturation_cpu)["v5"] == ((1.5, 1.0, 0.01, 0.0), (1.5, 1.0, 0.9, 0.25))
+    assert dict(v.broker_cpu) == {"v4": (1.5, 1.0, 0.0, 61.5, None), "v5": (1.5, 1.0, 0.0, 0.0, None)}
+    assert dict(v.saturation_cpu)["v5"] == ((1.5, 1.0, 0.01, 0.0, None), (1.5, 1.0, 0.9, 0.25, None))
     doc = v.to_json()
     assert doc["broker_cpu"]["v4"] == {"machine_busy_cores": 1.5, "broker_cores": 1.0, "sweep_cores": 0.0,
-                                       "sweep_wait_s": 61.5}
+                                       "sweep_wait_s": 61.5, "jit_cores": None}
     assert doc["broker_saturation_cpu"]["v5"][1]["sweep_cores"] == 0.9
     md = build([tmp_path / "model", tmp_path / "broker", tmp_path / "asap", tmp_path / "asap2"],
                tmp_path / "rep").markdown.read_text()
