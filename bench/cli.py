@@ -303,6 +303,14 @@ def _add_warm_up(p: argparse.ArgumentParser) -> None:
     _add_warm_up_txns(p, "--target: and")
 
 
+def _add_kept_fit(p: argparse.ArgumentParser, flag: str, what: str, module: str, stays: str) -> None:
+    """A calibrate fit to kept validations (bench/calibrate/kept_fit.py): a repeatable DIR whose
+    validations the fit reads, several fitted together."""
+    p.add_argument(flag, action="append", default=None, metavar="DIR",
+                   help=f"with --refit: instead, {what} the validations in DIR recorded (bench/calibrate/{module}.py); "
+                        f"repeatable: several DIRs (sets from different brokers) are fitted together; {stays}")
+
+
 def _add_warm_up_txns(p: argparse.ArgumentParser, scope: str) -> None:
     p.add_argument("--warm-up-txns", action="append", type=_design_count, default=[], metavar="DESIGN=N",
                    help=f"{scope} a design's discarded runs go on until their rows have held N txns, "
@@ -1013,20 +1021,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", default=None, metavar="PROFILE",
                    help="measure nothing: fit PROFILE's resources again, by this version's model, to the broker's "
                         "saturated rates PROFILE recorded, and write it to --out")
-    p.add_argument("--rates-from", action="append", default=None, metavar="DIR",
-                   help="with --refit: instead, fit PROFILE's host cores (resource cpu: core time per client "
-                        "request, broker-internal request and delivery) and its bookie to the broker's runs at "
-                        "saturation (and the machine's busy cores over them) that the validations in DIR recorded "
-                        "(bench/calibrate/rates_fit.py); repeatable: several DIRs (sets from different brokers) "
-                        "are fitted together; every other operation and the metadata writes stay")
+    _add_kept_fit(p, "--rates-from", "fit PROFILE's host cores (resource cpu: core time per client request, "
+                  "broker-internal request and delivery) and its bookie to the broker's runs at saturation (and the "
+                  "machine's busy cores over them) that", "rates_fit",
+                  "every other operation and the metadata writes stay")
     p.add_argument("--core", action="append", default=None, metavar="KIND=US",
                    help="with --rates-from: pin KIND's core time per call (rpc, rpc.broker or consumer.deliver) "
                         "at US µs, unscaled, and fit the other kinds to what is left; repeatable")
-    p.add_argument("--hops-from", action="append", default=None, metavar="DIR",
-                   help="with --refit: instead, scale PROFILE's rpc, consumer.deliver and ledger.append (one "
-                        "factor, their shape kept) to the v4 plain publish p50 the broker answered at in the validations in DIR "
-                        "(bench/calibrate/hops_fit.py); repeatable: several DIRs are fitted together; every other "
-                        "kind and the resources stay")
+    _add_kept_fit(p, "--hops-from", "scale PROFILE's rpc, consumer.deliver and ledger.append (one factor, their "
+                  "shape kept) to the v4 plain publish p50 the broker answered at, as", "hops_fit",
+                  "every other kind and the resources stay")
     p.add_argument("--store-probe", action="store_true",
                    help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
                         "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")
