@@ -314,11 +314,11 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
               samples: int, out: str, name: str | None, command: str,
               progress: Callable[[str], None] = lambda s: None, fresh_broker: bool = False,
               pulsar_dir: str | None = None, client_warm_up: bool = False,
-              warm_up_txns: dict[str, int] | None = None) -> LatencyProfile:
+              warm_up_txns: dict[str, int] | None = None, warm_up_jit: float | None = None) -> LatencyProfile:
     """``fresh_broker``: restart the broker (``scripts/pulsar.sh`` DIR ``pulsar_dir``, else
     ``$TXNBENCH_PULSAR_DIR``) with its data wiped before measuring it, as ``validate
     --fresh-broker`` does before each trace (a broker's rates follow its state); then warm it as
-    validate does (``warm_up_txns``: bench.calibrate.calibrate_pulsar.measure_pulsar); the profile
+    validate does (``warm_up_txns``, ``warm_up_jit``: bench.calibrate.calibrate_pulsar.measure_pulsar); the profile
     records both (``provenance["broker"]``)."""
     if not (redis or kafka or pulsar):
         raise ConfigError("calibrate: give at least one of --redis, --kafka, --pulsar")
@@ -345,7 +345,7 @@ def calibrate(*, redis: str | None, kafka: str | None, pulsar: str | None, admin
             raise ConfigError("calibrate --pulsar needs --admin-url")
         measurements.append(measure_pulsar(pulsar, admin_url, samples, progress, fresh=fresh_broker,
                                            pulsar_dir=pulsar_dir, client_warm_up=client_warm_up,
-                                           warm_up_txns=warm_up_txns))
+                                           warm_up_txns=warm_up_txns, warm_up_jit=warm_up_jit))
     default = "-".join(m.backend for m in measurements) + "-local"
     profile = build_profile(name or default, measurements, samples, command)
     sat = next((m.extra["saturation"] for m in measurements if "saturation" in m.extra), None)

@@ -462,11 +462,12 @@ def await_stats_update(target: PulsarTarget, limit_s: float = STATS_UPDATE_WAIT_
 
 def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[str], None] = lambda s: None, *,
                    fresh: bool = False, pulsar_dir: str | None = None, client_warm_up: bool = False,
-                   warm_up_txns: dict[str, int] | None = None) -> Measurement:
+                   warm_up_txns: dict[str, int] | None = None, warm_up_jit: float | None = None) -> Measurement:
     """``fresh``: first restart the broker (``pulsar_dir``, else ``$TXNBENCH_PULSAR_DIR``) with its
     data wiped, as ``validate --fresh-broker`` does. Then the broker is warmed as ``validate``
     warms it (``bench.pulsar.validate_run.warm_up_broker`` on the saturation trace, until each
-    design's discarded runs held ``warm_up_txns``), so that the probes and the saturation runs
+    design's discarded runs held ``warm_up_txns`` and, with ``warm_up_jit``, its broker's JIT
+    compiler threads took no more than that share of its cores), so that the probes and the saturation runs
     meet a broker as warm as validate's measured runs do; the probes wait for the broker's next
     stats update first (:func:`await_stats_update`), so that the publish Summary they read holds
     none of the warm-up's queued publishes. ``client_warm_up``: in the warm-up and saturation runs
@@ -493,7 +494,8 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         warming = scratch / "warm-up"
         warming.mkdir()
         sat_trace = saturation.write_trace(warming / "saturation.parquet")
-        state, sat_traces = warm_up_broker(sat_trace, saturating, warming, 1, fresh, progress, goal=warm_up_txns)
+        state, sat_traces = warm_up_broker(sat_trace, saturating, warming, 1, fresh, progress, goal=warm_up_txns,
+                                           jit_share=warm_up_jit)
         m.extra["broker_warm_up"] = state["validate"]["broker"]
         waited = await_stats_update(target)
         m.extra["broker_warm_up"]["stats_update_wait_s"] = waited

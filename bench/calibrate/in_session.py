@@ -37,6 +37,7 @@ class InSession:
     command: str
     name: str
     warm_up_txns: dict[str, int] | None = None
+    warm_up_jit: float | None = None
     _record: dict[str, Any] | None = None  # the calibration's saturation measurement
     _profile: LatencyProfile | None = None
     _done_at: float = 0.0
@@ -50,7 +51,8 @@ class InSession:
         prof = calibrate(redis=None, kafka=None, pulsar=self.target.service_url, admin_url=self.target.admin_url,
                          samples=self.samples, out=str(into / "profile.json"), name=self.name, command=self.command,
                          progress=say, fresh_broker=fresh, pulsar_dir=broker_dir,
-                         client_warm_up=self.target.client_warm_up, warm_up_txns=self.warm_up_txns)
+                         client_warm_up=self.target.client_warm_up, warm_up_txns=self.warm_up_txns,
+                         warm_up_jit=self.warm_up_jit)
         self._record = prof.provenance["extra"]["pulsar.saturation"]
         self._done_at = time.monotonic()
         self._profile = prof

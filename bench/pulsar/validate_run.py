@@ -63,6 +63,15 @@ WARM_UP_RUNS = 1  # discarded asap runs before the broker's measured ones (the J
 # second run of 107 txns on.
 WARM_UP_TXNS = {"v4": 6_000, "v5": 300}
 MAX_WARM_UP_RUNS = 16  # a trace whose rows hold few txns stops there, short of the goal (said so)
+# ... and (``jit_share``) more, per design, while the last one's broker spent more than a share of
+# its cores in its JIT compiler threads (bench.pulsar.cpu: ``jit_cores`` of ``broker_cores``): a
+# fresh broker's v4 rate followed its JIT over twelve runs (396 -> 1,808 committed txn/s as the
+# compiler fell 1,123 -> 0 core-us per txn), and 6,000 txns of warm-up still left 0.12-0.18 of
+# about 1.0 broker cores to it in the measured runs (session 34). Warmed until its share was at
+# most 5 % (7-16 runs), six fresh-broker sets on two brokers met the v5/v4 ratio's goal on all six
+# (the sets before: 7 of 12), and v4's asap runs on small and omb spread 1.02-1.43x, where they
+# had spread up to 2x (datasets/validation/README.md, session 35).
+WARM_UP_JIT = 0.05
 WARM_UP_PHASE_S = 2.0  # each warm-up run's txn phase, at the last one's rate: fewer, longer runs
 
 
@@ -194,7 +203,8 @@ def broker_saturation(trace: str | Path, target: Any, into: Path, runs: int = SA
                                  extra_manifest=extra_manifest, shown=shown)
         for label, run in manifest["runs"].items():
             say(f"broker {label} ({path.name}, asap pacing, run {i} of {runs}): {run['events']} rows in "
-                f"{run['wall_seconds']} s, {run['rates'].get('committed_txns_per_s')} committed txn/s")
+                f"{run['wall_seconds']} s, {run['rates'].get('committed_txns_per_s')} committed txn/s"
+                + ("" if jit_of(run) is None else f", JIT {jit_of(run):g} of the broker's cores"))
         out.append(path)
     return out
 
@@ -213,8 +223,8 @@ def asap_runs(traces: dict[str, Path], target: Any, into: Path, runs: int, say: 
 
 def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh: bool,
                    say: Callable[[str], None] = lambda _line: None, shown: dict[str, str] | None = None,
-                   repeat: int | None = None,
-                   goal: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+                   repeat: int | None = None, goal: dict[str, int] | None = None,
+                   jit_share: float | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """Discarded asap runs (``broker-warm-up``, ``-2``, ... under ``into``): at least ``runs`` of
     both designs, and a design's more until their rows have held ``goal[d]`` txns
     (:data:`WARM_UP_TXNS`; at most :data:`MAX_WARM_UP_RUNS` runs). Returns what the measured
@@ -223,7 +233,9 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
     :func:`repeats_for` gives at the rate the design's last warm-up run measured (once, without
     one). Then the first warm-up run replays the rows once and each later one as many times over
     as make a txn phase of :data:`WARM_UP_PHASE_S` at the rate of the run before it: a fresh
-    broker's rate rises through its warm-up (see :data:`WARM_UP_TXNS`)."""
+    broker's rate rises through its warm-up (see :data:`WARM_UP_TXNS`). ``jit_share``: a design's
+    runs also go on while its last one's broker spent more than this share of its cores in its JIT
+    compiler threads (a run without that record ends it: said so)."""
     from bench.trace.repeated import unrepeatable_row
 
     goal = dict(WARM_UP_TXNS if goal is None else goal)
@@ -235,14 +247,17 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
     fixed = {d: 1 if repeat is None or bad is not None else repeat for d in DESIGNS}
     counts, passes = dict(fixed), dict(fixed)
     held = {d: 0 for d in DESIGNS}
+    jit: dict[str, float | None] = {}  # per design, its last run's JIT share of the broker's cores
+    compiling = lambda d: jit_share is not None and (d not in jit or (jit[d] or 0.0) > jit_share)  # noqa: E731
     done = 0
     while True:
-        need = [d for d in DESIGNS if done < runs or (txns and held[d] < goal.get(d, 0))]
+        need = [d for d in DESIGNS if done < runs or (txns and (held[d] < goal.get(d, 0) or compiling(d)))]
         if not need:
             break
         if done == MAX_WARM_UP_RUNS:
             say(f"warm-up: stopped after {done} runs, short of " + ", ".join(
-                f"{goal[d]:,} {d} txns ({held[d]:,})" for d in need if held[d] < goal.get(d, 0)))
+                [f"{goal[d]:,} {d} txns ({held[d]:,})" for d in need if held[d] < goal.get(d, 0)]
+                + [f"a {d} JIT share of {jit_share:g} ({jit[d]:g})" for d in need if compiling(d) and d in jit]))
             break
         done += 1
         traces = saturation_traces(trace, into, {d: passes[d] for d in need}, say)
@@ -250,6 +265,10 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
                               extra_manifest=broker_state_manifest(fresh, done - 1, held), shown=shown):
             for d, run in json.loads((path / "manifest.json").read_text())["runs"].items():
                 held[d] += txns * passes[d]
+                unrecorded = d in jit and jit[d] is None
+                jit[d] = jit_of(run)
+                if jit_share is not None and jit[d] is None and not unrecorded:
+                    say(f"warm-up: {d}'s run recorded no JIT cores (bench.pulsar.cpu): its JIT share not judged")
                 if repeat is None and bad is None:
                     rate = {d: run.get("rates", {}).get("committed_txns_per_s")}
                     counts[d] = repeats_for(rate, txns)[d]
@@ -259,7 +278,16 @@ def warm_up_broker(trace: str | Path, target: Any, into: Path, runs: int, fresh:
         say("saturation: " + ", ".join(f"{d} replays the trace's rows " + (f"{n} times over" if n > 1 else "once")
                                        for d, n in counts.items()) + ("" if repeat is not None else
             f" (a txn phase of about {TARGET_PHASE_S:g} s at its last warm-up run's rate)"))
-    return broker_state_manifest(fresh, done, {d: n for d, n in held.items() if n}), traces
+    shares = {d: j for d, j in jit.items() if jit_share is not None and j is not None}
+    return broker_state_manifest(fresh, done, {d: n for d, n in held.items() if n}, shares), traces
+
+
+def jit_of(run: dict[str, Any]) -> float | None:
+    """A broker run's JIT compiler threads' share of the broker's cores over its txn phase (its
+    manifest entry's ``cpu``: bench.pulsar.cpu); None where not recorded."""
+    cpu = run.get("cpu") or {}
+    jit, broker = cpu.get("jit_cores"), cpu.get("broker_cores")
+    return None if jit is None or not broker else round(jit / broker, 3)
 
 
 class SessionCalibration(Protocol):
@@ -276,10 +304,10 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
                  fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS,
                  saturation_repeat: int | None = None, warm_up_txns: dict[str, int] | None = None,
-                 calibration: SessionCalibration | None = None) -> dict[str, Any]:
+                 warm_up_jit: float | None = None, calibration: SessionCalibration | None = None) -> dict[str, Any]:
     """Run the result sets (``saturation=False``: no asap runs, the section says so), compute the
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
-    ``target.pulsar_dir`` names with its data wiped first; ``warm_up``, ``warm_up_txns``: discarded
+    ``target.pulsar_dir`` names with its data wiped first; ``warm_up``, ``warm_up_txns``, ``warm_up_jit``: discarded
     asap runs of the trace before the measured broker runs (:func:`warm_up_broker`); ``saturation_repeat``: how many times over each
     design's asap runs (the model's, the broker's and its later warm-up runs) replay the trace's
     rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`). ``calibration``:
@@ -314,7 +342,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             say(f"broker: restarted with fresh data ({target.pulsar_dir})")
         latency, note = model_latency(prof, seed)
         state, traces = warm_up_broker(trace, target, tmp, warm_up, fresh_broker, say, shown, saturation_repeat,
-                                       warm_up_txns)
+                                       warm_up_txns, warm_up_jit)
         manifest = pulsar_replay(trace, list(DESIGNS), dataclasses.replace(target, pacing="trace"), tmp / "broker",
                                  extra_manifest=state)
         for label, run in manifest["runs"].items():

@@ -466,6 +466,9 @@ class Validation:
     # the watches of topics loaded before that the model's v5 store started with
     # (V5Options.history_listeners), as model_v5_history
     model_v5_listeners: tuple[int | None, int | None] = (None, None)
+    # per design, the JIT compiler threads' share of the broker's cores in its last warm-up run,
+    # where the warm-up went on until it was low enough (bench.pulsar.validate_run.WARM_UP_JIT)
+    warm_up_jit: tuple[tuple[str, float], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -475,7 +478,9 @@ class Validation:
         return ("the broker restarted with its data wiped before this trace" if fresh else
                 "the broker as earlier runs left it (no --fresh-broker)") + (
                 f", then {warm} discarded as-fast-as-possible run{'s' if warm != 1 else ''} of the trace"
-                + (f" (their rows held {held})" if held else "") if warm else ", no warm-up run")
+                + (f" (their rows held {held})" if held else "") if warm else ", no warm-up run") + (
+                "; its JIT compiler threads' share of its cores in the last one: "
+                + ", ".join(f"{d} {share:g}" for d, share in self.warm_up_jit) if self.warm_up_jit else "")
 
     def missed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict in ("missed", "differs")]
@@ -492,9 +497,10 @@ class Validation:
                 "profile": self.profile_note, "unmapped_broker_counters": self.unmapped,
                 "broker_lag_us": dict(self.broker_lag_us), "broker_duplicate_deliveries": dict(self.duplicates),
                 "broker_saturation_runs": {d: list(r) for d, r in self.saturation_runs},
-                "broker_state": None if self.broker_state is None else {"fresh": self.broker_state[0],
-                                                                         "warm_up_runs": self.broker_state[1],
-                                                                         "warm_up_txns": dict(self.broker_state[2])},
+                "broker_state": None if self.broker_state is None else {
+                    "fresh": self.broker_state[0], "warm_up_runs": self.broker_state[1],
+                    "warm_up_txns": dict(self.broker_state[2]),
+                    **({"warm_up_jit": dict(self.warm_up_jit)} if self.warm_up_jit else {})},
                 "broker_failed_ops": {d: dict(f) for d, f in self.broker_failures},
                 "broker_saturation_failed_ops": {d: list(n) for d, n in self.saturation_failures},
                 "broker_saturation_out_of_order_receipts": {d: list(n) for d, n in self.saturation_reorders},
@@ -655,7 +661,9 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)),
                       tuple((d, new_txn_modes(_txns(model, mlab[d])), new_txn_modes(_txns(broker, blab[d])))
                             for d in ("v4", "v5") if d in mlab and d in blab),
-                      _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"))
+                      _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"),
+                      tuple(sorted((d, float(s)) for d, s in ((broker["manifest"].get("validate", {}).get("broker") or {})
+                                                            .get("warm_up_jit") or {}).items())))
 
 
 def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
@@ -712,11 +720,16 @@ def txns_before(rs: dict[str, Any], label: str) -> int | None:
     return low
 
 
-def broker_state_manifest(fresh: bool, warm_up_runs: int, warm_up_txns: Mapping[str, int] | None = None) -> dict[str, Any]:
+def broker_state_manifest(fresh: bool, warm_up_runs: int, warm_up_txns: Mapping[str, int] | None = None,
+                          warm_up_jit: Mapping[str, float] | None = None) -> dict[str, Any]:
     """What a broker set's manifest records of the broker's state (read back by :func:`validate_sets`):
-    ``warm_up_txns``, per design the txns the discarded runs' rows held."""
-    return {"validate": {"broker": {"fresh": fresh, "warm_up_runs": warm_up_runs,
-                                    "warm_up_txns": dict(sorted((warm_up_txns or {}).items()))}}}
+    ``warm_up_txns``, per design the txns the discarded runs' rows held; ``warm_up_jit`` (when the
+    warm-up judged it), per design the JIT share of the broker's cores in its last discarded run."""
+    state: dict[str, Any] = {"fresh": fresh, "warm_up_runs": warm_up_runs,
+                             "warm_up_txns": dict(sorted((warm_up_txns or {}).items()))}
+    if warm_up_jit:
+        state["warm_up_jit"] = dict(sorted(warm_up_jit.items()))
+    return {"validate": {"broker": state}}
 
 
 def _broker_state(broker: dict[str, Any]) -> tuple[bool, int, tuple[tuple[str, int], ...]] | None:

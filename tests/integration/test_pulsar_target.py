@@ -190,7 +190,7 @@ def test_compare_against_the_broker_warms_it_up_and_says_so(tmp_path: Path, puls
     out = tmp_path / "cmp"
     code = main(["compare", "--profile", "small", "--events", "60", "--target", pulsar.url, "--admin-url", pulsar.admin_url,
                  "--pacing", "asap", "--drain-ms", "8000", "--no-scenarios", "--no-progress", "--warm-up", "2",
-                 "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0",
+                 "--warm-up-jit", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0",
                  "--out", str(out)])
     assert code == 0
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())

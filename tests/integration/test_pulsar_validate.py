@@ -39,7 +39,8 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "v"
     code = main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
-                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--out", str(out)])
+                 "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0",
+                 "--warm-up-jit", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--out", str(out)])
     assert code == 0
     assert "model vs broker, against the goals: " in capsys.readouterr().out
     doc = json.loads((out / "validation.json").read_text())
@@ -113,7 +114,8 @@ def test_fresh_broker_and_warm_up_runs_come_before_the_measured_ones(tmp_path: P
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(trace), "--target", own_broker.url, "--admin-url", own_broker.admin_url,
                  "--pulsar-dir", str(own_broker.dir), "--drain-ms", "8000", "--no-saturation", "--fresh-broker",
-                 "--warm-up", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--out", str(out)]) == 0
+                 "--warm-up", "1", "--warm-up-jit", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0",
+                 "--out", str(out)]) == 0
     assert not earlier & set(_namespaces(own_broker.admin_url))  # wiped: only this validate's runs are there
     warm = json.loads((out / "broker-warm-up" / "manifest.json").read_text())
     assert warm["target"]["pacing"] == "asap" and set(warm["runs"]) == {"v4", "v5"}
@@ -152,7 +154,8 @@ def test_the_clients_warm_up_is_in_none_of_the_counts(tmp_path: Path, pulsar: Pu
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
                  "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--no-saturation", "--warm-up", "0",
-                 "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--client-warm-up", "--out", str(out)]) == 0
+                 "--warm-up-jit", "1", "--warm-up-txns", "v4=0", "--warm-up-txns", "v5=0", "--client-warm-up",
+                 "--out", str(out)]) == 0
     doc = json.loads((out / "validation.json").read_text())
     rows = {(c["design"], c["section"], c["metric"]): c for c in doc["checks"]}
     for d in ("v4", "v5"):
@@ -182,7 +185,8 @@ def test_each_designs_asap_runs_replay_the_rows_as_often_as_its_last_warm_up_run
     out = tmp_path / "v"
     assert main(["validate", "--trace", str(_trace(tmp_path / "t.parquet")), "--target", pulsar.url,
                  "--admin-url", pulsar.admin_url, "--drain-ms", "8000", "--saturation-runs", "1", "--warm-up", "1",
-                 "--warm-up-txns", "v4=3", "--warm-up-txns", "v5=0", "--no-client-warm-up", "--out", str(out)]) == 0
+                 "--warm-up-jit", "1", "--warm-up-txns", "v4=3", "--warm-up-txns", "v5=0", "--no-client-warm-up",
+                 "--out", str(out)]) == 0
 
     def suffixes(counts: dict[str, int]) -> dict[str, str]:  # each design's set-name suffix
         traces = {d: out / f"x{n}" for d, n in counts.items()}

@@ -278,7 +278,8 @@ def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: p
     from engine.errors import ConfigError
 
     def seen(url: str, admin: str, samples: int, progress: object, **kw: object) -> None:
-        raise ConfigError(f"measure_pulsar got client_warm_up={kw['client_warm_up']} warm_up_txns={kw['warm_up_txns']}")
+        raise ConfigError(f"measure_pulsar got client_warm_up={kw['client_warm_up']} warm_up_txns={kw['warm_up_txns']} "
+                          f"warm_up_jit={kw['warm_up_jit']}")
 
     monkeypatch.setattr(cp, "measure_pulsar", seen)
     base = ["calibrate", "--pulsar", "pulsar://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1",
@@ -295,6 +296,17 @@ def test_client_warm_up_reaches_the_pulsar_measurement(tmp_path: Path, capsys: p
     with pytest.raises(SystemExit):
         main(base + ["--warm-up-txns", "v6=10"])
     assert "expected DESIGN=N with DESIGN v4 or v5, got 'v6=10'" in capsys.readouterr().err
+    # ... and its JIT's share: 5 % unless told, 1 for not judged (bench.pulsar.validate_run.WARM_UP_JIT)
+    main(base)
+    assert "warm_up_jit=0.05" in capsys.readouterr().err
+    main(base + ["--warm-up-jit", "0.2"])
+    assert "warm_up_jit=0.2" in capsys.readouterr().err
+    main(base + ["--warm-up-jit", "1"])
+    assert "warm_up_jit=None" in capsys.readouterr().err
+    for bad in ("1.5", "-0.1", "some"):
+        with pytest.raises(SystemExit):
+            main(base + ["--warm-up-jit", bad])
+        assert f"expected a share from 0 to 1, got '{bad}'" in capsys.readouterr().err
 
 
 def test_the_probes_wait_for_the_brokers_next_stats_update(monkeypatch: pytest.MonkeyPatch) -> None:

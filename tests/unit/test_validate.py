@@ -257,6 +257,8 @@ def test_the_section_says_what_state_the_broker_was_in(tmp_path: Path) -> None:
                                                          "warm_up_txns": {"v5": 300, "v4": 6420}})
     _set(tmp_path / "as-left", trace, broker=True, state={"fresh": False, "warm_up_runs": 0})
     _set(tmp_path / "before", trace, broker=True, state={"fresh": True, "warm_up_runs": 2})  # written before the volume was
+    _set(tmp_path / "jit", trace, broker=True, state={"fresh": True, "warm_up_runs": 9, "warm_up_txns": {"v4": 17655},
+                                                       "warm_up_jit": {"v5": 0.033, "v4": 0.043}})
     fresh = validate_sets(load(tmp_path / "model"), load(tmp_path / "fresh"), None)
     assert fresh.broker_state == (True, 2, (("v4", 6420), ("v5", 300)))
     assert fresh.to_json()["broker_state"] == {"fresh": True, "warm_up_runs": 2, "warm_up_txns": {"v4": 6420, "v5": 300}}
@@ -266,6 +268,12 @@ def test_the_section_says_what_state_the_broker_was_in(tmp_path: Path) -> None:
     before = validate_sets(load(tmp_path / "model"), load(tmp_path / "before"), None)
     assert before.broker_state == (True, 2, ()) and before.to_json()["broker_state"]["warm_up_txns"] == {}
     assert before.broker_state_note().endswith("then 2 discarded as-fast-as-possible runs of the trace")
+    assert "warm_up_jit" not in fresh.to_json()["broker_state"] and fresh.warm_up_jit == ()
+    # a warm-up that went on until its broker's JIT was quiet says how quiet in its last run
+    jit = validate_sets(load(tmp_path / "model"), load(tmp_path / "jit"), None)
+    assert jit.to_json()["broker_state"]["warm_up_jit"] == {"v4": 0.043, "v5": 0.033}
+    assert jit.broker_state_note().endswith("(their rows held 17,655 v4 txns); its JIT compiler threads' share of its "
+                                            "cores in the last one: v4 0.043, v5 0.033")
     left = validate_sets(load(tmp_path / "model"), load(tmp_path / "as-left"), None)
     assert left.broker_state_note() == "the broker as earlier runs left it (no --fresh-broker), no warm-up run"
     md = build([tmp_path / "model", tmp_path / "fresh"], tmp_path / "rep").markdown.read_text()

@@ -32,14 +32,27 @@ def _trace(path: Path, txns: int = 10) -> Path:
     return path
 
 
+# per design, the JIT compiler threads' cores the stand-in broker's runs record, run by run (of 1.0
+# broker cores; the last repeats); a design without one records no CPU
+JIT: dict[str, list[float]] = {}
+
+
 @pytest.fixture
 def replays(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, int]]:
     """Each stand-in run: (its set's name, design, txns its trace held)."""
     done: list[tuple[str, str, int]] = []
+    JIT.clear()
+
+    def cpu(d: str) -> dict[str, Any]:
+        if d not in JIT:
+            return {}
+        ran = sum(1 for _, design, _ in done if design == d)
+        return {"cpu": {"machine_busy_cores": 1.5, "broker_cores": 1.0, "jit_cores": JIT[d][min(ran, len(JIT[d]) - 1)]}}
 
     def replay(trace: Path, designs: list[str], target: Any, out: Path, **_: Any) -> dict[str, Any]:
         txns = summarize(trace).txns
-        runs = {d: {"events": 1, "wall_seconds": 0.1, "rates": {"committed_txns_per_s": RATES[d]}} for d in designs}
+        runs = {d: {"events": 1, "wall_seconds": 0.1, "rates": {"committed_txns_per_s": RATES[d]}, **cpu(d)}
+                for d in designs}
         out.mkdir(parents=True)
         (out / "manifest.json").write_text(json.dumps({"runs": runs}))
         done.extend((out.name, d, txns) for d in designs)
@@ -89,3 +102,35 @@ def test_no_goal_and_no_runs_run_nothing_and_a_fixed_repeat_holds(tmp_path: Path
     state, traces = validate_run.warm_up_broker(trace, TARGET, tmp_path, 0, False, repeat=3, goal={"v4": 50, "v5": 0})
     assert replays == [("broker-warm-up", "v4", 30), ("broker-warm-up-2", "v4", 30)]  # 30, then 60 >= 50
     assert traces == {"v4": tmp_path / "saturation-trace-x3.parquet", "v5": tmp_path / "saturation-trace-x3.parquet"}
+
+
+def test_with_a_jit_share_a_designs_runs_go_on_while_its_broker_compiled_more(tmp_path: Path,
+                                                                            replays: list[tuple[str, str, int]]) -> None:
+    JIT.update({"v4": [0.6, 0.3, 0.04, 0.2], "v5": [0.01]})
+    said: list[str] = []
+    state, _ = validate_run.warm_up_broker(_trace(tmp_path / "t.parquet"), TARGET, tmp_path, 1, True, said.append,
+                                           goal={"v4": 0, "v5": 0}, jit_share=0.05)
+    # v4 ran while its last run's share was above 0.05 (0.6, 0.3), and stopped after the 0.04;
+    # v5's first run was below it
+    assert [(name, d) for name, d, _ in replays] == [("broker-warm-up", "v4"), ("broker-warm-up", "v5"),
+                                                    ("broker-warm-up-2", "v4"), ("broker-warm-up-3", "v4")]
+    assert state["validate"]["broker"]["warm_up_runs"] == 3
+    assert state["validate"]["broker"]["warm_up_jit"] == {"v4": 0.04, "v5": 0.01}
+    # without a share, the same broker's warm-up is the one run
+    replays.clear()
+    state, _ = validate_run.warm_up_broker(_trace(tmp_path / "u.parquet"), TARGET, tmp_path / "u", 1, True,
+                                           goal={"v4": 0, "v5": 0})
+    assert len(replays) == 2 and "warm_up_jit" not in state["validate"]["broker"]
+
+
+def test_a_jit_share_never_reached_stops_at_the_limit_and_a_run_without_cpu_is_not_judged(
+        tmp_path: Path, replays: list[tuple[str, str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validate_run, "MAX_WARM_UP_RUNS", 3)
+    JIT.update({"v4": [0.5, 0.4, 0.3]})  # v5 records no CPU
+    said: list[str] = []
+    state, _ = validate_run.warm_up_broker(_trace(tmp_path / "t.parquet"), TARGET, tmp_path, 1, False, said.append,
+                                           goal={"v4": 0, "v5": 0}, jit_share=0.1)
+    assert [d for _, d, _ in replays] == ["v4", "v5", "v4", "v4"]
+    assert "warm-up: stopped after 3 runs, short of a v4 JIT share of 0.1 (0.3)" in said
+    assert "warm-up: v5's run recorded no JIT cores (bench.pulsar.cpu): its JIT share not judged" in said
+    assert state["validate"]["broker"]["warm_up_jit"] == {"v4": 0.3}
