@@ -66,6 +66,12 @@ def test_saturation_ratio_against_25_percent() -> None:
     assert both.verdict == "missed" and "+150%" in both.why and "do not carry over" in both.why
     ok = throughput_checks({"v4": 100.0, "v5": 45.0}, {"v4": 100.0, "v5": 40.0})[-1]
     assert ok.verdict == "within goal" and ok.why == ""
+    # met, but with both rates off by more than the ratio's goal, one way: said so
+    shared = throughput_checks({"v4": 156.0, "v5": 40.0}, {"v4": 100.0, "v5": 30.0})[-1]
+    assert shared.verdict == "within goal" and shared.why.startswith(
+        "met with both designs' rates off the broker's in one direction (v4 +56%, v5 +33%)")
+    # ... not when one is within it, or they are off in opposite directions (then the ratio misses)
+    assert throughput_checks({"v4": 124.0, "v5": 30.0}, {"v4": 100.0, "v5": 24.0})[-1].why == ""
     assert throughput_checks({"v4": 100.0, "v5": 45.0}, {})[-1].verdict == "n/a"  # no asap run
     assert GOALS.ratio == 0.25
 
