@@ -17,9 +17,10 @@ broker has run (98 to 23 committed txn/s over nine runs of 1,264 txns, a restart
 index scan lists every txn's never-deleted ``__seq_counter__`` under /txn/op). So with
 ``fresh_broker`` the broker is first restarted with its data wiped (``scripts/pulsar.sh fresh``),
 and the measured runs follow discarded asap runs of the same trace until each design's rows held
-:data:`WARM_UP_TXNS` (at least ``warm_up`` runs): each trace meets the broker in the same stated
-state. The manifests of the broker's sets record it (``validate.broker``), and the section says
-how many txns v5's coordinator had created before each asap run
+:data:`WARM_UP_TXNS` (at least ``warm_up`` runs) and, with ``warm_up_jit``, its JIT compiler
+threads were quiet (:data:`WARM_UP_JIT`): each trace meets the broker in the same stated state.
+The manifests of the broker's sets record it (``validate.broker``), and the section says how
+many txns v5's coordinator had created before each asap run
 (``bench.report.validate.txns_before``). The model replays the trace after the broker, its v5
 store starting from that history (:func:`broker_history`; ``V5Options.history``), so a listing
 walks the counters the broker's walked (``meta.list_keys``); the model's manifests record it
