@@ -78,35 +78,24 @@ def threads_cpu_s(pid: str) -> dict[str, float]:
     return out
 
 
-def thread_id(pid: str, name: str) -> str | None:
-    """The id of process ``pid``'s (first) thread named ``name``; None if it has none, or is gone."""
+def threads(pid: str) -> list[tuple[str, str]]:
+    """(id, name) of process ``pid``'s threads, by id; none once it is gone."""
     try:
         tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name))
-    except OSError:
-        return None
-    for task in tasks:
-        try:
-            if (task / "comm").read_text().strip() == name:
-                return task.name
-        except OSError:
-            continue
-    return None
-
-
-def thread_ids(pid: str, prefixes: tuple[str, ...]) -> list[str]:
-    """The ids of process ``pid``'s threads whose name starts with one of ``prefixes``."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return []
     found = []
     for task in tasks:
         try:
-            if (task / "comm").read_text().startswith(prefixes):
-                found.append(task.name)
+            found.append((task.name, (task / "comm").read_text().strip()))
         except OSError:
             continue  # the thread ended
     return found
+
+
+def thread_id(pid: str, name: str) -> str | None:
+    """The id of process ``pid``'s (first) thread named ``name``; None if it has none, or is gone."""
+    return next((tid for tid, comm in threads(pid) if comm == name), None)
 
 
 def task_cpu_s(pid: str, tid: str) -> float | None:
@@ -198,8 +187,9 @@ class CpuSampler:
         if not self.pid:
             return None
         if rescan:
-            for tid in thread_ids(self.pid, JIT_THREADS):
-                self._jit.setdefault(tid, 0.0)
+            for tid, comm in threads(self.pid):
+                if comm.startswith(JIT_THREADS):
+                    self._jit.setdefault(tid, 0.0)
         for tid, was in list(self._jit.items()):
             now = task_cpu_s(self.pid, tid)
             if now is None or now < was:

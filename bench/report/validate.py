@@ -669,8 +669,7 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, new_txn_modes(_txns(model, mlab[d])), new_txn_modes(_txns(broker, blab[d])))
                             for d in ("v4", "v5") if d in mlab and d in blab),
                       _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"),
-                      tuple(sorted((d, float(s)) for d, s in ((broker["manifest"].get("validate", {}).get("broker") or {})
-                                                            .get("warm_up_jit") or {}).items())))
+                      _warm_up_jit(broker))
 
 
 def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
@@ -745,6 +744,12 @@ def _broker_state(broker: dict[str, Any]) -> tuple[bool, int, tuple[tuple[str, i
         return None
     txns = state.get("warm_up_txns") or {}
     return bool(state.get("fresh")), int(state.get("warm_up_runs") or 0), tuple(sorted((d, int(n)) for d, n in txns.items()))
+
+
+def _warm_up_jit(broker: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    state = broker["manifest"].get("validate", {}).get("broker")
+    shares = (state.get("warm_up_jit") if isinstance(state, dict) else None) or {}
+    return tuple(sorted((d, float(share)) for d, share in shares.items()))
 
 
 def _issue_lag(run: Mapping[str, Any]) -> int:
