@@ -374,7 +374,7 @@ def judge(trace: str | Path, into: Path, prof: LatencyProfile, latency: LatencyM
     listeners = broker_listeners([broker], runs)
     replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners), into / "model",
                  extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
-                 shown=shown)
+                 shown=shown, publish_spans=True)  # the publishes behind an end-txn (bench.report.behind_end_txn)
     say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history, {listeners:,} watches of "
         "topics loaded before) replayed in virtual time")
     sets: list[str | Path] = [into / "model"]

@@ -138,6 +138,7 @@ class RunResult:
 
 DeliverySink = Callable[[dict[str, list[Any]]], None]
 TxnSink = Callable[[dict[str, list[Any]]], None]
+PublishSink = Callable[[dict[str, list[Any]]], None]
 
 
 @dataclass(slots=True)
@@ -149,7 +150,7 @@ class _Msg:
 
 class Replayer:
     def __init__(self, cfg: RunConfig, *, delivery_sink: DeliverySink | None = None, sink_rows: int = 100_000,
-                 history: Any = None, txn_sink: TxnSink | None = None) -> None:
+                 history: Any = None, txn_sink: TxnSink | None = None, publish_sink: PublishSink | None = None) -> None:
         self.cfg = cfg
         self.history = history  # optional bench.check.History recording ops, faults, deliveries
         self.label = cfg.label
@@ -182,6 +183,9 @@ class Replayer:
         self._deliveries: dict[str, list[Any]] = _empty_deliveries()
         self._txn_sink = txn_sink
         self._txn_rows: dict[str, list[Any]] = _empty_txns()
+        # each publish's issue and answer (bench.report.behind_end_txn), kept only for a sink
+        self._publish_sink = publish_sink
+        self._publish_rows: dict[str, list[Any]] | None = _empty_publishes() if publish_sink is not None else None
         self._ops = {op: getattr(self, "_op_" + op) for op in OPS}
         self._op_counts = dict.fromkeys(OPS, 0)
         self.series = Series(self.label, self._gauges, self.sched.now_us)
@@ -280,6 +284,11 @@ class Replayer:
         if self._sink is not None and self._deliveries["msg"]:
             self._sink(self._deliveries)
             self._deliveries = _empty_deliveries()
+
+    def _flush_publishes(self) -> None:
+        if self._publish_sink is not None and self._publish_rows and self._publish_rows["msg"]:
+            self._publish_sink(self._publish_rows)
+            self._publish_rows = _empty_publishes()
 
     # -- applying events ------------------------------------------------------------------------
 
@@ -445,6 +454,15 @@ class Replayer:
                 self.txns[e.txn].ops_failed = True
             raise
         answered_us = self.sched.now_us() + took_us
+        spans = self._publish_rows
+        if spans is not None:
+            spans["engine"].append(self.label)
+            spans["msg"].append(e.msg)
+            spans["txn"].append(e.txn)
+            spans["issued_ts_us"].append(self.sched.now_us())
+            spans["answered_ts_us"].append(answered_us)
+            if len(spans["msg"]) >= self._sink_rows:
+                self._flush_publishes()
         if self._bound is not None:
             heapq.heappush(self._answers, answered_us)
         self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
@@ -924,6 +942,7 @@ class Replayer:
         counts["undelivered_at_end"] = len(self.undelivered)
         counts["acks.never_applied"] = len(self.deferred)
         self._flush_deliveries()
+        self._flush_publishes()
         # the engine's own prometheus registry (v5: the PIP's metrics), if it has one; a crash
         # starts a new engine with new metrics, so only a run without broker crashes has them whole
         registry = getattr(getattr(self.broker.engine, "metrics", None), "registry", None)
@@ -954,3 +973,7 @@ def _empty_txns() -> dict[str, list[Any]]:
     return {k: [] for k in ("engine", "txn", "outcome", "end_ts_us", "visible_ts_us", "commit_requested_ts_us", "messages",
                             "opened_ts_us", "new_txn_answered_ts_us")}
 
+
+
+def _empty_publishes() -> dict[str, list[Any]]:
+    return {k: [] for k in ("engine", "msg", "txn", "issued_ts_us", "answered_ts_us")}

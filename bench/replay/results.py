@@ -38,6 +38,15 @@ TXN_SCHEMA = pa.schema(
         ("new_txn_answered_ts_us", pa.int64()),
     ]
 )
+# each publish's issue and answer, where a run kept them (replay_trace's publish_spans: validate's
+# model runs, for bench.report.behind_end_txn); a broker run has them in pulsar-events-*.jsonl
+PUBLISH_SCHEMA = pa.schema(
+    [
+        ("engine", pa.string()), ("msg", pa.string()), ("txn", pa.string()),
+        ("issued_ts_us", pa.int64()), ("answered_ts_us", pa.int64()),
+    ]
+)
+PUBLISHES = "publishes.parquet"
 FILES = ("deliveries.parquet", "txns.parquet", "counts.json", "latency.json", "recovery.json", "manifest.json",
          "metrics.txt", "timeseries.parquet")  # the last two: bench.replay.openmetrics, bench.replay.timeseries
 
@@ -85,6 +94,7 @@ class ResultWriter:
         self._deliveries = pq.ParquetWriter(tmp / "deliveries.parquet", DELIVERY_SCHEMA, compression="zstd")
         self.delivery_rows = 0
         self._txns = pq.ParquetWriter(tmp / "txns.parquet", TXN_SCHEMA, compression="zstd")
+        self._publishes: pq.ParquetWriter | None = None  # opened by the first publish rows
 
     def deliveries(self, columns: dict[str, list[Any]]) -> None:
         if columns["msg"]:
@@ -94,6 +104,14 @@ class ResultWriter:
     def txns(self, columns: dict[str, list[Any]]) -> None:
         if columns["txn"]:
             self._txns.write_table(pa.table(columns, schema=TXN_SCHEMA))
+
+    def publishes(self, columns: dict[str, list[Any]]) -> None:
+        """Publish spans (:data:`PUBLISH_SCHEMA`): the first rows open :data:`PUBLISHES`."""
+        if not columns["msg"]:
+            return
+        if self._publishes is None:
+            self._publishes = pq.ParquetWriter(self.dir / PUBLISHES, PUBLISH_SCHEMA, compression="zstd")
+        self._publishes.write_table(pa.table(columns, schema=PUBLISH_SCHEMA))
 
     def deliveries_table(self, table: pa.Table) -> None:
         """Append delivery rows already in :data:`DELIVERY_SCHEMA` (e.g. from Spark's parts)."""
@@ -110,6 +128,8 @@ class ResultWriter:
         if txns is not None:
             self.txns(txns)
         self._txns.close()
+        if self._publishes is not None:
+            self._publishes.close()
         _dump(self.dir / "counts.json", counts)
         _dump(self.dir / "latency.json", latency)
         _dump(self.dir / "recovery.json", recovery)
@@ -117,7 +137,9 @@ class ResultWriter:
                                            "delivery_rows": self.delivery_rows})
 
     def abort(self) -> None:
-        for w in (self._deliveries, self._txns):
+        for w in (self._deliveries, self._txns, self._publishes):
+            if w is None:
+                continue
             try:
                 w.close()
             except Exception:  # noqa: BLE001 - already failing; the directory is removed below

@@ -21,13 +21,15 @@ Progress = Callable[[str, int, int], None]  # (label, done, total)
 def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
                  progress: Progress | None = None, extra_manifest: dict[str, Any] | None = None, *,
                  force: bool = False, shown: dict[str, str] | None = None, prometheus_port: int | None = None,
-                 allow_mixed: bool = False, announce: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 allow_mixed: bool = False, announce: Callable[[str], None] | None = None,
+                 publish_spans: bool = False) -> dict[str, Any]:
     """Validate ``trace`` whole, then replay it once per config; write one result directory
     (:func:`bench.replay.results.result_dir`: an existing non-empty ``out`` only with ``force``).
     ``shown`` maps a staging directory to the path the results will have (for the manifest).
     Mixed backends in wall time are refused unless ``allow_mixed`` (:mod:`bench.replay.walltime`);
     ``prometheus_port`` serves the running replays' metrics (:mod:`bench.replay.openmetrics`; its URL
-    goes to ``announce``). Returns the manifest."""
+    goes to ``announce``). ``publish_spans``: each publish's issue and answer go to
+    ``publishes.parquet`` too (:data:`bench.replay.results.PUBLISH_SCHEMA`). Returns the manifest."""
     check_out(out, force=force)
     mixed = refuse_mixed(configs, allow_mixed)
     rows = validate(trace)  # a bad trace is refused before anything is written
@@ -46,7 +48,8 @@ def replay_trace(trace: str | Path, configs: list[RunConfig], out: str | Path,
     with result_dir(out, force=force, protect=[Path(trace)]) as writer, _closing(server):
         results: list[tuple[RunConfig, RunResult]] = []
         for cfg in configs:
-            replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns)
+            replayer = Replayer(cfg, delivery_sink=writer.deliveries, txn_sink=writer.txns,
+                                publish_sink=writer.publishes if publish_spans else None)
             if server is not None:
                 server.add(live_source(replayer, cfg.engine))
             tick = (lambda n, label=cfg.label: progress(label, n, rows)) if progress else None

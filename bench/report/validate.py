@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
-from bench.report.new_txn_modes import NewTxnModes, new_txn_modes, note as modes_note
+from bench.report.behind_end_txn import Modes, end_spans, modes, new_txn_spans, note as modes_note, publish_spans
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
@@ -469,13 +469,16 @@ class Validation:
     saturation_reorders: tuple[tuple[str, tuple[int, ...]], ...] = ()
     # per design, the new-txns of the model's run and of the broker's at the trace's pace in two
     # kinds: behind one of the client's end-txns or not (None: the run recorded no answer times)
-    new_txn_modes: tuple[tuple[str, NewTxnModes | None, NewTxnModes | None], ...] = ()
+    new_txn_modes: tuple[tuple[str, Modes | None, Modes | None], ...] = ()
     # the watches of topics loaded before that the model's v5 store started with
     # (V5Options.history_listeners), as model_v5_history
     model_v5_listeners: tuple[int | None, int | None] = (None, None)
     # per design, the JIT compiler threads' share of the broker's cores in its last warm-up run,
     # where the warm-up went on until it was low enough (bench.pulsar.validate_run.WARM_UP_JIT)
     warm_up_jit: tuple[tuple[str, float], ...] = ()
+    # per design and kind of publish ("plain", "txn"), the model's and the broker's at the trace's
+    # pace in the two kinds of new_txn_modes (None: the run kept no publish spans)
+    publish_modes: tuple[tuple[str, str, Modes | None, Modes | None], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -520,6 +523,10 @@ class Validation:
                 "broker_saturation_txns_before": {d: list(n) for d, n in self.saturation_txns_before},
                 "new_txn_modes": {d: {"model": None if m is None else m.to_json(),
                                       "broker": None if b is None else b.to_json()} for d, m, b in self.new_txn_modes},
+                "publish_modes": {d: {k: {"model": None if m is None else m.to_json(),
+                                          "broker": None if b is None else b.to_json()}
+                                      for dd, k, m, b in self.publish_modes if dd == d}
+                                  for d in dict.fromkeys(d for d, *_ in self.publish_modes)},
                 "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
                 **({"model_v5_listeners": {"trace_pacing": self.model_v5_listeners[0], "asap": self.model_v5_listeners[1]}}
                    if any(self.model_v5_listeners) else {}),  # judgements of before wrote none
@@ -666,10 +673,31 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       model["manifest"].get("validate", {}).get("calibration"),
                       tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)),
-                      tuple((d, new_txn_modes(_txns(model, mlab[d])), new_txn_modes(_txns(broker, blab[d])))
+                      tuple((d, _new_txn_modes(model, mlab[d]), _new_txn_modes(broker, blab[d]))
                             for d in ("v4", "v5") if d in mlab and d in blab),
                       _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"),
-                      _warm_up_jit(broker))
+                      _warm_up_jit(broker),
+                      tuple((d, kind, m, b) for d in ("v4", "v5") if d in mlab and d in blab
+                            for kind, m, b in _publish_modes(model, mlab[d], broker, blab[d], d)))
+
+
+def _new_txn_modes(rs: dict[str, Any], label: str) -> Modes | None:
+    txns = _txns(rs, label)
+    return modes(new_txn_spans(txns), end_spans(txns))
+
+
+def _publish_modes(model: dict[str, Any], mlab: str, broker: dict[str, Any], blab: str,
+                   design: str) -> list[tuple[str, Modes | None, Modes | None]]:
+    """Per kind of publish, the model's and the broker's in the two kinds against their end-txns;
+    [] when either run kept no publish spans."""
+    sides = []
+    for rs, label in ((model, mlab), (broker, blab)):
+        spans = publish_spans(rs.get("dir", rs["path"]), label, design)
+        if spans is None:
+            return []
+        sides.append((spans, end_spans(_txns(rs, label))))
+    (ms, me), (bs, be) = sides
+    return [(kind, modes(ms[plain], me), modes(bs[plain], be)) for kind, plain in (("plain", True), ("txn", False))]
 
 
 def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
@@ -943,10 +971,15 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
         metric = next(m for lab, m in LATENCY_OPS if lab == label)
         notes.append(f"{design} {label} missed ({'; '.join(pcts)}): the model bills "
                      f"{BILLED.get(design, {}).get(metric, 'no modelled cost')}.")
+        kinds = ""
         if metric == "new_txn_us":
-            kinds = next((modes_note(design, m, b) for d, m, b in v.new_txn_modes if d == design), "")
-            if kinds:
-                notes.append(kinds)
+            kinds = next((modes_note(f"{design} new-txn", m, b) for d, m, b in v.new_txn_modes if d == design), "")
+        elif metric in ("publish_nontxn_us", "publish_txn_us"):
+            kind = "plain" if metric == "publish_nontxn_us" else "txn"
+            kinds = next((modes_note(f"{design} publish ({kind})", m, b) for d, k, m, b in v.publish_modes
+                          if d == design and k == kind), "")
+        if kinds:
+            notes.append(kinds)
     troubled = {d for d, f in failed}
     for c in v.checks:
         if c.verdict == "differs":

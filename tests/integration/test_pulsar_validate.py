@@ -64,7 +64,7 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
     # from the client's events): every new-txn the trace opened was answered
     for d in ("v4", "v5"):
         for side in ("model", "broker"):
-            assert doc["new_txn_modes"][d][side]["new_txns"] == rows[(d, "Counts", "txns committed")]["broker"]
+            assert doc["new_txn_modes"][d][side]["requests"] == rows[(d, "Counts", "txns committed")]["broker"]
 
     # judged again without the broker: the same model gives the same rows; another profile the
     # same broker figures beside its own latencies

@@ -13,7 +13,7 @@ from bench.replay.measure import Histograms
 from bench.report.report import build
 from bench.replay.results import load, result_dir
 from bench.replay.measure import committed_rate
-from bench.report.new_txn_modes import NewTxnModes
+from bench.report.behind_end_txn import Modes
 from bench.report.validate import (GOALS, count_checks, latency_checks, relative_error, throughput_checks,
                             validate_sets)
 from bench.pulsar.validate_run import model_latency
@@ -112,11 +112,14 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
          issue_lag_us: int | None = None, state: dict[str, Any] | None = None,
          store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None, repeated: int | None = None,
          only: str | None = None, sweep_wait_s: dict[str, float | None] | None = None,
-         v5_txns: list[tuple[int, int, int, int]] | None = None) -> None:
+         v5_txns: list[tuple[int, int, int, int]] | None = None,
+         v5_publishes: list[tuple[int, int, str | None]] | None = None) -> None:
     """A result set of v4 and v5 (``only``: of that design) as bench.replay.runner (model) or
     bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``, its
     new_txn answered at 50 µs; ``v5_txns``: v5's committed txns instead, each (new_txn issued,
-    answered, commit issued, answered), with their new_txn latencies."""
+    answered, commit issued, answered), with their new_txn latencies; ``v5_publishes``: v5's
+    publishes (issued, answered, txn or None), with their latencies, in the model's
+    ``publishes.parquet`` or the broker's ``pulsar-events-v5.jsonl``."""
     both = ("v4", "v5") if broker else ("v4", "v5-shipped")
     labels = tuple(lab for lab in both if only is None or lab.startswith(only))
     ends = tuple(e for lab, e in zip(both, ends) if lab in labels)
@@ -155,12 +158,25 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
             v5 = labels[-1]
             rows = [r for r in rows if r[0] != v5] + [(v5, f"t{i}", *t) for i, t in enumerate(v5_txns)]
             latency[v5] = _latency({"end_txn_us": [5000] * 100, "new_txn_us": [b - a for a, b, _, _ in v5_txns]})
+        if v5_publishes is not None:
+            v5 = labels[-1]
+            latency[v5] = {**latency[v5], **_latency({
+                "publish_nontxn_us": [b - a for a, b, t in v5_publishes if t is None],
+                "publish_txn_us": [b - a for a, b, t in v5_publishes if t is not None]})}
+            if not broker:
+                w.publishes({"engine": [v5] * len(v5_publishes), "msg": [f"m{i}" for i in range(len(v5_publishes))],
+                             "txn": [t for _, _, t in v5_publishes], "issued_ts_us": [a for a, _, _ in v5_publishes],
+                             "answered_ts_us": [b for _, b, _ in v5_publishes]})
         w.finish(counts=counts, recovery=[], latency=latency,
                  txns={"engine": [r[0] for r in rows], "txn": [r[1] for r in rows], "outcome": ["committed"] * len(rows),
                        "end_ts_us": [r[5] for r in rows], "visible_ts_us": [r[5] + 10 for r in rows],
                        "commit_requested_ts_us": [r[4] for r in rows], "messages": [1] * len(rows),
                        "opened_ts_us": [r[2] for r in rows], "new_txn_answered_ts_us": [r[3] for r in rows]},
                  manifest=manifest)
+    if broker and v5_publishes is not None:  # the broker's client's events (bench.pulsar.client)
+        (out / "pulsar-events-v5.jsonl").write_text("".join(
+            json.dumps({"ev": "op", "op": "publish", "start_us": a, "end_us": b, "ok": True, "msg": f"m{i}",
+                        **({"txn": t} if t is not None else {})}) + "\n" for i, (a, b, t) in enumerate(v5_publishes)))
 
 
 def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -> None:
@@ -222,17 +238,49 @@ def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: 
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}["new-txn p50"] == "missed"
     kinds = {d: (m, b) for d, m, b in v.new_txn_modes}
-    assert kinds["v5"] == (NewTxnModes(5, 2, 10_500, 2_100), NewTxnModes(5, 3, 10_000, 2_000, after=1))
-    assert kinds["v4"] == (NewTxnModes(1, 0, None, 50), NewTxnModes(1, 0, None, 50))
+    assert kinds["v5"] == (Modes(5, 2, 10_500, 2_100, behind_p99_us=10_500, rest_p99_us=2_100),
+                           Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=10_000, rest_p99_us=2_000))
+    assert kinds["v4"] == (Modes(1, 0, None, 50, rest_p99_us=50), Modes(1, 0, None, 50, rest_p99_us=50))
     rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
     md = rep.markdown.read_text()
-    assert ("v5 new-txn by kind: 3 of the broker's 5 new-txns overlapped one of the client's end-txns (2 of 5 in "
-            "the model), and 1 of those were answered after it (0 in the model). Their median was 10,000 µs at the "
-            "broker and 10,500 in the model (+5%); the others' was 2,000 and 2,100 (+5%)") in md
+    assert ("v5 new-txn by kind: 3 of the broker's 5 overlapped one of the client's end-txns (2 of 5 in the "
+            "model), and 1 of those were answered after it (0 in the model). Their p50 / p99 were 10,000 / 10,000 µs "
+            "at the broker and 10,500 (+5%) / 10,500 (+5%) in the model; the others' 2,000 / 2,000 and 2,100 (+5%) / "
+            "2,100 (+5%)") in md
     assert "v4 new-txn by kind" not in md  # v4's new-txn rows have no broker latency here: nothing missed
     doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["new_txn_modes"]
-    assert doc["v5"]["broker"] == {"new_txns": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "rest_p50_us": 2_000,
-                                   "answered_after_the_end_txn": 1}
+    assert doc["v5"]["broker"] == {"requests": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "behind_p99_us": 10_000,
+                                   "rest_p50_us": 2_000, "rest_p99_us": 2_000, "answered_after_the_end_txn": 1}
+
+
+def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    end = [(0, 2_000, 3_000, 16_500)]  # one v5 txn, its end-txn 3-16.5 ms
+    # the broker: three plain publishes sent during the end-txn wait for it (the last answered after
+    # it), two others do not: p50 10 ms
+    _set(tmp_path / "broker", trace, broker=True, v5_txns=end, v5_publishes=[
+        (4_000, 14_000, None), (5_000, 15_000, None), (6_000, 17_500, None), (20_000, 22_000, None),
+        (30_000, 32_000, None)])
+    # the model: the same publishes, those behind the end-txn answered in 4 ms: p50 4 ms
+    _set(tmp_path / "model", trace, broker=False, v5_txns=end, v5_publishes=[
+        (4_000, 8_000, None), (5_000, 9_000, None), (6_000, 10_000, None), (20_000, 22_000, None),
+        (30_000, 32_000, None)])
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
+    rows = {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}
+    assert rows["publish (plain) p50"] == "missed" and "publish (txn) p50" not in rows  # no txn publish
+    kinds = {(d, k): (m, b) for d, k, m, b in v.publish_modes}
+    assert kinds[("v5", "plain")] == (Modes(5, 3, 4_000, 2_000, behind_p99_us=4_000, rest_p99_us=2_000),
+                                      Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=11_500, rest_p99_us=2_000))
+    assert kinds[("v5", "txn")] == (None, None)
+    assert ("v4", "plain") not in kinds  # v4's runs kept no publish spans
+    rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
+    md = rep.markdown.read_text()
+    assert ("v5 publish (plain) by kind: 3 of the broker's 5 overlapped one of the client's end-txns (3 of 5 in the "
+            "model), and 1 of those were answered after it (0 in the model). Their p50 / p99 were 10,000 / 11,500 µs "
+            "at the broker and 4,000 (-60%) / 4,000 (-65%) in the model; the others' 2,000 / 2,000 and 2,000 (+0%) / "
+            "2,000 (+0%)") in md
+    doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["publish_modes"]
+    assert doc["v5"]["plain"]["model"]["behind_end_txn"] == 3 and doc["v5"]["txn"] == {"model": None, "broker": None}
 
 
 def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:

@@ -1,0 +1,141 @@
+"""A run's requests in two kinds: those that overlapped one of the client's end-txns, and the rest.
+
+The trace client sends every request of a run on one connection, and Pulsar handles a
+connection's commands one after another on its Netty IO thread (ServerCnx). On v5 an END_TXN's
+store calls run on that thread too (``TransactionCoordinatorV5.endTransaction``: the header CAS,
+``listOpsByTxn``'s walk, the events; ``RocksdbMetadataStore`` commits on its caller's thread), so
+a request sent meanwhile waits for them. The model bills them on that thread as well
+(:mod:`metadata_v5.metered`).
+
+A percentile over both kinds falls where their shares put it. The note that goes with a missed
+row gives each kind's count, median and p99, the broker's beside the model's, so that a kind the
+model gets wrong can be told from a percentile caught between two kinds. The spans come from
+``txns.parquet`` (new-txns and end-txns), the model's ``publishes.parquet`` (its publishes, kept
+by validate: ``bench.replay.runner.replay_trace``'s ``publish_spans``) and the broker's
+``pulsar-events-<design>.jsonl`` (its client's publishes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow.parquet as pq
+
+from bench.replay.results import PUBLISHES
+
+Span = tuple[int, int]  # (issued, answered) µs from the run's start
+
+
+@dataclass(frozen=True)
+class Modes:
+    total: int  # requests answered
+    behind: int  # of those, how many overlapped one of the run's end-txns
+    behind_p50_us: int | None  # their median latency (None: none)
+    rest_p50_us: int | None  # the others' median
+    after: int = 0  # of those behind, how many were answered after every end-txn they overlapped
+    behind_p99_us: int | None = None
+    rest_p99_us: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.total, "behind_end_txn": self.behind, "behind_p50_us": self.behind_p50_us,
+                "behind_p99_us": self.behind_p99_us, "rest_p50_us": self.rest_p50_us,
+                "rest_p99_us": self.rest_p99_us, "answered_after_the_end_txn": self.after}
+
+
+def _pct(xs: list[int], q: float) -> int | None:
+    """The ``q`` quantile of ``xs`` (nearest rank, the lower on a tie: as hdrh reports a percentile)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, int(q * len(s) + 0.999999) - 1))]
+
+
+def end_spans(txns: Iterable[Mapping[str, Any]]) -> list[Span]:
+    """Each end-txn of ``txns.parquet`` rows (one engine's): ``commit_requested_ts_us`` ->
+    ``end_ts_us``."""
+    return [(int(r["commit_requested_ts_us"]), int(r["end_ts_us"])) for r in txns
+            if r.get("commit_requested_ts_us") is not None and r.get("end_ts_us") is not None]
+
+
+def new_txn_spans(txns: Iterable[Mapping[str, Any]]) -> list[Span]:
+    """Each new-txn of ``txns.parquet`` rows: ``opened_ts_us`` -> ``new_txn_answered_ts_us``
+    (none in results written before that column)."""
+    return [(int(r["opened_ts_us"]), int(r["new_txn_answered_ts_us"])) for r in txns
+            if r.get("opened_ts_us") is not None and r.get("new_txn_answered_ts_us") is not None]
+
+
+def modes(spans: Sequence[Span], ends: Sequence[Span]) -> Modes | None:
+    """``spans`` in two kinds against ``ends``: a request and an end-txn overlap when each began
+    before the other ended. ``after`` counts those answered after the end-txns they overlapped
+    were (on one thread that serves an END_TXN's store calls as one chain, nearly all). None
+    without a request."""
+    if not spans:
+        return None
+    ordered = sorted(ends)
+    starts = [a for a, _ in ordered]
+    latest: list[int] = []  # the latest end among the end-txns asked so far, in order of asking
+    for _, b in ordered:
+        latest.append(max(b, latest[-1]) if latest else b)
+    behind: list[int] = []
+    rest: list[int] = []
+    after = 0
+    for issued, back in spans:
+        k = bisect.bisect_left(starts, back)  # the end-txns asked before this request was answered
+        if k and latest[k - 1] > issued:  # the latest of those is one it overlapped
+            behind.append(back - issued)
+            after += back > latest[k - 1]
+        else:
+            rest.append(back - issued)
+    return Modes(len(spans), len(behind), _pct(behind, 0.5), _pct(rest, 0.5), after,
+                 _pct(behind, 0.99), _pct(rest, 0.99))
+
+
+def publish_spans(run_dir: str | Path, label: str, design: str) -> dict[bool, list[Span]] | None:
+    """A run's publishes, plain (True) and in a txn (False): the model's from its
+    ``publishes.parquet`` rows of engine ``label``, else the broker's client's from
+    ``pulsar-events-<design>.jsonl`` (the sends that succeeded); None when the run kept neither."""
+    run_dir = Path(run_dir)
+    out: dict[bool, list[Span]] = {True: [], False: []}
+    if (run_dir / PUBLISHES).exists():
+        for r in pq.read_table(run_dir / PUBLISHES).to_pylist():
+            if r["engine"] == label:
+                out[r["txn"] is None].append((int(r["issued_ts_us"]), int(r["answered_ts_us"])))
+        return out
+    events = run_dir / f"pulsar-events-{design}.jsonl"
+    if not events.exists():
+        return None
+    with events.open() as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok") and e.get("end_us") is not None:
+                out["txn" not in e or e["txn"] is None].append((int(e["start_us"]), int(e["end_us"])))
+    return out
+
+
+def _us(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _error(model: int | None, broker: int | None) -> str:
+    return "" if model is None or not broker else f" ({(model - broker) / broker:+.0%})"
+
+
+def note(what: str, model: Modes | None, broker: Modes | None) -> str:
+    """A sentence on the two kinds of ``what`` (e.g. "v5 new-txn") in both runs; "" when either
+    run has no spans."""
+    if model is None or broker is None:
+        return ""
+    return (f"{what} by kind: {broker.behind} of the broker's {broker.total} overlapped one of the client's "
+            f"end-txns ({model.behind} of {model.total} in the model), and {broker.after} of those were answered "
+            f"after it ({model.after} in the model). Their p50 / p99 were {_us(broker.behind_p50_us)} / "
+            f"{_us(broker.behind_p99_us)} µs at the broker and {_us(model.behind_p50_us)}"
+            f"{_error(model.behind_p50_us, broker.behind_p50_us)} / {_us(model.behind_p99_us)}"
+            f"{_error(model.behind_p99_us, broker.behind_p99_us)} in the model; the others' "
+            f"{_us(broker.rest_p50_us)} / {_us(broker.rest_p99_us)} and {_us(model.rest_p50_us)}"
+            f"{_error(model.rest_p50_us, broker.rest_p50_us)} / {_us(model.rest_p99_us)}"
+            f"{_error(model.rest_p99_us, broker.rest_p99_us)} (bench/report/behind_end_txn.py). A percentile over "
+            "both kinds falls where their shares put it.")
