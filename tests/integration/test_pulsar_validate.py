@@ -65,6 +65,12 @@ def test_validate_writes_the_section_for_both_designs(tmp_path: Path, pulsar: Pu
     for d in ("v4", "v5"):
         for side in ("model", "broker"):
             assert doc["new_txn_modes"][d][side]["requests"] == rows[(d, "Counts", "txns committed")]["broker"]
+            # and its publishes: the model's from its publishes.parquet, the broker's from its
+            # client's events; the trace's one publish is in its txn, sent before the commit
+            kinds = doc["publish_modes"][d]
+            assert kinds["plain"] == {"model": None, "broker": None}
+            assert (kinds["txn"][side]["requests"], kinds["txn"][side]["behind_end_txn"]) == (1, 0)
+    assert (out / "model" / "publishes.parquet").exists()
 
     # judged again without the broker: the same model gives the same rows; another profile the
     # same broker figures beside its own latencies
