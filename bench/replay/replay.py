@@ -974,6 +974,5 @@ def _empty_txns() -> dict[str, list[Any]]:
                             "opened_ts_us", "new_txn_answered_ts_us")}
 
 
-
 def _empty_publishes() -> dict[str, list[Any]]:
     return {k: [] for k in ("engine", "msg", "txn", "issued_ts_us", "answered_ts_us")}

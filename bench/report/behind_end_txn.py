@@ -1,7 +1,7 @@
 """A run's requests in two kinds: those that overlapped one of the client's end-txns, and the rest.
 
-The trace client sends every request of a run on one connection, and Pulsar handles a
-connection's commands one after another on its Netty IO thread (ServerCnx). On v5 an END_TXN's
+The trace client sends a run's requests on one connection (on v5 one per distinct txn timeout),
+and Pulsar handles a connection's commands one after another on its Netty IO thread (ServerCnx). On v5 an END_TXN's
 store calls run on that thread too (``TransactionCoordinatorV5.endTransaction``: the header CAS,
 ``listOpsByTxn``'s walk, the events; ``RocksdbMetadataStore`` commits on its caller's thread), so
 a request sent meanwhile waits for them. The model bills them on that thread as well
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -47,11 +48,13 @@ class Modes:
 
 
 def _pct(xs: list[int], q: float) -> int | None:
-    """The ``q`` quantile of ``xs`` (nearest rank, the lower on a tie: as hdrh reports a percentile)."""
+    """The ``q`` quantile of ``xs`` by nearest rank: the smallest value with at least ``q`` of them
+    at or below it (as hdrh reports a percentile)."""
     if not xs:
         return None
     s = sorted(xs)
-    return s[max(0, min(len(s) - 1, int(q * len(s) + 0.999999) - 1))]
+    # rounded first: q * n can land a hair under a whole rank (0.57 * 100 is 56.99999999999999)
+    return s[max(0, math.ceil(round(q * len(s), 9)) - 1)]
 
 
 def end_spans(txns: Iterable[Mapping[str, Any]]) -> list[Span]:
@@ -112,7 +115,7 @@ def publish_spans(run_dir: str | Path, label: str, design: str) -> dict[bool, li
         for line in f:
             e = json.loads(line)
             if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok") and e.get("end_us") is not None:
-                out["txn" not in e or e["txn"] is None].append((int(e["start_us"]), int(e["end_us"])))
+                out[e.get("txn") is None].append((int(e["start_us"]), int(e["end_us"])))
     return out
 
 
