@@ -224,6 +224,12 @@ def test_section_in_the_report_from_model_broker_and_asap_sets(tmp_path: Path) -
     assert len(summary["validation"]["checks"]) == len(v.checks)
 
 
+def _judged(tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """The report of ``tmp_path``'s model and broker sets: its markdown and its validation object."""
+    rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
+    return rep.markdown.read_text(), json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]
+
+
 def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     # the broker: t1-t3 wait behind t0's end-txn (10 ms each, t3 answered after it), t0 and t4 do
@@ -241,16 +247,15 @@ def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: 
     assert kinds["v5"] == (Modes(5, 2, 10_500, 2_100, behind_p99_us=10_500, rest_p99_us=2_100),
                            Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=10_000, rest_p99_us=2_000))
     assert kinds["v4"] == (Modes(1, 0, None, 50, rest_p99_us=50), Modes(1, 0, None, 50, rest_p99_us=50))
-    rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
-    md = rep.markdown.read_text()
+    md, doc = _judged(tmp_path)
     assert ("v5 new-txn by kind: 3 of the broker's 5 overlapped one of the client's end-txns (2 of 5 in the "
             "model), and 1 of those were answered after it (0 in the model). Their p50 / p99 were 10,000 / 10,000 µs "
             "at the broker and 10,500 (+5%) / 10,500 (+5%) in the model; the others' 2,000 / 2,000 and 2,100 (+5%) / "
             "2,100 (+5%)") in md
     assert "v4 new-txn by kind" not in md  # v4's new-txn rows have no broker latency here: nothing missed
-    doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["new_txn_modes"]
-    assert doc["v5"]["broker"] == {"requests": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "behind_p99_us": 10_000,
-                                   "rest_p50_us": 2_000, "rest_p99_us": 2_000, "answered_after_the_end_txn": 1}
+    assert doc["new_txn_modes"]["v5"]["broker"] == {"requests": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "behind_p99_us": 10_000,
+                                                    "rest_p50_us": 2_000, "rest_p99_us": 2_000,
+                                                    "answered_after_the_end_txn": 1}
 
 
 def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: Path) -> None:
@@ -273,14 +278,13 @@ def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: 
                                       Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=11_500, rest_p99_us=2_000))
     assert kinds[("v5", "txn")] == (None, None)
     assert ("v4", "plain") not in kinds  # v4's runs kept no publish spans
-    rep = build([tmp_path / "model", tmp_path / "broker"], tmp_path / "rep")
-    md = rep.markdown.read_text()
+    md, doc = _judged(tmp_path)
     assert ("v5 publish (plain) by kind: 3 of the broker's 5 overlapped one of the client's end-txns (3 of 5 in the "
             "model), and 1 of those were answered after it (0 in the model). Their p50 / p99 were 10,000 / 11,500 µs "
             "at the broker and 4,000 (-60%) / 4,000 (-65%) in the model; the others' 2,000 / 2,000 and 2,000 (+0%) / "
             "2,000 (+0%)") in md
-    doc = json.loads((tmp_path / "rep" / "summary.json").read_text())["validation"]["publish_modes"]
-    assert doc["v5"]["plain"]["model"]["behind_end_txn"] == 3 and doc["v5"]["txn"] == {"model": None, "broker": None}
+    kept = doc["publish_modes"]["v5"]
+    assert kept["plain"]["model"]["behind_end_txn"] == 3 and kept["txn"] == {"model": None, "broker": None}
 
 
 def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:
