@@ -89,8 +89,9 @@ EVENT = EVENT_THREAD
 # initPendingAckStore), run in the managed ledger's open callbacks, not on the client connection's
 # IO thread (inferred from BrokerService's topic loading; not measured)
 LOAD = "load"
-# A publish's add completes on its managed ledger's executor (OpAddEntry L244: ml.getExecutor(), one
-# of managedLedgerNumSchedulerThreads = the cores), where PersistentTopic.addComplete runs the
+# A publish's add completes on its managed ledger's executor (OpAddEntry L244: ml.getExecutor(), the
+# BookKeeper client's worker chosen by the ledger's name, ManagedLedgerImpl L405: one of
+# bookkeeperClientNumWorkerThreads = the cores), where PersistentTopic.addComplete runs the
 # watermark CAS a plain publish chains on a segment's idle state tail, before the receipt. One
 # instance here for those threads (2 on these machines): the model does not hash ledgers to them
 ML = "ml"
