@@ -602,6 +602,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from engine.errors import ConfigError
 
+    if args.rejudge_kept:
+        from bench.pulsar.rejudge_kept import rejudge_kept, say_summary
+
+        if args.rejudge or args.trace or args.target or args.calibrate or args.fresh_broker:
+            raise ConfigError("validate --rejudge-kept judges the packed sets it finds: not with --rejudge, --trace, "
+                              "--target, --calibrate or --fresh-broker")
+        say_summary(rejudge_kept(args.rejudge_kept, args.out, args.latency_profile, force=args.force, progress=print),
+                    args.out)
+        return 0
     if args.rejudge:
         if args.target or args.calibrate or args.fresh_broker:
             raise ConfigError("validate --rejudge runs no broker: not with --target, --calibrate or --fresh-broker")
@@ -609,7 +618,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _say_validation(doc, args.out)
         return 0
     if not args.trace or not args.target:
-        raise ConfigError("validate needs --trace and --target pulsar://HOST:PORT (or --rejudge DIR)")
+        raise ConfigError("validate needs --trace and --target pulsar://HOST:PORT (or --rejudge DIR, or "
+                          "--rejudge-kept DIR)")
     target, warm_up_txns = _target(args), _warm_up_txns(args)
     calibration = None
     if args.calibrate:  # the model's profile measured on this broker first (bench.calibrate.in_session)
@@ -932,6 +942,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejudge", default=None, metavar="DIR",
                    help="run no broker: judge the model (--latency-profile) again against the broker runs an earlier "
                         "validate kept in DIR (its --out, or that directory packed as a .tar.xz), into --out")
+    p.add_argument("--rejudge-kept", default=None, metavar="DIR",
+                   help="run no broker: judge the model (--latency-profile) again against every packed broker set "
+                        "under DIR (SET/broker-runs/TRACE.tar.xz, e.g. datasets/validation), each into --out/SET/TRACE, "
+                        "and total their rows (--out/summary.json)")
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the broker's admin URL (default: $TXNBENCH_PULSAR_ADMIN_URL, else http://HOST:8080)")
     p.add_argument("--pulsar-dir", default=None, metavar="DIR",

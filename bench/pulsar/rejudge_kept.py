@@ -1,0 +1,94 @@
+"""Every kept broker set judged again at once: ``txnbench validate --rejudge-kept DIR --out OUT
+[--latency-profile P]``.
+
+``datasets/validation/`` keeps each fresh-broker set's broker runs packed beside its judgement
+(``SET/broker-runs/TRACE.tar.xz``, the trace ``TRACE.parquet`` in the folder above). A change to
+the model or its profile is measured on all of them the same way: each archive re-judged
+(:func:`bench.pulsar.validate_run.rejudge`, about 6 s each) into ``OUT/SET/TRACE``, and the rows
+met over every set, the v5/v4 ratio's verdicts and the rows missed most, printed and written to
+``OUT/summary.json``. With the default profile it reproduces the report's record of the kept
+sets (``bench.report.kept``: the compare's "Held against a real broker").
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.errors import ConfigError
+
+ARCHIVE = ".tar.xz"  # how datasets/validation/*/broker-runs/ packs a set
+RATIO = "v5/v4 committed-rate ratio at saturation"
+
+
+def kept_archives(folder: Path) -> list[tuple[str, Path, Path]]:
+    """(name ``SET/TRACE``, archive, trace) of every packed broker set under ``folder``; a
+    :class:`ConfigError` naming what is missing when there is none, or when a set's trace is not
+    beside the folder's sets."""
+    archives = sorted(folder.glob(f"*/broker-runs/*{ARCHIVE}"))
+    if not archives:
+        raise ConfigError(f"validate --rejudge-kept {folder}: no packed broker set there "
+                          f"(SET/broker-runs/TRACE{ARCHIVE})")
+    out = []
+    for archive in archives:
+        trace_name = archive.name.removesuffix(ARCHIVE)
+        trace = folder / f"{trace_name}.parquet"
+        if not trace.is_file():
+            raise ConfigError(f"validate --rejudge-kept {folder}: {archive.relative_to(folder)} ran "
+                              f"{trace_name}.parquet, which is not in {folder}")
+        out.append((f"{archive.parent.parent.name}/{trace_name}", archive, trace))
+    return out
+
+
+def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The rows met per set and over all, the ratio's verdict per set, and every row missed on
+    some set with how many (most first)."""
+    from bench.report.kept import tally
+
+    met, judged = tally(docs)
+    missed: collections.Counter[str] = collections.Counter()
+    ratio: dict[str, str] = {}
+    for name, doc in docs:
+        for c in doc["checks"]:
+            if c["metric"] == RATIO:
+                ratio[name] = c["verdict"]
+            if c["verdict"] in ("missed", "differs"):
+                missed[f"{c['design']} {c['metric']}"] += 1
+    return {"sets": len(docs), "rows_met": met, "rows_judged": judged,
+            "per_set": {name: tally([(name, doc)]) for name, doc in docs},
+            "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
+            "missed": dict(missed.most_common())}
+
+
+def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every packed broker set under ``folder`` judged again with ``profile`` (by default the
+    project's) into ``out/SET/TRACE``; :func:`summary` of them, also ``out/summary.json``.
+    Nothing is left in ``out`` if one fails."""
+    from bench.pulsar.validate_run import rejudge
+    from bench.replay.output import check_out, staged_dir
+
+    say = progress or (lambda _line: None)
+    sets = kept_archives(Path(folder))
+    check_out(out, force=force)
+    with staged_dir(out, force=force) as tmp:
+        docs = []
+        for i, (name, archive, trace) in enumerate(sets, 1):
+            doc = rejudge(archive, tmp / name, profile, trace=trace)
+            docs.append((name, doc))
+            say(f"[{i}/{len(sets)}] {name}: {doc['tally']}")
+        result = summary(docs)
+        (tmp / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], None] = print) -> None:
+    """The summary in three lines: rows, the ratio, the rows missed most."""
+    show(f"{result['sets']} kept sets: {result['rows_met']} of {result['rows_judged']} judged rows meet the goals; "
+         f"the v5/v4 ratio within its goal on {result['ratio_met']} of {len(result['ratio'])}")
+    top = list(result["missed"].items())[:5]
+    if top:
+        show("missed most: " + ", ".join(f"{row} ({n} of {result['sets']})" for row, n in top))
+    show(f"each set's report under {out}; the totals in {Path(out) / 'summary.json'}")

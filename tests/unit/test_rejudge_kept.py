@@ -1,0 +1,80 @@
+"""Every kept broker set judged again at once (bench.pulsar.rejudge_kept, validate --rejudge-kept)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.pulsar.rejudge_kept import kept_archives, rejudge_kept, summary
+from bench.report.kept import tally
+from engine.errors import ConfigError
+
+KEPT = Path(__file__).resolve().parents[2] / "datasets" / "validation"
+
+
+def _check(design: str, metric: str, verdict: str) -> dict[str, str]:
+    return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict}
+
+
+def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
+    ratio = "v5/v4 committed-rate ratio at saturation"
+    docs = [("a/t", {"checks": [_check("v5", "end-txn p99", "missed"), _check("v4", "deliveries", "exact"),
+                                _check("v5/v4", ratio, "within goal"), _check("v4", "dispatch p50", "n/a")]}),
+            ("b/t", {"checks": [_check("v5", "end-txn p99", "missed"), _check("v4", "aborts", "differs"),
+                                _check("v5/v4", ratio, "missed")]})]
+    got = summary(docs)
+    # a: 2 met of 3 judged (n/a not judged); b: 0 of 3
+    assert (got["rows_met"], got["rows_judged"], got["per_set"]) == (2, 6, {"a/t": (2, 3), "b/t": (0, 3)})
+    assert (got["ratio"], got["ratio_met"]) == ({"a/t": "within goal", "b/t": "missed"}, 1)
+    assert got["missed"] == {"v5 end-txn p99": 2, "v4 aborts": 1, "v5/v4 " + ratio: 1}
+    assert list(got["missed"])[0] == "v5 end-txn p99"  # most missed first
+
+
+def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    folder = tmp_path / "kept"
+    (folder / "jit-idle-1" / "broker-runs").mkdir(parents=True)
+    shutil.copy(KEPT / "jit-idle-1" / "broker-runs" / "small-slow-2000.tar.xz", folder / "jit-idle-1" / "broker-runs")
+    shutil.copy(KEPT / "small-slow-2000.parquet", folder)
+    assert main(["validate", "--rejudge-kept", str(folder), "--out", str(tmp_path / "out")]) == 0
+    kept = json.loads((KEPT / "jit-idle-1" / "small-slow-2000.json").read_text())
+    again = json.loads((tmp_path / "out" / "jit-idle-1" / "small-slow-2000" / "validation.json").read_text())
+    assert again["checks"] == kept["checks"]  # this model and the default profile on the kept broker runs
+    met, judged = tally([("kept", kept)])
+    totals = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (totals["sets"], totals["rows_met"], totals["rows_judged"]) == (1, met, judged)
+    assert f"1 kept sets: {met} of {judged} judged rows meet the goals" in capsys.readouterr().out
+
+
+def test_what_is_not_a_kept_folder_is_refused_and_nothing_is_written(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import EXIT_USAGE, main
+
+    with pytest.raises(ConfigError, match="no packed broker set there"):
+        kept_archives(tmp_path)
+    (tmp_path / "s" / "broker-runs").mkdir(parents=True)
+    (tmp_path / "s" / "broker-runs" / "gone.tar.xz").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"s/broker-runs/gone.tar.xz ran gone.parquet, which is not in"):
+        kept_archives(tmp_path)
+    assert main(["validate", "--rejudge-kept", str(tmp_path), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "which is not in" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main(["validate", "--rejudge-kept", str(tmp_path), "--target", "pulsar://127.0.0.1:1",
+                 "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "judges the packed sets it finds: not with" in capsys.readouterr().err
+
+
+def test_a_set_that_cannot_be_judged_leaves_nothing_of_the_others(tmp_path: Path) -> None:
+    folder = tmp_path / "kept"
+    for name in ("good", "z-bad"):
+        (folder / name / "broker-runs").mkdir(parents=True)
+    shutil.copy(KEPT / "jit-idle-1" / "broker-runs" / "small-slow-2000.tar.xz", folder / "good" / "broker-runs")
+    (folder / "z-bad" / "broker-runs" / "small-slow-2000.tar.xz").write_bytes(b"not an archive")
+    shutil.copy(KEPT / "small-slow-2000.parquet", folder)
+    assert [name for name, _, _ in kept_archives(folder)] == ["good/small-slow-2000", "z-bad/small-slow-2000"]
+    with pytest.raises(ConfigError, match="cannot unpack it"):  # judged after the good one
+        rejudge_kept(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
