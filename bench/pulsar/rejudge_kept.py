@@ -6,13 +6,12 @@
 the model or its profile is measured on all of them the same way: each archive re-judged
 (:func:`bench.pulsar.validate_run.rejudge`, about 6 s each) into ``OUT/SET/TRACE``, and the rows
 met over every set, the v5/v4 ratio's verdicts and the rows missed most, printed and written to
-``OUT/summary.json``. With the default profile it reproduces the report's record of the kept
-sets (``bench.report.kept``: the compare's "Held against a real broker").
+``OUT/summary.json`` in the form the report keeps them (``bench.report.kept``: the compare's
+"Held against a real broker"), which with the default profile it reproduces.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -43,23 +42,19 @@ def kept_archives(folder: Path) -> list[tuple[str, Path, Path]]:
 
 
 def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The rows met per set and over all, the ratio's verdict per set, and every row missed on
-    some set with how many (most first)."""
-    from bench.report.kept import tally
+    """The kept record of ``docs`` as the report keeps it (``bench.report.kept.held_json``: each
+    set's tally, the rows met over all, every figure's verdicts and errors), with the v5/v4 ratio's
+    verdict per set and the figures missed somewhere, most missed first, each with the model's
+    error range over the sets that judged it."""
+    from bench.report.kept import figures, held_json
 
-    met, judged = tally(docs)
-    missed: collections.Counter[str] = collections.Counter()
-    ratio: dict[str, str] = {}
-    for name, doc in docs:
-        for c in doc["checks"]:
-            if c["metric"] == RATIO:
-                ratio[name] = c["verdict"]
-            if c["verdict"] in ("missed", "differs"):
-                missed[f"{c['design']} {c['metric']}"] += 1
-    return {"sets": len(docs), "rows_met": met, "rows_judged": judged,
-            "per_set": {name: tally([(name, doc)]) for name, doc in docs},
-            "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
-            "missed": dict(missed.most_common())}
+    out = held_json(docs)
+    ratio = {name: c["verdict"] for name, doc in docs for c in doc["checks"] if c["metric"] == RATIO}
+    missed = sorted((f for f in figures(docs) if f.met < f.judged), key=lambda f: f.met - f.judged)
+    out.update({"sets": len(docs), "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
+                "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range()}
+                           for f in missed}})
+    return out
 
 
 def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
@@ -85,10 +80,11 @@ def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None
 
 
 def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], None] = print) -> None:
-    """The summary in three lines: rows, the ratio, the rows missed most."""
-    show(f"{result['sets']} kept sets: {result['rows_met']} of {result['rows_judged']} judged rows meet the goals; "
+    """The summary in three lines: rows, the ratio, the figures missed most."""
+    show(f"{result['sets']} kept sets: {result['met']} of {result['judged']} judged rows meet the goals; "
          f"the v5/v4 ratio within its goal on {result['ratio_met']} of {len(result['ratio'])}")
     top = list(result["missed"].items())[:5]
     if top:
-        show("missed most: " + ", ".join(f"{row} ({n} of {result['sets']})" for row, n in top))
+        show("missed most: " + ", ".join(f"{name} ({m['missed']} of {m['judged']}" + (f", {m['errors']}" if m["errors"]
+                                                                                   else "") + ")" for name, m in top))
     show(f"each set's report under {out}; the totals in {Path(out) / 'summary.json'}")

@@ -5,32 +5,41 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.pulsar.rejudge_kept import kept_archives, rejudge_kept, summary
+from bench.pulsar.rejudge_kept import kept_archives, rejudge_kept, say_summary, summary
 from bench.report.kept import tally
 from engine.errors import ConfigError
 
 KEPT = Path(__file__).resolve().parents[2] / "datasets" / "validation"
 
 
-def _check(design: str, metric: str, verdict: str) -> dict[str, str]:
-    return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict}
+def _check(design: str, metric: str, verdict: str, error: float | None = None) -> dict[str, Any]:
+    return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict, "error": error}
 
 
 def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     ratio = "v5/v4 committed-rate ratio at saturation"
-    docs = [("a/t", {"checks": [_check("v5", "end-txn p99", "missed"), _check("v4", "deliveries", "exact"),
-                                _check("v5/v4", ratio, "within goal"), _check("v4", "dispatch p50", "n/a")]}),
-            ("b/t", {"checks": [_check("v5", "end-txn p99", "missed"), _check("v4", "aborts", "differs"),
-                                _check("v5/v4", ratio, "missed")]})]
+    docs = [("a/t", {"tally": "2 of 3", "checks": [
+                _check("v5", "end-txn p99", "missed", -0.5), _check("v4", "deliveries", "exact"),
+                _check("v5/v4", ratio, "within goal", 0.1), _check("v4", "dispatch p50", "n/a")]}),
+            ("b/t", {"tally": "0 of 3", "checks": [
+                _check("v5", "end-txn p99", "missed", 0.4), _check("v4", "deliveries", "differs"),
+                _check("v5/v4", ratio, "missed", 0.3)]})]
     got = summary(docs)
     # a: 2 met of 3 judged (n/a not judged); b: 0 of 3
-    assert (got["rows_met"], got["rows_judged"], got["per_set"]) == (2, 6, {"a/t": (2, 3), "b/t": (0, 3)})
+    assert (got["sets"], got["met"], got["judged"]) == (2, 2, 6)
     assert (got["ratio"], got["ratio_met"]) == ({"a/t": "within goal", "b/t": "missed"}, 1)
-    assert got["missed"] == {"v5 end-txn p99": 2, "v4 aborts": 1, "v5/v4 " + ratio: 1}
+    assert got["missed"] == {"v5 end-txn p99": {"missed": 2, "judged": 2, "errors": "model -50% to +40%"},
+                             "v4 deliveries": {"missed": 1, "judged": 2, "errors": ""},
+                             ratio: {"missed": 1, "judged": 2, "errors": "model +10% to +30%"}}
     assert list(got["missed"])[0] == "v5 end-txn p99"  # most missed first
+    lines: list[str] = []
+    say_summary(got, "OUT", lines.append)
+    assert lines[0] == "2 kept sets: 2 of 6 judged rows meet the goals; the v5/v4 ratio within its goal on 1 of 2"
+    assert lines[1].startswith("missed most: v5 end-txn p99 (2 of 2, model -50% to +40%), v4 deliveries (1 of 2), ")
 
 
 def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,7 +55,7 @@ def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pyt
     assert again["checks"] == kept["checks"]  # this model and the default profile on the kept broker runs
     met, judged = tally([("kept", kept)])
     totals = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert (totals["sets"], totals["rows_met"], totals["rows_judged"]) == (1, met, judged)
+    assert (totals["sets"], totals["met"], totals["judged"]) == (1, met, judged)
     assert f"1 kept sets: {met} of {judged} judged rows meet the goals" in capsys.readouterr().out
 
 
