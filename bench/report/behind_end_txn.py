@@ -104,16 +104,22 @@ def publish_spans(run_dir: str | Path, label: str, design: str) -> dict[bool, li
     run_dir = Path(run_dir)
     out: dict[bool, list[Span]] = {True: [], False: []}
     if (run_dir / PUBLISHES).exists():
-        for r in pq.read_table(run_dir / PUBLISHES).to_pylist():
-            if r["engine"] == label:
-                out[r["txn"] is None].append((int(r["issued_ts_us"]), int(r["answered_ts_us"])))
+        table = pq.read_table(run_dir / PUBLISHES, columns=["txn", "issued_ts_us", "answered_ts_us"],
+                              filters=[("engine", "=", label)])
+        for txn, issued, answered in zip(*(table.column(c).to_pylist() for c in table.column_names)):
+            out[txn is None].append((issued, answered))
         return out
     events = run_dir / f"pulsar-events-{design}.jsonl"
     if not events.exists():
         return None
     with events.open() as f:
         for line in f:
-            e = json.loads(line)
+            if '"publish"' not in line:  # most lines: other ops, deliveries
+                continue
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:  # a client killed mid-line (bench.report.validate.failed_ops): not an op
+                continue
             if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok") and e.get("end_us") is not None:
                 out[e.get("txn") is None].append((int(e["start_us"]), int(e["end_us"])))
     return out

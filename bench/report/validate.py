@@ -657,6 +657,8 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
     checks += throughput_checks(mrate, brate, goals, capacity, model_saturation is not None,
                                 (min(ratios), max(ratios)) if len(ratios) > 1 else None)
     lag = tuple((d, _issue_lag(broker["manifest"]["runs"][lab])) for d, lab in blab.items())
+    kinds = {d: (_request_kinds(model, mlab[d], d), _request_kinds(broker, blab[d], d))
+             for d in ("v4", "v5") if d in mlab and d in blab}
     return Validation(tuple(checks), str(model["path"]), str(broker["path"]),
                       str(sat_sets[0]["path"]) if sat_sets else None, profile_note(model), len(unmapped),
                       lag, tuple((d, duplicate_deliveries(broker, lab)) for d, lab in blab.items()),
@@ -673,31 +675,21 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       model["manifest"].get("validate", {}).get("calibration"),
                       tuple((d, run_cpu(broker["manifest"]["runs"][lab])) for d, lab in sorted(blab.items())),
                       tuple((d, tuple(n)) for d, n in sorted(sat_reorder.items()) if any(n)),
-                      tuple((d, _new_txn_modes(model, mlab[d]), _new_txn_modes(broker, blab[d]))
-                            for d in ("v4", "v5") if d in mlab and d in blab),
+                      tuple((d, kinds[d][0][0], kinds[d][1][0]) for d in kinds),
                       _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"),
                       _warm_up_jit(broker),
-                      tuple((d, kind, m, b) for d in ("v4", "v5") if d in mlab and d in blab
-                            for kind, m, b in _publish_modes(model, mlab[d], broker, blab[d], d)))
+                      tuple((d, kind, m[kind], b[kind]) for d, ((_, m), (_, b)) in kinds.items()
+                            if m is not None and b is not None for kind in ("plain", "txn")))
 
 
-def _new_txn_modes(rs: dict[str, Any], label: str) -> Modes | None:
+def _request_kinds(rs: dict[str, Any], label: str, design: str) -> tuple[Modes | None, dict[str, Modes | None] | None]:
+    """A run's new-txns, and its publishes per kind ("plain", "txn"; None: the run kept no publish
+    spans), each in the two kinds against its end-txns (bench.report.behind_end_txn)."""
     txns = _txns(rs, label)
-    return modes(new_txn_spans(txns), end_spans(txns))
-
-
-def _publish_modes(model: dict[str, Any], mlab: str, broker: dict[str, Any], blab: str,
-                   design: str) -> list[tuple[str, Modes | None, Modes | None]]:
-    """Per kind of publish, the model's and the broker's in the two kinds against their end-txns;
-    [] when either run kept no publish spans."""
-    sides = []
-    for rs, label in ((model, mlab), (broker, blab)):
-        spans = publish_spans(rs.get("dir", rs["path"]), label, design)
-        if spans is None:
-            return []
-        sides.append((spans, end_spans(_txns(rs, label))))
-    (ms, me), (bs, be) = sides
-    return [(kind, modes(ms[plain], me), modes(bs[plain], be)) for kind, plain in (("plain", True), ("txn", False))]
+    ends = end_spans(txns)
+    spans = publish_spans(rs.get("dir", rs["path"]), label, design)
+    return (modes(new_txn_spans(txns), ends),
+            None if spans is None else {kind: modes(spans[plain], ends) for kind, plain in (("plain", True), ("txn", False))})
 
 
 def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
