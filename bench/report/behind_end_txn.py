@@ -18,7 +18,6 @@ by validate: ``bench.replay.runner.replay_trace``'s ``publish_spans``) and the b
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow.parquet as pq
 
 from bench.replay.results import PUBLISHES
+from bench.report.client_events import events
 
 Span = tuple[int, int]  # (issued, answered) µs from the run's start
 
@@ -109,19 +109,12 @@ def publish_spans(run_dir: str | Path, label: str, design: str) -> dict[bool, li
         for txn, issued, answered in zip(*(table.column(c).to_pylist() for c in table.column_names)):
             out[txn is None].append((issued, answered))
         return out
-    events = run_dir / f"pulsar-events-{design}.jsonl"
-    if not events.exists():
+    path = run_dir / f"pulsar-events-{design}.jsonl"
+    if not path.exists():
         return None
-    with events.open() as f:
-        for line in f:
-            if '"publish"' not in line:  # most lines: other ops, deliveries
-                continue
-            try:
-                e = json.loads(line)
-            except json.JSONDecodeError:  # a client killed mid-line (bench.report.validate.failed_ops): not an op
-                continue
-            if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok") and e.get("end_us") is not None:
-                out[e.get("txn") is None].append((int(e["start_us"]), int(e["end_us"])))
+    for e in events(path, '"publish"'):
+        if e.get("ev") == "op" and e.get("op") == "publish" and e.get("ok") and e.get("end_us") is not None:
+            out[e.get("txn") is None].append((int(e["start_us"]), int(e["end_us"])))
     return out
 
 

@@ -24,7 +24,6 @@ Where a latency goal is missed the section names the operation kinds the model b
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ import pyarrow.parquet as pq
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
 from bench.report.behind_end_txn import Modes, end_spans, modes, new_txn_spans, note as modes_note, publish_spans
+from bench.report.client_events import events
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
 
@@ -709,21 +709,11 @@ def model_history(rs: dict[str, Any], option: str = "history") -> int | None:
 def failed_ops(rs: dict[str, Any], label: str) -> dict[str, int]:
     """A broker run's operations that failed at its client, by error class (the part of the
     error before its first colon; ``pulsar-events-<label>.jsonl``); empty for a model set."""
-    path = Path(rs.get("dir", rs["path"])) / f"pulsar-events-{label}.jsonl"
-    if not path.exists():
-        return {}
     out: dict[str, int] = {}
-    with path.open() as f:
-        for line in f:
-            if "false" not in line:  # most lines: ok ops, deliveries
-                continue
-            try:
-                e = json.loads(line)
-            except json.JSONDecodeError:  # the run failed on it already (bench.pulsar.client): not an op
-                continue
-            if e.get("ev") == "op" and e.get("ok") is False:
-                cls = str(e.get("error") or "unknown").split(":", 1)[0].strip() or "unknown"
-                out[cls] = out.get(cls, 0) + 1
+    for e in events(Path(rs.get("dir", rs["path"])) / f"pulsar-events-{label}.jsonl", "false"):
+        if e.get("ev") == "op" and e.get("ok") is False:
+            cls = str(e.get("error") or "unknown").split(":", 1)[0].strip() or "unknown"
+            out[cls] = out.get(cls, 0) + 1
     return out
 
 
@@ -736,13 +726,10 @@ def txns_before(rs: dict[str, Any], label: str) -> int | None:
     if not path.exists():
         return None
     low = None
-    with path.open() as f:
-        for line in f:
-            if '"txn_id"' not in line:
-                continue
-            seq = str(json.loads(line).get("txn_id") or "").strip("()").rpartition(",")[2]
-            if seq.isdigit():
-                low = int(seq) if low is None else min(low, int(seq))
+    for e in events(path, '"txn_id"'):
+        seq = str(e.get("txn_id") or "").strip("()").rpartition(",")[2]
+        if seq.isdigit():
+            low = int(seq) if low is None else min(low, int(seq))
     return low
 
 
