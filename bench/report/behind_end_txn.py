@@ -7,6 +7,9 @@ store calls run on that thread too (``TransactionCoordinatorV5.endTransaction``:
 a request sent meanwhile waits for them. The model bills them on that thread as well
 (:mod:`metadata_v5.metered`).
 
+The end-txns themselves split the same way, by whether another of them was in flight
+(:func:`crowd_modes`).
+
 A percentile over both kinds falls where their shares put it. The note that goes with a missed
 row gives each kind's count, median and p99, the broker's beside the model's, so that a kind the
 model gets wrong can be told from a percentile caught between two kinds. The spans come from
@@ -97,6 +100,45 @@ def modes(spans: Sequence[Span], ends: Sequence[Span]) -> Modes | None:
                  _pct(behind, 0.99), _pct(rest, 0.99))
 
 
+def crowd_modes(ends: Sequence[Span]) -> Modes | None:
+    """A run's end-txns in two kinds: those that overlapped another of them (``behind``) and those
+    alone. A crowd of END_TXNs shares what serves them (the coordinator, the broker's threads and
+    cores) where a lone one does not: a trace's generator commits every txn still open at its
+    end, at one instant (``bench.trace.workloads.generate``). ``after`` counts those answered after every
+    other end-txn they overlapped. None without an end-txn."""
+    if not ends:
+        return None
+    order = sorted(range(len(ends)), key=lambda i: ends[i])
+    starts = [ends[i][0] for i in order]
+    # per prefix of ``order``: its latest end, that end's position, and the latest end among the rest
+    tops: list[tuple[int, int, int]] = []
+    first, at, second = -1, -1, -1
+    for pos, i in enumerate(order):
+        end = ends[i][1]
+        if end > first:
+            first, at, second = end, pos, first
+        elif end > second:
+            second = end
+        tops.append((first, at, second))
+    crowd: list[int] = []
+    alone: list[int] = []
+    after = 0
+    for pos, i in enumerate(order):
+        asked, back = ends[i]
+        k = bisect.bisect_left(starts, back)  # the end-txns asked before this one was answered
+        latest = -1
+        if k:
+            first, at, second = tops[k - 1]
+            latest = second if at == pos else first  # the latest of the others
+        if latest > asked:
+            crowd.append(back - asked)
+            after += back > latest
+        else:
+            alone.append(back - asked)
+    return Modes(len(ends), len(crowd), _pct(crowd, 0.5), _pct(alone, 0.5), after,
+                 _pct(crowd, 0.99), _pct(alone, 0.99))
+
+
 def publish_spans(run_dir: str | Path, label: str, design: str) -> dict[bool, list[Span]] | None:
     """A run's publishes, plain (True) and in a txn (False): the model's from its
     ``publishes.parquet`` rows of engine ``label``, else the broker's client's from
@@ -126,13 +168,14 @@ def _error(model: int | None, broker: int | None) -> str:
     return "" if model is None or not broker else f" ({(model - broker) / broker:+.0%})"
 
 
-def note(what: str, model: Modes | None, broker: Modes | None) -> str:
-    """A sentence on the two kinds of ``what`` (e.g. "v5 new-txn") in both runs; "" when either
-    run has no spans."""
+def note(what: str, model: Modes | None, broker: Modes | None, against: str = "one of the client's end-txns") -> str:
+    """A sentence on the two kinds of ``what`` (e.g. "v5 new-txn") in both runs, ``against`` what
+    the first kind overlapped (end-txns: "another of the client's end-txns", :func:`crowd_modes`);
+    "" when either run has no spans."""
     if model is None or broker is None:
         return ""
-    return (f"{what} by kind: {broker.behind} of the broker's {broker.total} overlapped one of the client's "
-            f"end-txns ({model.behind} of {model.total} in the model), and {broker.after} of those were answered "
+    return (f"{what} by kind: {broker.behind} of the broker's {broker.total} overlapped {against} "
+            f"({model.behind} of {model.total} in the model), and {broker.after} of those were answered "
             f"after it ({model.after} in the model). Their p50 / p99 were {_us(broker.behind_p50_us)} / "
             f"{_us(broker.behind_p99_us)} µs at the broker and {_us(model.behind_p50_us)}"
             f"{_error(model.behind_p50_us, broker.behind_p50_us)} / {_us(model.behind_p99_us)}"

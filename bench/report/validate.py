@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
-from bench.report.behind_end_txn import Modes, end_spans, modes, new_txn_spans, note as modes_note, publish_spans
+from bench.report.behind_end_txn import Modes, crowd_modes, end_spans, modes, new_txn_spans, note as modes_note, publish_spans
 from bench.report.client_events import events
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
@@ -479,6 +479,9 @@ class Validation:
     # per design and kind of publish ("plain", "txn"), the model's and the broker's at the trace's
     # pace in the two kinds of new_txn_modes (None: the run kept no publish spans)
     publish_modes: tuple[tuple[str, str, Modes | None, Modes | None], ...] = ()
+    # per design, the end-txns of the model's run and of the broker's at the trace's pace in two
+    # kinds: those that overlapped another end-txn (a crowd, as every trace's last instant) or not
+    end_txn_modes: tuple[tuple[str, Modes | None, Modes | None], ...] = ()
 
     def broker_state_note(self) -> str:
         if self.broker_state is None:
@@ -527,6 +530,8 @@ class Validation:
                                           "broker": None if b is None else b.to_json()}
                                       for dd, k, m, b in self.publish_modes if dd == d}
                                   for d in dict.fromkeys(d for d, *_ in self.publish_modes)},
+                "end_txn_modes": {d: {"model": None if m is None else m.to_json(),
+                                      "broker": None if b is None else b.to_json()} for d, m, b in self.end_txn_modes},
                 "model_v5_history": {"trace_pacing": self.model_v5_history[0], "asap": self.model_v5_history[1]},
                 **({"model_v5_listeners": {"trace_pacing": self.model_v5_listeners[0], "asap": self.model_v5_listeners[1]}}
                    if any(self.model_v5_listeners) else {}),  # judgements of before wrote none
@@ -678,18 +683,22 @@ def validate_sets(model: dict[str, Any], broker: dict[str, Any],
                       tuple((d, kinds[d][0][0], kinds[d][1][0]) for d in kinds),
                       _paced_and_asap(model, rated_sets if model_saturation is not None else [], "history_listeners"),
                       _warm_up_jit(broker),
-                      tuple((d, kind, m[kind], b[kind]) for d, ((_, m), (_, b)) in kinds.items()
-                            if m is not None and b is not None for kind in ("plain", "txn")))
+                      tuple((d, kind, m[kind], b[kind]) for d, ((_, m, _), (_, b, _)) in kinds.items()
+                            if m is not None and b is not None for kind in ("plain", "txn")),
+                      tuple((d, kinds[d][0][2], kinds[d][1][2]) for d in kinds))
 
 
-def _request_kinds(rs: dict[str, Any], label: str, design: str) -> tuple[Modes | None, dict[str, Modes | None] | None]:
+def _request_kinds(rs: dict[str, Any], label: str, design: str
+                   ) -> tuple[Modes | None, dict[str, Modes | None] | None, Modes | None]:
     """A run's new-txns, and its publishes per kind ("plain", "txn"; None: the run kept no publish
-    spans), each in the two kinds against its end-txns (bench.report.behind_end_txn)."""
+    spans), each in the two kinds against its end-txns, and its end-txns against one another
+    (bench.report.behind_end_txn)."""
     txns = _txns(rs, label)
     ends = end_spans(txns)
     spans = publish_spans(rs.get("dir", rs["path"]), label, design)
     return (modes(new_txn_spans(txns), ends),
-            None if spans is None else {kind: modes(spans[plain], ends) for kind, plain in (("plain", True), ("txn", False))})
+            None if spans is None else {kind: modes(spans[plain], ends) for kind, plain in (("plain", True), ("txn", False))},
+            crowd_modes(ends))
 
 
 def _paced_and_asap(model: dict[str, Any], asap: list[dict[str, Any]], option: str) -> tuple[int | None, int | None]:
@@ -957,6 +966,9 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
             kind = "plain" if metric == "publish_nontxn_us" else "txn"
             kinds = next((modes_note(f"{design} publish ({kind})", m, b) for d, k, m, b in v.publish_modes
                           if d == design and k == kind), "")
+        elif metric == "end_txn_us":
+            kinds = next((modes_note(f"{design} end-txn", m, b, "another of the client's end-txns")
+                          for d, m, b in v.end_txn_modes if d == design), "")
         if kinds:
             notes.append(kinds)
     troubled = {d for d, f in failed}

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.replay.results import result_dir
-from bench.report.behind_end_txn import Modes, end_spans, modes, new_txn_spans, note, publish_spans
+from bench.report.behind_end_txn import Modes, crowd_modes, end_spans, modes, new_txn_spans, note, publish_spans
 
 
 def _row(opened: int | None, answered: int | None, asked: int | None = None, ended: int | None = None) -> dict[str, Any]:
@@ -94,6 +94,34 @@ def test_a_run_without_publish_spans_writes_no_file(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "publishes.parquet").exists()
 
 
+def test_an_end_txn_is_in_a_crowd_when_another_overlapped_it() -> None:
+    ends = [(0, 100),  # alone
+            (200, 260), (210, 300), (220, 240),  # three at once: the second answered after both others
+            (300, 350),  # asked as the second was answered: alone
+            (400, 450), (400, 450)]  # two asked and answered together: a crowd, neither after the other
+    # crowd: 60, 90, 20, 50, 50: p50 50, p99 90; alone: 100, 50: p50 50 (the lower middle), p99 100
+    assert crowd_modes(ends) == Modes(7, 5, 50, 50, after=1, behind_p99_us=90, rest_p99_us=100)
+    assert crowd_modes([(5, 9)]) == Modes(1, 0, None, 4, rest_p99_us=4)
+    assert crowd_modes([]) is None
+
+
+@given(st.lists(_span, max_size=30))
+def test_the_crowd_is_every_other_end_txn_compared(ends: list[tuple[int, int]]) -> None:
+    def others(i: int) -> list[tuple[int, int]]:
+        a, b = ends[i]
+        return [(x, y) for j, (x, y) in enumerate(ends) if j != i and x < b and y > a]
+    crowd = [b - a for i, (a, b) in enumerate(ends) if others(i)]
+    alone = [b - a for i, (a, b) in enumerate(ends) if not others(i)]
+    after = sum(1 for i, (a, b) in enumerate(ends) if others(i) and b > max(y for _, y in others(i)))
+    got = crowd_modes(ends)
+    if not ends:
+        assert got is None
+        return
+    assert got == Modes(len(ends), len(crowd), statistics.median_low(crowd) if crowd else None,
+                        statistics.median_low(alone) if alone else None, after,
+                        max(crowd, default=None), max(alone, default=None))
+
+
 def test_the_note_needs_both_runs() -> None:
     m = Modes(10, 4, 11_000, 2_000, after=1, behind_p99_us=30_000, rest_p99_us=4_000)
     assert note("v5 new-txn", m, None) == "" and note("v5 new-txn", None, m) == ""
@@ -102,6 +130,9 @@ def test_the_note_needs_both_runs() -> None:
                            "(4 of 10 in the model), and 4 of those were answered after it (1 in the model). Their "
                            "p50 / p99 were 10,000 / 20,000 µs at the broker and 11,000 (+10%) / 30,000 (+50%) in the "
                            "model; the others' 2,500 / 5,000 and 2,000 (-20%) / 4,000 (-20%)")
+    crowd = note("v4 end-txn", m, m, "another of the client's end-txns")
+    assert crowd.startswith("v4 end-txn by kind: 4 of the broker's 10 overlapped another of the client's end-txns "
+                            "(4 of 10 in the model)")
 
 
 def test_replay_keeps_each_publish_s_span_when_asked(tmp_path: Path) -> None:

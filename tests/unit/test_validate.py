@@ -113,13 +113,14 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
          store: dict[str, int] | None = None, cpu: dict[str, dict[str, Any]] | None = None, repeated: int | None = None,
          only: str | None = None, sweep_wait_s: dict[str, float | None] | None = None,
          v5_txns: list[tuple[int, int, int, int]] | None = None,
-         v5_publishes: list[tuple[int, int, str | None]] | None = None) -> None:
+         v5_publishes: list[tuple[int, int, str | None]] | None = None, v5_end_from_txns: bool = False) -> None:
     """A result set of v4 and v5 (``only``: of that design) as bench.replay.runner (model) or
     bench.pulsar.run (broker) writes it: one committed txn per design, ending at ``ends``, its
     new_txn answered at 50 µs; ``v5_txns``: v5's committed txns instead, each (new_txn issued,
     answered, commit issued, answered), with their new_txn latencies; ``v5_publishes``: v5's
     publishes (issued, answered, txn or None), with their latencies, in the model's
-    ``publishes.parquet`` or the broker's ``pulsar-events-v5.jsonl``."""
+    ``publishes.parquet`` or the broker's ``pulsar-events-v5.jsonl``; ``v5_end_from_txns``: v5's
+    end-txn latencies are those of ``v5_txns`` (else 5 ms each)."""
     both = ("v4", "v5") if broker else ("v4", "v5-shipped")
     labels = tuple(lab for lab in both if only is None or lab.startswith(only))
     ends = tuple(e for lab, e in zip(both, ends) if lab in labels)
@@ -157,7 +158,8 @@ def _set(out: Path, trace: Path, *, broker: bool, pacing: str = "trace", ends: t
         if v5_txns is not None:
             v5 = labels[-1]
             rows = [r for r in rows if r[0] != v5] + [(v5, f"t{i}", *t) for i, t in enumerate(v5_txns)]
-            latency[v5] = _latency({"end_txn_us": [5000] * 100, "new_txn_us": [b - a for a, b, _, _ in v5_txns]})
+            latency[v5] = _latency({"end_txn_us": [d - c for _, _, c, d in v5_txns] if v5_end_from_txns else [5000] * 100,
+                                    "new_txn_us": [b - a for a, b, _, _ in v5_txns]})
         if v5_publishes is not None:
             v5 = labels[-1]
             latency[v5] = {**latency[v5], **_latency({
@@ -285,6 +287,32 @@ def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: 
             "2,000 (+0%)") in md
     kept = doc["publish_modes"]["v5"]
     assert kept["plain"]["model"]["behind_end_txn"] == 3 and kept["txn"] == {"model": None, "broker": None}
+
+
+def test_a_missed_end_txn_row_gives_the_end_txns_in_a_crowd_and_alone_in_both_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    # the broker: three end-txns asked at one instant (4, 5 and 6 ms), two alone (4 ms): p50 4 ms
+    crowd = [(0, 1_000, 100_000, 104_000), (0, 1_000, 100_000, 105_000), (0, 1_000, 100_000, 106_000)]
+    alone = [(0, 1_000, 10_000, 14_000), (0, 1_000, 50_000, 54_000)]
+    _set(tmp_path / "broker", trace, broker=True, v5_txns=alone + crowd, v5_end_from_txns=True)
+    # the model: the crowd queues (8, 12 and 16 ms), those alone as the broker's: p50 8 ms
+    _set(tmp_path / "model", trace, broker=False, v5_end_from_txns=True, v5_txns=alone + [
+        (0, 1_000, 100_000, 108_000), (0, 1_000, 100_000, 112_000), (0, 1_000, 100_000, 116_000)])
+    v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
+    rows = {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}
+    assert rows["end-txn p50"] == "missed" and rows["end-txn p99"] == "missed"
+    kinds = {d: (m, b) for d, m, b in v.end_txn_modes}
+    assert kinds["v5"] == (Modes(5, 3, 12_000, 4_000, after=1, behind_p99_us=16_000, rest_p99_us=4_000),
+                           Modes(5, 3, 5_000, 4_000, after=1, behind_p99_us=6_000, rest_p99_us=4_000))
+    md, doc = _judged(tmp_path)
+    assert ("v5 end-txn by kind: 3 of the broker's 5 overlapped another of the client's end-txns (3 of 5 in the "
+            "model), and 1 of those were answered after it (1 in the model). Their p50 / p99 were 5,000 / 6,000 µs "
+            "at the broker and 12,000 (+140%) / 16,000 (+167%) in the model; the others' 4,000 / 4,000 and "
+            "4,000 (+0%) / 4,000 (+0%)") in md
+    assert doc["end_txn_modes"]["v5"]["model"]["behind_end_txn"] == 3
+    assert doc["end_txn_modes"]["v4"]["broker"] == {"requests": 1, "behind_end_txn": 0, "behind_p50_us": None,
+                                                    "behind_p99_us": None, "rest_p50_us": 100, "rest_p99_us": 100,
+                                                    "answered_after_the_end_txn": 0}
 
 
 def test_the_broker_saturation_rate_is_each_designs_median_of_its_asap_runs(tmp_path: Path) -> None:
