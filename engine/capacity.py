@@ -19,7 +19,11 @@ are admitted in the order engine code issues them; each takes the earliest gap t
 bookings made ahead of it. The broker's single threads (:data:`IN_ORDER`), the client
 connection's IO thread and the metadata store's notification thread, run their tasks one after
 another in the order they arrive, so there a request also waits for every request that arrived
-before it, whenever engine code admitted it (:class:`Resource` ``in_order``).
+before it, whenever engine code admitted it (:class:`Resource` ``in_order``). The connection's
+thread reads what has arrived when it is free and handles that batch of commands one after
+another, and the broker flushes what a batch wrote once the batch is done (Netty's
+``FlushConsolidationHandler`` in ``PulsarChannelInitializer``): :meth:`Resource.read_at` and
+:meth:`Resource.flushed_at` give a task's batch and when its answer leaves.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class Resource:
     engine code admitted them; one admitted ahead, for a later instant, is only an obstacle."""
 
     __slots__ = ("spec", "_starts", "_ends", "busy_us", "queued_us", "requests", "in_order", "_arrivals",
-                 "_latest_start")
+                 "_latest_start", "_latest_end")
 
     def __init__(self, spec: ResourceSpec, in_order: bool = False) -> None:
         self.spec = spec
@@ -70,6 +74,7 @@ class Resource:
         self._ends: list[list[int]] = [[] for _ in range(spec.concurrency)]
         self._arrivals: list[int] = []
         self._latest_start: list[int] = []
+        self._latest_end: list[int] = []  # the running maximum of their ends, as _latest_start
         self.busy_us = 0  # service time summed over requests
         self.queued_us = 0  # time requests waited for a slot, summed
         self.requests = 0
@@ -101,7 +106,7 @@ class Resource:
                     break
         _book(self._starts[best_slot], self._ends[best_slot], best, best + service)
         if self.in_order:
-            self._arrived(arrival, best)
+            self._arrived(arrival, best, best + service)
         self.requests += 1
         self.busy_us += service
         self.queued_us += best - at_us
@@ -109,7 +114,8 @@ class Resource:
 
     def _forget(self, before_us: int) -> None:
         """Drop the blocks that ended by ``before_us`` (no request is issued before it now), and
-        the arrivals before it that started by then (they bound no later request)."""
+        the arrivals before it that ended by then (they bound no later request's start, nor a
+        later answer's flush: :meth:`flushed_at`)."""
         for starts, ends in zip(self._starts, self._ends):
             if ends and ends[0] <= before_us:
                 gone = bisect.bisect_right(ends, before_us)
@@ -117,8 +123,8 @@ class Resource:
         arrivals = self._arrivals
         if arrivals and arrivals[0] <= before_us:
             k = bisect.bisect_right(arrivals, before_us)
-            if self._latest_start[k - 1] <= before_us:
-                del arrivals[:k], self._latest_start[:k]
+            if self._latest_end[k - 1] <= before_us:
+                del arrivals[:k], self._latest_start[:k], self._latest_end[:k]
 
     def _fifo(self, at_us: int) -> int:
         """The earliest a request arriving at ``at_us`` may start: after the starts of all that
@@ -126,15 +132,31 @@ class Resource:
         i = bisect.bisect_right(self._arrivals, at_us)
         return max(at_us, self._latest_start[i - 1]) if i else at_us
 
-    def _arrived(self, at_us: int, start_us: int) -> None:
+    def _arrived(self, at_us: int, start_us: int, end_us: int) -> None:
         i = bisect.bisect_right(self._arrivals, at_us)
         self._arrivals.insert(i, at_us)
-        latest = self._latest_start
-        latest.insert(i, max(start_us, latest[i - 1]) if i else start_us)
-        for j in range(i + 1, len(latest)):  # an arrival before later ones (admitted after them): rare
-            if latest[j] >= latest[j - 1]:
-                break
-            latest[j] = latest[j - 1]
+        for latest, value in ((self._latest_start, start_us), (self._latest_end, end_us)):
+            latest.insert(i, max(value, latest[i - 1]) if i else value)
+            for j in range(i + 1, len(latest)):  # an arrival before later ones (admitted after them): rare
+                if latest[j] >= latest[j - 1]:
+                    break
+                latest[j] = latest[j - 1]
+
+    def read_at(self, arrival_us: int) -> int:
+        """On an in-order thread, when a task arriving at ``arrival_us`` is read: once the thread
+        is done with every task that arrived before it (a Netty event loop reads what its
+        connection holds when it is free, and handles that batch of commands one after another)."""
+        i = bisect.bisect_left(self._arrivals, arrival_us)
+        return max(arrival_us, self._latest_end[i - 1]) if i else arrival_us
+
+    def flushed_at(self, read_us: int, ready_us: int) -> int:
+        """When an answer written at ``ready_us`` by a task read at ``read_us`` (:meth:`read_at`)
+        leaves: once the thread is done with every task read with it, i.e. that had arrived by
+        then. The broker's connections flush what a batch of commands wrote when the batch is
+        done (``PulsarChannelInitializer``: Netty's ``FlushConsolidationHandler(1024, true)``
+        holds a flush while a read is in progress and flushes at ``channelReadComplete``)."""
+        k = bisect.bisect_right(self._arrivals, read_us)
+        return max(ready_us, self._latest_end[k - 1]) if k else ready_us
 
     def free_at(self, at_us: int) -> int:
         """When a request issued at ``at_us`` that takes no time of its own gets a slot: on an

@@ -123,8 +123,9 @@ class Meter:
         self._cpu_us: dict[str, int] = dict(cpu.kind_service_us) if cpu is not None else {}
         self._cpu = self._run.resource("cpu") if cpu is not None and self._run is not None else None
         # the last call booked on an in-order thread: (the outermost tab it was billed in, the
-        # thread, when its task arrived, when it completes); see _admit
-        self._task: tuple[Tab | None, Resource, int, int] | None = None
+        # thread, when its task arrived, when it completes, when the thread read its task:
+        # Resource.read_at); see _admit
+        self._task: tuple[Tab | None, Resource, int, int, int] | None = None
         self.request = RequestCost(self)
         if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
             self.bill = self._free_bill()  # type: ignore[method-assign]
@@ -190,8 +191,9 @@ class Meter:
         if not res.in_order:
             return res.admit(at_us, latency_us, self._now(), own)
         root, arrival = self._task_arrival(res, at_us)
+        read = res.read_at(arrival)  # before the call books its own arrival
         took = res.admit(at_us, latency_us, self._now(), own, arrival)
-        self._task = (root, res, arrival, at_us + took)
+        self._task = (root, res, arrival, at_us + took, read)
         return took
 
     def _beside(self, res: Resource, at_us: int, latency_us: int) -> None:
@@ -200,7 +202,7 @@ class Meter:
         (a command's handler reading the store before it writes) or goes on with the one it
         continues."""
         root, arrival = self._task_arrival(res, at_us)
-        self._task = (root, res, arrival, at_us + latency_us)
+        self._task = (root, res, arrival, at_us + latency_us, res.read_at(arrival))
 
     def _task_arrival(self, res: Resource, at_us: int) -> tuple[Tab | None, int]:
         """(the outermost open tab, when the task of a call on ``res`` issued at ``at_us`` arrived):
@@ -317,6 +319,20 @@ class Meter:
         if tab is not None:
             tab.add(waited)
         return waited
+
+    def read_of_last_task(self, resource: str, key: str) -> int | None:
+        """When in-order thread ``key`` of ``resource`` read the task of the last call booked on
+        it (:meth:`Resource.read_at`), if that call was the last one on an in-order thread; None
+        otherwise (nothing booked there: v4's IO thread, or no capacity)."""
+        res = self._resource(resource, key, create=False) if self._run is not None else None
+        task = self._task
+        return task[4] if res is not None and task is not None and task[1] is res else None
+
+    def flushed_at(self, resource: str, key: str, read_us: int, ready_us: int) -> int:
+        """When an answer written at ``ready_us`` by a task that in-order thread ``key`` read at
+        ``read_us`` leaves the broker: after the batch read with it (:meth:`Resource.flushed_at`)."""
+        res = self._resource(resource, key, create=False) if self._run is not None else None
+        return ready_us if res is None else res.flushed_at(read_us, ready_us)
 
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill calls a continuation of their own waits for, one after another (not added to

@@ -13,7 +13,7 @@ from engine.ids import Design, TxnID
 from engine.ports import EndTxnCallback, EngineContext, RecoveryStats, TransactionCoordinator, TxnAction, TxnStatus
 from metadata_v5.gcmodes import policy_of
 from metadata_v5.options import V5Options, Variant
-from metadata_v5.txnrecords import SWEEP, Header, OpRecord, SweepCursor, TxnRecords
+from metadata_v5.txnrecords import IO, SWEEP, Header, OpRecord, SweepCursor, TxnRecords
 
 FINAL = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
@@ -76,7 +76,25 @@ class CoordinatorV5(TransactionCoordinator):
             if self._opts.variant is Variant.STATE_EVENTS:
                 self._write_events(txn, final.state)
         if on_done is not None:
-            self._sched.call_later(took.us + self._meter.took("rpc"), on_done, txn, final.state)
+            self._answer_later(took.us, on_done, txn, final.state)
+
+    def _answer_later(self, took_us: int, answer: Callable[..., None], *args: object) -> None:
+        """``answer(*args)`` when the answer of the request just billed (its chain done ``took_us``
+        from now) reaches the client: it leaves with the batch of commands the connection's
+        thread read it in, once the last of them is done, then takes its hop. The broker
+        flushes a batch's writes when the batch is done (``PulsarChannelInitializer``: Netty's
+        ``FlushConsolidationHandler(1024, true)`` holds a flush while a read is in progress and
+        flushes at ``channelReadComplete``), so END_TXNs that queued behind one another are
+        answered together."""
+        read = self._meter.read_of_last_task("metadata", IO)  # when the thread read the request
+        hop = self._meter.took("rpc")
+
+        def flush() -> None:
+            # by now every command read with it has arrived and is booked on the thread
+            now = self._sched.now_us()
+            at = now if read is None else self._meter.flushed_at("metadata", IO, read, now)
+            self._sched.call_later(at - now + hop, answer, *args)
+        self._sched.call_later(took_us, flush)
 
     def _finalize(self, header: Header, state: TxnStatus) -> Header | None:
         """The commit point: CAS OPEN -> final. Counts ok / conflict / reject."""

@@ -373,6 +373,75 @@ def test_the_end_txn_events_do_not_queue_behind_requests_sent_after_the_commit()
     assert s.outcome_us[t] - committed_at < behind * service
 
 
+def test_an_answer_leaves_with_the_batch_its_thread_read_it_in() -> None:
+    """The broker flushes what a batch of commands wrote when the batch is done (Netty's
+    FlushConsolidationHandler in PulsarChannelInitializer): a task the thread read while idle is
+    a batch of its own; those that arrived while it ran are read together once it is done, and
+    none of their answers leaves before the last of them is done."""
+    io = Resource(ResourceSpec(service_us=10, concurrency=1), in_order=True)
+    assert io.read_at(0) == 0  # idle: read at once
+    assert [io.admit(at, 10) for at in (0, 1, 2)] == [10, 19, 28]  # 0..10, 10..20, 20..30
+    assert (io.read_at(0), io.read_at(1), io.read_at(2)) == (0, 10, 20)  # after those that arrived before
+    assert io.flushed_at(0, 10) == 10  # the first alone: its own answer at once
+    assert io.flushed_at(10, 20) == io.flushed_at(20, 30) == 30  # the two read together leave together
+    assert io.flushed_at(10, 35) == 35  # written after the batch: at once
+    assert io.read_at(50) == 50 and io.flushed_at(50, 50) == 50  # idle again
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    assert m.read_of_last_task("metadata", "io") is None  # nothing booked on the thread
+    with m.tab():
+        m.bill("meta.cas", "metadata", "io")  # 0..400, read at 0
+    first = m.read_of_last_task("metadata", "io")
+    with m.tab():
+        m.bill("rpc")  # arrives at 200, while the first runs: read at 400, 400..800
+        m.bill("meta.cas", "metadata", "io")
+    second = m.read_of_last_task("metadata", "io")
+    assert (first, second) == (0, 400)
+    assert m.flushed_at("metadata", "io", 0, 400) == 400 and m.flushed_at("metadata", "io", 400, 800) == 800
+    with m.tab():
+        m.bill("meta.cas", "metadata", "io")  # arrived at 0 with the first: read with it at 0
+    assert m.read_of_last_task("metadata", "io") == 0
+    assert m.flushed_at("metadata", "io", 0, 400) == 1_200  # so the first's answer waits for it (800..1200)
+    assert m.flushed_at("metadata", "event", 0, 5) == 5  # a thread nobody used: at once
+    with m.tab():
+        m.bill("rpc")  # a hop only: its last in-order call is still the second's
+    assert m.read_of_last_task("metadata", "event") is None
+
+
+def test_end_txns_that_queued_behind_one_another_are_answered_together() -> None:
+    """Shipped v5 on an emulated store: END_TXNs sent at once hold the connection's thread one
+    after another; the first was read alone and is answered when it is done, the others were
+    read together while it ran and are answered together once the last of them is done (as
+    the broker answered the 32 END_TXNs at the end of omb's trace: datasets/validation/README.md)."""
+    from engine.broker import BrokerConfig
+    from engine.dispatcher import DispatchMode
+    from engine.memledger import MemoryLedgerFactory
+    from engine.scripted import ScriptedClient
+    from metadata_v5.engine import V5Engine
+    from metadata_v5.options import V5Options
+    from metadata_v5.store.registry import open_metadata
+
+    topic, service = "persistent://public/default/t", 5_000
+    specs = {"metadata": ResourceSpec(service, 1, kinds=frozenset({"meta.write", "meta.cas"}))}
+    s = ScriptedClient(MemoryLedgerFactory(), BrokerConfig(dispatch=DispatchMode.NOTIFY, latency=LatencyModel(resources=specs)),
+                       lambda ctx: V5Engine(ctx, open_metadata("memory://?emulated=1"), V5Options(variant="shipped")))
+    txns = [s.new_txn() for _ in range(4)]
+    for i, t in enumerate(txns):
+        s.publish(topic, f"m{i}", txn=t)
+    s.run()
+    asked = []
+    for t in txns:  # 10 µs apart, as a client sends them: the first reaches the thread alone
+        asked.append(s.sched.now_us())
+        s.commit(t)
+        s.sched.run_until(s.sched.now_us() + 10)
+    s.run()
+    answered = [s.outcome_us[t] for t in txns]
+    assert all(s.outcomes[t].value == "committed" for t in txns)
+    # each END_TXN holds the thread for its CAS and its event's put at least: the first is
+    # answered before the second is done, the other three at one instant, after the last
+    assert answered[0] < answered[1] == answered[2] == answered[3]
+    assert answered[3] - asked[3] >= 4 * 2 * service
+
+
 def test_waiting_for_a_thread_nobody_used_creates_nothing() -> None:
     """v4 makes no store call on the IO thread: its publishes wait for nothing, and its counts
     have no ``capacity.metadata@io.*`` rows."""
