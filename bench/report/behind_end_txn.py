@@ -104,8 +104,8 @@ def crowd_modes(ends: Sequence[Span]) -> Modes | None:
     """A run's end-txns in two kinds: those that overlapped another of them (``behind``) and those
     alone. A crowd of END_TXNs shares what serves them (the coordinator, the broker's threads and
     cores) where a lone one does not: a trace's generator commits every txn still open at its
-    end, at one instant (``bench.trace.workloads.generate``). ``after`` counts those answered after every
-    other end-txn they overlapped. None without an end-txn."""
+    end, at one instant (``bench.trace.workloads.generate``). ``after`` counts those answered
+    after every other end-txn they overlapped. None without an end-txn."""
     if not ends:
         return None
     order = sorted(range(len(ends)), key=lambda i: ends[i])
