@@ -98,6 +98,7 @@ class Broker:
         self._ctx = EngineContext(self._scope, self.config.latency, ledgers, participants=self)
         self._meter = self._ctx.meter
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
+        self.last_publish_hop_us = 0  # of it, the receipt's hop back to the client
         self.last_ack_us = 0  # modelled latency of the last txn ack, until its answer
         self.last_new_txn_us = 0  # modelled latency of the last new_txn (the client waits for its id)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
@@ -218,9 +219,18 @@ class Broker:
                     raise self._too_big(topic, msg, size)
                 pos = part.tb.append_buffer_to_txn(txn, data)
             bill("ledger.append", "bookie", ledger_name)
-            bill("rpc")
+            hop = bill("rpc")
         self.last_publish_us = request.us
+        self.last_publish_hop_us = hop
         return _message_id((ledger_name, pos))
+
+    def receipt_leaves_at(self, ready_us: int) -> int | None:
+        """When a publish receipt written at ``ready_us`` leaves for the client: the add completes
+        on its managed ledger's thread, which hands the write to the connection's IO thread
+        (``ServerCnx``), so it goes once the batch of commands that thread runs then is done
+        (Netty's ``FlushConsolidationHandler`` in ``PulsarChannelInitializer``); None when no
+        store call has ever held that thread (nothing to wait for): at once."""
+        return self._meter.batch_done_at("metadata", IO_THREAD, ready_us)
 
     def _too_big(self, topic: str, msg: str | None, size: int) -> MessageTooBig:
         return MessageTooBig(

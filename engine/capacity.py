@@ -158,6 +158,20 @@ class Resource:
         k = bisect.bisect_right(self._arrivals, read_us)
         return max(ready_us, self._latest_end[k - 1]) if k else ready_us
 
+    def batch_done_at(self, at_us: int) -> int:
+        """When the batch the thread is running at ``at_us`` is done (``at_us`` when it is idle):
+        what another thread writes to the connection meanwhile (a publish's receipt, from the add's
+        completion) is a task the event loop runs after that batch, and its flush goes with it."""
+        j = bisect.bisect_right(self._latest_start, at_us)  # the calls started by then (FIFO: in arrival order)
+        if not j:
+            return at_us
+        # the last task started by then, all its calls (one arrival: a chain of store calls is
+        # one task, whose later calls may start after ``at_us``)
+        arrival = self._arrivals[j - 1]
+        if self._latest_end[bisect.bisect_right(self._arrivals, arrival) - 1] <= at_us:
+            return at_us
+        return self.flushed_at(self.read_at(arrival), at_us)
+
     def free_at(self, at_us: int) -> int:
         """When a request issued at ``at_us`` that takes no time of its own gets a slot: on an
         in-order resource after every request that arrived before it, and on any resource not

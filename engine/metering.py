@@ -334,6 +334,12 @@ class Meter:
         res = self._resource(resource, key, create=False) if self._run is not None else None
         return ready_us if res is None else res.flushed_at(read_us, ready_us)
 
+    def batch_done_at(self, resource: str, key: str, at_us: int) -> int | None:
+        """When the batch in-order thread ``key`` of ``resource`` runs at ``at_us`` is done
+        (:meth:`Resource.batch_done_at`); None when nothing was ever booked there (nothing waits)."""
+        res = self._resource(resource, key, create=False) if self._run is not None else None
+        return None if res is None else res.batch_done_at(at_us)
+
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:
         """Bill calls a continuation of their own waits for, one after another (not added to
         whatever tab is open: a recovery started on a request's path does not delay the

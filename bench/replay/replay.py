@@ -196,6 +196,7 @@ class Replayer:
         self._bound = cfg.asap_in_flight if cfg.pacing == "asap" else None
         self._answers: list[int] = []
         self._ends_in_flight = 0
+        self._receipts_pending = 0  # plain publishes whose receipt is not written yet (_receipt)
         # Virtual time: ops the trace client has not issued yet (jvm TraceRunner): a txn's
         # publishes and acks wait for its new_txn answer, and a send waits for the sends before
         # it on its topic to be issued (the producer keeps their order). Per topic, when its
@@ -453,21 +454,19 @@ class Replayer:
             if e.txn is not None:  # TransactionImpl.registerSendOp: the failed send marks the txn
                 self.txns[e.txn].ops_failed = True
             raise
-        answered_us = self.sched.now_us() + took_us
-        spans = self._publish_rows
-        if spans is not None:
-            spans["engine"].append(self.label)
-            spans["msg"].append(e.msg)
-            spans["txn"].append(e.txn)
-            spans["issued_ts_us"].append(self.sched.now_us())
-            spans["answered_ts_us"].append(answered_us)
-            if len(spans["msg"]) >= self._sink_rows:
-                self._flush_publishes()
-        if self._bound is not None:
-            heapq.heappush(self._answers, answered_us)
-        self.hist.record("publish_nontxn_us" if txn_id is None else "publish_txn_us", took_us)
+        issued_us = self.sched.now_us()
         self.series.count("publish")
-        self.series.latency("publish", took_us)
+        if (not self._wall and txn_id is None
+                and self.broker.receipt_leaves_at(issued_us) is not None):
+            # the receipt goes after whatever batch the connection's thread runs when it is
+            # written (Broker.receipt_leaves_at): known once every command that reaches the
+            # thread before then is booked, so looked up then (a txn send's answer is not: the
+            # txn's END_TXN waits for it, TraceRunner.end)
+            hop = self.broker.last_publish_hop_us
+            self._receipts_pending += 1
+            self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop)
+        else:
+            self._publish_answered(e.msg, e.txn, issued_us, took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
         if self.history is not None:
             self.history.publish(e.msg, e.topic, e.txn, e.key, mid)
@@ -479,7 +478,33 @@ class Replayer:
             txn.published += 1
             self.msg_txn[e.msg] = txn
             if not self._wall:
-                txn.sends_done_us = max(txn.sends_done_us, answered_us)
+                txn.sends_done_us = max(txn.sends_done_us, issued_us + took_us)
+
+    def _receipt(self, msg: str, issued_us: int, ready_us: int, hop_us: int) -> None:
+        """A plain publish's receipt, written ``ready_us`` after its issue: it leaves once the
+        batch the connection's thread runs now is done, then takes its hop."""
+        now = self.sched.now_us()
+        leaves = self.broker.receipt_leaves_at(now)
+        self._receipts_pending -= 1
+        self._publish_answered(msg, None, issued_us, ready_us + ((leaves or now) - now) + hop_us)
+
+    def _publish_answered(self, msg: str, txn: str | None, issued_us: int, took_us: int) -> None:
+        """A publish answered ``took_us`` after its issue: its span, its slot among the asap
+        client's in-flight requests and its latency."""
+        answered_us = issued_us + took_us
+        spans = self._publish_rows
+        if spans is not None:
+            spans["engine"].append(self.label)
+            spans["msg"].append(msg)
+            spans["txn"].append(txn)
+            spans["issued_ts_us"].append(issued_us)
+            spans["answered_ts_us"].append(answered_us)
+            if len(spans["msg"]) >= self._sink_rows:
+                self._flush_publishes()
+        if self._bound is not None:
+            heapq.heappush(self._answers, answered_us)
+        self.hist.record("publish_nontxn_us" if txn is None else "publish_txn_us", took_us)
+        self.series.latency("publish", took_us)
 
     def _op_ack(self, e: Event) -> None:
         assert e.msg and e.subscription
@@ -816,7 +841,7 @@ class Replayer:
         while True:
             while answers and answers[0] <= ts:
                 heapq.heappop(answers)
-            if len(answers) + self._ends_in_flight + self._gated_in_flight < bound:
+            if len(answers) + self._ends_in_flight + self._gated_in_flight + self._receipts_pending < bound:
                 return ts
             nxt = sched.next_due_us()
             if answers and (nxt is None or answers[0] < nxt):

@@ -442,6 +442,58 @@ def test_end_txns_that_queued_behind_one_another_are_answered_together() -> None
     assert answered[3] - asked[3] >= 4 * 2 * service
 
 
+def test_what_another_thread_writes_leaves_after_the_batch_running_then() -> None:
+    """A publish's receipt is written from its add's completion: the event loop runs that write
+    after the batch of commands it is handling, and flushes it with the batch."""
+    io = Resource(ResourceSpec(service_us=10, concurrency=1), in_order=True)
+    assert io.batch_done_at(5) == 5  # nothing booked: at once
+    assert [io.admit(at, 10) for at in (0, 1, 2)] == [10, 19, 28]  # 0..10 alone; 10..30 read together
+    assert io.batch_done_at(5) == 10  # inside the first batch: at its end
+    assert io.batch_done_at(12) == io.batch_done_at(25) == 30  # inside the second: after both its tasks
+    assert io.batch_done_at(30) == 30 and io.batch_done_at(40) == 40  # idle
+    m = _meter(metadata=ResourceSpec(service_us=400, concurrency=1))
+    assert m.batch_done_at("metadata", "io", 100) is None  # a thread nobody used: nothing waits
+    with m.tab():
+        m.bill("meta.cas", "metadata", "io")
+    assert m.batch_done_at("metadata", "io", 100) == 400
+
+
+def test_a_plain_receipt_written_while_an_end_txn_holds_the_thread_waits_for_it(tmp_path: Path) -> None:
+    """Shipped v5 on the standalone's store: a plain send issued just before a commit has its
+    add complete while the END_TXN's store calls hold the connection's thread, and its receipt
+    leaves when they are done, with the END_TXN's answer (a hand-written run on a 5.0.0-M1
+    broker answered such sends within 0.2 ms of the END_TXN at the median:
+    datasets/validation/README.md); one sent long before it is answered as before."""
+    from bench.replay.config import EMULATED_STORE
+    from bench.trace.trace import TraceWriter
+
+    ms, p, q = 1_000, "persistent://public/default/p", "persistent://public/default/q"
+    trace = tmp_path / "t.parquet"
+    with TraceWriter(trace) as w:
+        w.add(0, "new_txn", txn="t0")
+        w.add(1 * ms, "publish", txn="t0", topic=q, msg="x", size=100)
+        w.add(20 * ms, "publish", topic=p, msg="far", size=100)
+        w.add(49_700, "publish", topic=p, msg="near", size=100)  # 0.3 ms before the commit
+        w.add(50 * ms, "commit", txn="t0")
+
+    def run(resources: bool) -> tuple[dict[str, int], int]:
+        specs = {"metadata": ResourceSpec(2_000, 1, kinds=frozenset({"meta.write", "meta.cas"}))} if resources else {}
+        spans: list[tuple[str, int, int]] = []
+        cfg = RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=LatencyModel(resources=specs),
+                        options={"variant": "shipped"})
+        result = Replayer(cfg, publish_sink=lambda rows: spans.extend(
+            zip(rows["msg"], rows["issued_ts_us"], rows["answered_ts_us"]))).run(read_events(trace))
+        end_txn = result.latency["end_txn_us"]
+        assert end_txn["count"] == 1
+        return {msg: answered - issued for msg, issued, answered in spans}, 50 * ms + end_txn["min_us"]
+
+    took, _ = run(resources=False)
+    assert took["near"] == took["far"]  # nothing holds the thread: the same path
+    took, end_txn_answered = run(resources=True)
+    assert 49_700 + took["far"] < end_txn_answered  # unheld, it would be back before the END_TXN
+    assert 49_700 + took["near"] == end_txn_answered  # held: back with it
+
+
 def test_waiting_for_a_thread_nobody_used_creates_nothing() -> None:
     """v4 makes no store call on the IO thread: its publishes wait for nothing, and its counts
     have no ``capacity.metadata@io.*`` rows."""
