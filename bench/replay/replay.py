@@ -486,7 +486,8 @@ class Replayer:
         now = self.sched.now_us()
         leaves = self.broker.receipt_leaves_at(now)
         self._receipts_pending -= 1
-        self._publish_answered(msg, None, issued_us, ready_us + ((leaves or now) - now) + hop_us)
+        held = 0 if leaves is None else leaves - now
+        self._publish_answered(msg, None, issued_us, ready_us + held + hop_us)
 
     def _publish_answered(self, msg: str, txn: str | None, issued_us: int, took_us: int) -> None:
         """A publish answered ``took_us`` after its issue: its span, its slot among the asap
