@@ -224,6 +224,11 @@ class Broker:
         self.last_publish_hop_us = hop
         return _message_id((ledger_name, pos))
 
+    def receipts_wait(self) -> bool:
+        """Whether a publish's receipt may wait for the connection's IO thread
+        (:meth:`receipt_leaves_at`): once a store call has held that thread."""
+        return self._meter.in_use("metadata", IO_THREAD)
+
     def receipt_leaves_at(self, ready_us: int) -> int | None:
         """When a publish receipt written at ``ready_us`` leaves for the client: the add completes
         on its managed ledger's thread, which hands the write to the connection's IO thread

@@ -190,8 +190,7 @@ class Meter:
         whole chain. Any other call (after a hop, an append, on another thread) arrives anew."""
         if not res.in_order:
             return res.admit(at_us, latency_us, self._now(), own)
-        root, arrival = self._task_arrival(res, at_us)
-        read = res.read_at(arrival)  # before the call books its own arrival
+        root, arrival, read = self._task_arrival(res, at_us)
         took = res.admit(at_us, latency_us, self._now(), own, arrival)
         self._task = (root, res, arrival, at_us + took, read)
         return took
@@ -201,18 +200,19 @@ class Meter:
         writes' commits): it books nothing, but it runs on the thread, so it starts a task there
         (a command's handler reading the store before it writes) or goes on with the one it
         continues."""
-        root, arrival = self._task_arrival(res, at_us)
-        self._task = (root, res, arrival, at_us + latency_us, res.read_at(arrival))
+        root, arrival, read = self._task_arrival(res, at_us)
+        self._task = (root, res, arrival, at_us + latency_us, read)
 
-    def _task_arrival(self, res: Resource, at_us: int) -> tuple[Tab | None, int]:
-        """(the outermost open tab, when the task of a call on ``res`` issued at ``at_us`` arrived):
-        the last task's arrival when the call is the same request's on that thread, issued the
-        instant that task's last call completes; else ``at_us`` (a task of its own)."""
+    def _task_arrival(self, res: Resource, at_us: int) -> tuple[Tab | None, int, int]:
+        """(the outermost open tab, when the task of a call on ``res`` issued at ``at_us`` arrived,
+        when the thread read it): the last task's when the call is the same request's on that
+        thread, issued the instant that task's last call completes; else ``at_us`` and its read
+        (:meth:`Resource.read_at`, before the call books its own arrival)."""
         root = self._tabs[0] if self._tabs else None
         task = self._task
         if task is not None and root is not None and task[0] is root and task[1] is res and task[3] == at_us:
-            return root, task[2]
-        return root, at_us
+            return root, task[2], task[4]
+        return root, at_us, res.read_at(at_us)
 
     def _core(self, at_us: int, core_us: int) -> int:
         """A call issued at ``at_us`` that works ``core_us`` on the host's cores: its wait for a
@@ -309,7 +309,7 @@ class Meter:
         thread): its wait, added to the open tab (``in_tab=False``: a continuation's own wait, from
         now, as :meth:`took`); 0 when the resource has no capacity set or nothing was ever booked
         on that instance (v4's IO thread)."""
-        res = self._resource(resource, key, create=False) if self._run is not None else None
+        res = self._booked(resource, key)
         if res is None:
             return 0
         tabs = self._tabs
@@ -320,24 +320,33 @@ class Meter:
             tab.add(waited)
         return waited
 
+    def _booked(self, resource: str, key: str) -> Resource | None:
+        """Resource instance ``key``, if a request was ever booked on it (None: no capacity set,
+        or nothing there yet, as on v4's IO thread)."""
+        return self._resource(resource, key, create=False) if self._run is not None else None
+
+    def in_use(self, resource: str, key: str) -> bool:
+        """Whether a request was ever booked on resource instance ``key``."""
+        return self._booked(resource, key) is not None
+
     def read_of_last_task(self, resource: str, key: str) -> int | None:
         """When in-order thread ``key`` of ``resource`` read the task of the last call booked on
         it (:meth:`Resource.read_at`), if that call was the last one on an in-order thread; None
         otherwise (nothing booked there: v4's IO thread, or no capacity)."""
-        res = self._resource(resource, key, create=False) if self._run is not None else None
+        res = self._booked(resource, key)
         task = self._task
         return task[4] if res is not None and task is not None and task[1] is res else None
 
     def flushed_at(self, resource: str, key: str, read_us: int, ready_us: int) -> int:
         """When an answer written at ``ready_us`` by a task that in-order thread ``key`` read at
         ``read_us`` leaves the broker: after the batch read with it (:meth:`Resource.flushed_at`)."""
-        res = self._resource(resource, key, create=False) if self._run is not None else None
+        res = self._booked(resource, key)
         return ready_us if res is None else res.flushed_at(read_us, ready_us)
 
     def batch_done_at(self, resource: str, key: str, at_us: int) -> int | None:
         """When the batch in-order thread ``key`` of ``resource`` runs at ``at_us`` is done
         (:meth:`Resource.batch_done_at`); None when nothing was ever booked there (nothing waits)."""
-        res = self._resource(resource, key, create=False) if self._run is not None else None
+        res = self._booked(resource, key)
         return None if res is None else res.batch_done_at(at_us)
 
     def took(self, kind: str, resource: str | None = None, key: str = "", times: int = 1) -> int:

@@ -456,8 +456,7 @@ class Replayer:
             raise
         issued_us = self.sched.now_us()
         self.series.count("publish")
-        if (not self._wall and txn_id is None
-                and self.broker.receipt_leaves_at(issued_us) is not None):
+        if not self._wall and txn_id is None and self.broker.receipts_wait():
             # the receipt goes after whatever batch the connection's thread runs when it is
             # written (Broker.receipt_leaves_at): known once every command that reaches the
             # thread before then is booked, so looked up then (a txn send's answer is not: the
