@@ -23,7 +23,8 @@ before it, whenever engine code admitted it (:class:`Resource` ``in_order``). Th
 thread reads what has arrived when it is free and handles that batch of commands one after
 another, and the broker flushes what a batch wrote once the batch is done (Netty's
 ``FlushConsolidationHandler`` in ``PulsarChannelInitializer``): :meth:`Resource.read_at` and
-:meth:`Resource.flushed_at` give a task's batch and when its answer leaves.
+:meth:`Resource.flushed_at` give a task's batch and when its answer leaves. A ledger's appends
+complete in the order they were issued, whatever each one's own latency (:class:`AddOrder`).
 """
 
 from __future__ import annotations
@@ -183,6 +184,39 @@ class Resource:
             free = ends[i] if i < len(starts) and starts[i] <= earliest else earliest
             best = free if best < 0 else min(best, free)
         return best
+
+
+class AddOrder:
+    """One ledger's appends, which complete in the order they were issued: BookKeeper's
+    ``LedgerHandle.sendAddSuccessCallbacks`` completes only the head of ``pendingAddOps``, so an
+    add its bookie answered early waits for every earlier add of the ledger (and the managed
+    ledger runs its ``OpAddEntry`` callbacks in that order). The adds are recorded in the order
+    engine code bills them: one billed later for an earlier instant waits for the earlier adds
+    it finds, and holds back only what is billed after it."""
+
+    __slots__ = ("_at", "_done")
+
+    def __init__(self) -> None:
+        self._at: list[int] = []  # the adds' issue instants, sorted
+        self._done: list[int] = []  # aligned: the running maximum of their completions
+
+    def complete(self, at_us: int, done_us: int, now_us: int) -> int:
+        """When an add issued at ``at_us``, which its bookie answers at ``done_us``, completes:
+        no earlier than any add issued before it. ``now_us``: no add is issued before it now."""
+        at, done = self._at, self._done
+        if done and done[0] <= now_us:  # adds complete by now hold back no later one
+            gone = bisect.bisect_right(done, now_us)
+            del at[:gone], done[:gone]
+        i = bisect.bisect_right(at, at_us)
+        if i and done[i - 1] > done_us:
+            done_us = done[i - 1]
+        at.insert(i, at_us)
+        done.insert(i, done_us)
+        for j in range(i + 1, len(done)):  # an add billed ahead for a later instant (rare)
+            if done[j] >= done_us:
+                break
+            done[j] = done_us
+        return done_us
 
 
 def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:

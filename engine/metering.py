@@ -16,16 +16,21 @@ what engine code does on the request's path is billed to it by the same wrappers
 Calls outside any tab are billed and counted but delay nothing (background work: sweeps).
 
 With ``LatencyModel.resources`` a billed call also goes through its shared resource
-(:mod:`engine.capacity`) and waits for a slot in virtual time.
+(:mod:`engine.capacity`) and waits for a slot in virtual time, and a ledger's appends
+(:data:`APPEND`, keyed by ledger) complete in the order they were issued
+(:class:`~engine.capacity.AddOrder`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.capacity import PER_RUN, Capacity, Resource, run_capacity
+from engine.capacity import PER_RUN, AddOrder, Capacity, Resource, run_capacity
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, Scope
 from engine.counters import Counters
+
+
+APPEND = "ledger.append"  # billed with its ledger as the key: completes in issue order per ledger
 
 
 class Tab:
@@ -126,6 +131,7 @@ class Meter:
         # thread, when its task arrived, when it completes, when the thread read its task:
         # Resource.read_at); see _admit
         self._task: tuple[Tab | None, Resource, int, int, int] | None = None
+        self._adds: dict[str, AddOrder] = {}  # per ledger (this broker's handles): its appends' order
         self.request = RequestCost(self)
         if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
             self.bill = self._free_bill()  # type: ignore[method-assign]
@@ -167,6 +173,7 @@ class Meter:
         if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
             res, beside = None, res
         own = res is not None and kind in res.spec.latency_kinds
+        adds = self._add_order(key) if kind == APPEND else None
         took = 0
         for _ in range(times):
             lat = of(kind)
@@ -177,10 +184,18 @@ class Meter:
             elif beside is not None and beside.in_order:
                 self._beside(beside, at + waited, lat)
             lat += waited
+            if adds is not None:
+                lat = adds.complete(at, at + lat, self._now()) - at
             if top is not None:
                 top.add(lat)
             took += lat
         return took
+
+    def _add_order(self, ledger: str) -> AddOrder:
+        order = self._adds.get(ledger)
+        if order is None:
+            order = self._adds[ledger] = AddOrder()
+        return order
 
     def _admit(self, res: Resource, at_us: int, latency_us: int, own: bool) -> int:
         """``res.admit`` of one call, issued at ``at_us``. On a thread serving in arrival order, a

@@ -10,8 +10,8 @@ from bench.replay.config import RunConfig
 from bench.replay.replay import Replayer
 from bench.trace.trace import read_events
 from bench.trace.workloads import generate, load_profile
-from engine.capacity import Capacity, Resource
-from engine.clock import LatencyModel, ResourceSpec, VirtualScheduler, WallScheduler
+from engine.capacity import AddOrder, Capacity, Resource
+from engine.clock import Distribution, LatencyModel, ResourceSpec, VirtualScheduler, WallScheduler
 from engine.errors import ConfigError
 from engine.metering import Meter
 
@@ -580,6 +580,50 @@ def test_a_call_waits_for_a_core_before_its_own_resource() -> None:
     assert (first.us, second.us) == (1_000, 2_000)
     assert m.took("ledger.append", "bookie", "l") == 3_000  # the core free at 200, the bookie at 2,000
     assert m.billed["ledger.append"] == 3
+
+
+def test_a_ledgers_adds_complete_in_the_order_they_were_issued() -> None:
+    """BookKeeper completes a ledger's adds in entry order (``LedgerHandle.sendAddSuccessCallbacks``):
+    an add its bookie answered early waits for every add issued before it."""
+    order = AddOrder()
+    assert order.complete(0, 3_000, 0) == 3_000
+    assert order.complete(100, 1_100, 0) == 3_000  # answered early: held for the one before it
+    assert order.complete(200, 4_000, 0) == 4_000  # answered after both: its own time
+    # billed late for an earlier instant: it waits for the add before it (at 0), not after it
+    assert order.complete(50, 500, 0) == 3_000
+    # one billed late that takes long holds back what is billed after it, not what went before
+    assert order.complete(60, 9_000, 0) == 9_000
+    assert order.complete(300, 3_500, 0) == 9_000
+    assert order.complete(20_000, 20_100, 20_000) == 20_100  # all done by now: forgotten
+
+
+def test_appends_to_one_ledger_complete_in_order_and_other_ledgers_do_not_wait() -> None:
+    """With resources set, each append's latency is drawn on its own; an append completes no
+    earlier than the appends issued before it on its ledger (a brute-force maximum over the same
+    draws), and appends on another ledger keep their own times."""
+    spread = {"ledger.append": Distribution(((0.0, 1_000), (1.0, 5_000)))}
+    cores = {"cpu": _cores({"rpc": 1})}  # any resource: the meter then tracks issue instants
+    issued = [(0, "a"), (100, "a"), (150, "b"), (200, "a"), (250, "b"), (300, "a")]
+    draws_of = LatencyModel(distributions=spread).fresh()  # the meter's stream, drawn alike
+    draws = [draws_of.of("ledger.append") for _ in issued]
+    expected = []
+    for i, (at, ledger) in enumerate(issued):
+        earlier = [a + d for (a, led), d in zip(issued[:i], draws) if led == ledger]
+        expected.append(max([at + draws[i], *earlier]))
+    assert any(e > at + d for e, (at, _), d in zip(expected, issued, draws))  # some add is held
+
+    sched = VirtualScheduler()
+    m = Meter(LatencyModel(distributions=spread, resources=cores), sched)
+    done = []
+    for at, ledger in issued:
+        sched.run_until(at)
+        with m.tab() as t:
+            m.bill("ledger.append", "bookie", ledger)
+        done.append(at + t.us)
+    assert done == expected and m.billed["ledger.append"] == len(issued)
+    # without resources the draws are taken as they come (no instants tracked)
+    free = Meter(LatencyModel(distributions=spread), VirtualScheduler())
+    assert [free.took("ledger.append", "bookie", led) for _, led in issued] == draws
 
 
 def test_a_cores_spec_needs_its_kinds_as_its_costs() -> None:
