@@ -115,6 +115,8 @@ def measure(config: Config, units: int, design: str, pid: str, url: str, admin: 
             subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(trace), "--engine", design,
                             "--target", url, "--admin-url", admin, "--pacing", "trace", "--out", f"{tmp}/run",
                             "--no-progress", "--force"], check=True, stdout=subprocess.DEVNULL)
+        except subprocess.CalledProcessError as e:
+            raise SystemExit(f"txn_cpu: the replay of {config.name} through {url} failed (exit {e.returncode})")
         finally:
             stop.set()
             sampler.join()
