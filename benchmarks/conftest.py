@@ -43,7 +43,9 @@ def config(engine: str, backend: str) -> RunConfig:
     url = os.environ.get(f"TXNBENCH_{name.upper()}_URL")
     if not url:
         pytest.skip(f"no {name}: set TXNBENCH_{name.upper()}_URL to benchmark {engine} on it")
-    return RunConfig(**{"engine": cfg.engine, "options": cfg.options, field: url})
+    if field == "metadata_url":
+        return RunConfig(engine=cfg.engine, options=cfg.options, metadata_url=url)
+    return RunConfig(engine=cfg.engine, options=cfg.options, ledger_url=url)
 
 
 class Rig(ScriptedClient):
