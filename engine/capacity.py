@@ -136,12 +136,8 @@ class Resource:
     def _arrived(self, at_us: int, start_us: int, end_us: int) -> None:
         i = bisect.bisect_right(self._arrivals, at_us)
         self._arrivals.insert(i, at_us)
-        for latest, value in ((self._latest_start, start_us), (self._latest_end, end_us)):
-            latest.insert(i, max(value, latest[i - 1]) if i else value)
-            for j in range(i + 1, len(latest)):  # an arrival before later ones (admitted after them): rare
-                if latest[j] >= latest[j - 1]:
-                    break
-                latest[j] = latest[j - 1]
+        _insert_max(self._latest_start, i, start_us)
+        _insert_max(self._latest_end, i, end_us)
 
     def read_at(self, arrival_us: int) -> int:
         """On an in-order thread, when a task arriving at ``arrival_us`` is read: once the thread
@@ -208,15 +204,21 @@ class AddOrder:
             gone = bisect.bisect_right(done, now_us)
             del at[:gone], done[:gone]
         i = bisect.bisect_right(at, at_us)
-        if i and done[i - 1] > done_us:
-            done_us = done[i - 1]
         at.insert(i, at_us)
-        done.insert(i, done_us)
-        for j in range(i + 1, len(done)):  # an add billed ahead for a later instant (rare)
-            if done[j] >= done_us:
-                break
-            done[j] = done_us
-        return done_us
+        return _insert_max(done, i, done_us)
+
+
+def _insert_max(latest: list[int], i: int, value: int) -> int:
+    """Insert at ``i`` into ``latest``, a running maximum, the entry of ``value``: the larger of it
+    and the maximum before ``i``, raising the entries after ``i`` below it (an entry inserted before
+    later ones, admitted after them: rare). Returns the entry."""
+    entry = max(value, latest[i - 1]) if i else value
+    latest.insert(i, entry)
+    for j in range(i + 1, len(latest)):
+        if latest[j] >= entry:
+            break
+        latest[j] = entry
+    return entry
 
 
 def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:
