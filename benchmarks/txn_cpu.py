@@ -7,9 +7,9 @@ With the broker of ``scripts/pulsar.sh start DIR`` running, it writes small trac
 unit, either a txn that publishes one message to each of K topics and commits, or the same K sends
 without a txn; on each topic S subscriptions, each with a consumer (the trace client's). It
 replays each through the broker at the trace's pace (``txnbench replay --target ... --pacing
-trace``, one design) while reading, every 20 ms, each broker thread's CPU time (as
-``benchmarks.broker_cpu`` does). It counts the CPU over the run's ops, from the first one issued
-to the last answered, with the broker's JIT compiler threads apart.
+trace``, one design) while reading, every 20 ms, each broker thread's CPU time (with
+``benchmarks.broker_cpu``'s sampler). It counts the CPU over the run's ops, from the first one
+issued to the last answered, with the broker's JIT compiler threads apart.
 
 The configurations (K, S, txn or plain) go in turn, round after round; the first ``--warm-up``
 rounds are discarded. It prints each one's median over the rounds, and the marginal costs
@@ -34,16 +34,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from bench.pulsar.cpu import threads_cpu_s as thread_cpu
+from bench.pulsar.cpu import txn_phase
 from bench.trace.trace import TraceWriter
+from benchmarks.broker_cpu import CLIENT, sample
 from benchmarks.broker_threads import ROOT, running_broker
 
-PERIOD_S = 0.02
 UNIT_EVERY_US = 20_000
 OPS = ("new_txn", "publish", "commit")
 
@@ -85,22 +84,10 @@ def write_trace(config: Config, units: int, path: Path) -> Path:
 
 def ops_span(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
     """From the first op issued to the last answered, in epoch milliseconds (the trace client's events)."""
-    t0, starts, ends = None, [], []
-    for e in events:
-        if e.get("ev") == "ready":
-            t0 = e["t0_epoch_ms"]
-        elif e.get("ev") == "op" and e.get("op") in OPS:
-            starts.append(e["start_us"])
-            ends.append(e["end_us"])
-    if t0 is None or not starts:
+    span = txn_phase(events, OPS, OPS)
+    if span is None:
         raise SystemExit("txn_cpu: the run's events hold no ready line or no op")
-    return t0 + min(starts) / 1000, t0 + max(ends) / 1000
-
-
-def sample(pid: str, into: list[tuple[float, dict[str, float]]], stop: threading.Event) -> None:
-    while not stop.is_set():
-        into.append((time.time() * 1000, thread_cpu(pid)))
-        stop.wait(PERIOD_S)
+    return span
 
 
 def measure(config: Config, units: int, design: str, pid: str, url: str, admin: str) -> tuple[float, float]:
@@ -126,7 +113,8 @@ def measure(config: Config, units: int, design: str, pid: str, url: str, admin: 
     if len(inside) < 2:
         raise SystemExit(f"txn_cpu: too few CPU samples over the run of {config.name} ({len(inside)})")
     first, last = inside[0], inside[-1]
-    used = {n: s - first.get(n, 0.0) for n, s in last.items()}
+    # the broker's threads (the sampler also reads the client's and the machine's)
+    used = {n: s - first.get(n, 0.0) for n, s in last.items() if not n.startswith((" ", CLIENT))}
     jit = sum(s for n, s in used.items() if "Compiler" in n)
     return sum(used.values()) - jit, jit
 

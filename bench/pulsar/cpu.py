@@ -131,16 +131,21 @@ def machine_cpu_s() -> tuple[float, float]:
     return (sum(ticks) - idle) * TICK_S, sum(ticks) * TICK_S
 
 
-def txn_phase(events: Iterable[dict[str, Any]]) -> tuple[float, float] | None:
-    """The run's txn phase in epoch milliseconds, from the trace client's events; None without one."""
+def txn_phase(events: Iterable[dict[str, Any]], first: Iterable[str] = ("new_txn",),
+              last: Iterable[str] = ("commit", "abort")) -> tuple[float, float] | None:
+    """The run's txn phase in epoch milliseconds, from the trace client's events: from the first op
+    of a kind in ``first`` issued to the last of a kind in ``last`` answered (other kinds: another
+    phase, as a run's sends); None without one."""
+    firsts, lasts = frozenset(first), frozenset(last)
     t0, starts, ends = None, [], []
     for e in events:
         if e.get("ev") == "ready":
             t0 = e["t0_epoch_ms"]
-        elif e.get("ev") == "op" and e.get("op") == "new_txn":
-            starts.append(e["start_us"])
-        elif e.get("ev") == "op" and e.get("op") in ("commit", "abort"):
-            ends.append(e["end_us"])
+        elif e.get("ev") == "op":
+            if e.get("op") in firsts:
+                starts.append(e["start_us"])
+            if e.get("op") in lasts:
+                ends.append(e["end_us"])
     if t0 is None or not starts or not ends:
         return None
     return t0 + min(starts) / 1000, t0 + max(ends) / 1000
