@@ -89,6 +89,7 @@ DEFAULT_SUB_TYPE = SubscriptionType.FAILOVER
 # managedLedgerNewEntriesCheckDelayInMillis (ServiceConfiguration, 10 by default): a cursor's read
 # that finds nothing checks again after it (ManagedCursorImpl.asyncReadEntriesWithSkipOrWait)
 NEW_ENTRIES_CHECK_US = 10_000
+DISPATCH_ENTRY = "dispatch.entry"  # engine.clock: an entry's pass on the host's cores
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,8 @@ class Dispatcher:
         # the write to the consumer's connection is a task on its IO thread, after what that
         # thread has queued (PulsarCommandSenderImpl.sendMessagesToConsumer: capacity.IO_THREAD)
         waited = self._behind("metadata", IO_THREAD, in_tab=False)
+        if entries:  # each passed on the broker's cores, one after another, before the write
+            waited += self._bill(DISPATCH_ENTRY, None, "", len(entries))
         deliver_ts = self._sched.now_us() + waited + self._bill("consumer.deliver", "dispatch")
         is_aborted = self._tb.is_txn_aborted
         is_pending = self._pending.is_pending

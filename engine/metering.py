@@ -371,8 +371,8 @@ class Meter:
         of = self._of
         self.billed[kind] += times
         core_us = self._cpu_us.get(kind, 0)
-        if times == 1 and (self._run is None or resource is None) and not core_us:
-            return of(kind)
+        if not core_us and (self._run is None or resource is None):
+            return of(kind) if times == 1 else sum(of(kind) for _ in range(times))
         res = self._resource(resource, key) if resource is not None and self._run is not None else None
         if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
             res = None

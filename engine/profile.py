@@ -28,7 +28,8 @@ SERVED = ("coordinator",)  # billed by Meter.serve: a fixed service time, no lat
 CONSTANTS_NAME = "constants"
 # Kinds added after profiles were shipped: a profile without one bills it 0, as every profile did
 # before it existed (and writes it only when it is not 0, so those files read back byte for byte)
-LATER_KINDS = frozenset({"meta.list_keys", "meta.list_entries", "meta.notify", "coordinator.v4", "coordinator.v5"})
+LATER_KINDS = frozenset({"meta.list_keys", "meta.list_entries", "meta.notify", "coordinator.v4", "coordinator.v5",
+                         "dispatch.entry"})
 # Kinds split from another after profiles were shipped: a profile without one bills it as the
 # kind it was split from (and writes it only when it differs, so those files read back byte for byte)
 SAME_AS = {"rpc.broker": "rpc", "meta.scan_get": "meta.read"}

@@ -63,7 +63,7 @@ from engine.profile import LatencyProfile
 # side's Netty handling and the broker's command), the broker's own client's END_TXN_ON_PARTITION
 # and END_TXN_ON_SUBSCRIPTION, and a message pushed to a consumer (and received). An append's work
 # goes with the request that makes it (the counts per message move together in every trace).
-KINDS = ("rpc", "rpc.broker", "consumer.deliver")
+KINDS = ("rpc", "rpc.broker", "consumer.deliver", "dispatch.entry")
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
 BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
 SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5

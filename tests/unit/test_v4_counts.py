@@ -51,6 +51,9 @@ def test_counts_of_a_small_workload() -> None:
         "tc.end_txn.rpcs_sent": 4,
         "dispatch.markers_skipped": 3,
         "dispatch.aborted_skipped": 1,
+        # every entry is passed once by its topic's one subscription: T's 7 messages and 2
+        # markers, U's 1 and 1 (AbstractBaseDispatcher.filterEntriesForConsumer)
+        "billed.dispatch.entry": 7 + 2 + 1 + 1,
     }
     assert {k: st.get(k, 0) for k in expected} == expected
     assert st.get("tc.end_txn.rpcs_failed", 0) == st.get("tc.end_txn.retries", 0) == 0
