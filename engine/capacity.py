@@ -30,6 +30,7 @@ complete in the order they were issued, whatever each one's own latency (:class:
 from __future__ import annotations
 
 import bisect
+import itertools
 import weakref
 from typing import Mapping
 
@@ -224,13 +225,16 @@ def _insert_max(latest: list[int], i: int, value: int) -> int:
 def _fit(starts: list[int], ends: list[int], at: int, service: int) -> int:
     """The earliest start >= ``at`` with ``service`` free before the next block."""
     i = bisect.bisect_right(ends, at)  # the first block still busy after ``at``
-    start = at
-    while i < len(starts):
-        if starts[i] >= start + service:
+    if i == len(starts) or starts[i] >= at + service:
+        return at
+    # then the first gap of ``service`` after a block's end: the blocks are sorted, disjoint and
+    # never empty (_book), so each one found in the way ends later than the one before. A queue
+    # booked far ahead holds hundreds of them: the walk is over the lists' items, not indexes
+    start = ends[i]
+    for s, e in zip(itertools.islice(starts, i + 1, None), itertools.islice(ends, i + 1, None)):
+        if s - start >= service:
             return start
-        if ends[i] > start:
-            start = ends[i]
-        i += 1
+        start = e
     return start
 
 
