@@ -176,6 +176,7 @@ class Dispatcher:
         # reads go through the ledger's bookie, the empty reads and deliveries through dispatch
         meter = meter or Meter(latency, scheduler)
         self._bill = meter.took
+        self._task = meter.took_task
         self._behind = meter.behind
         self._mode = mode
         self.sub_type = sub_type
@@ -345,8 +346,8 @@ class Dispatcher:
         # the write to the consumer's connection is a task on its IO thread, after what that
         # thread has queued (PulsarCommandSenderImpl.sendMessagesToConsumer: capacity.IO_THREAD)
         waited = self._behind("metadata", IO_THREAD, in_tab=False)
-        if entries:  # each passed on the broker's cores, one after another, before the write
-            waited += self._bill(DISPATCH_ENTRY, None, "", len(entries))
+        if entries:  # passed one after another on the topic's thread, a task on the cores, before the write
+            waited += self._task(DISPATCH_ENTRY, len(entries))
         deliver_ts = self._sched.now_us() + waited + self._bill("consumer.deliver", "dispatch")
         is_aborted = self._tb.is_txn_aborted
         is_pending = self._pending.is_pending

@@ -383,6 +383,20 @@ class Meter:
             took += waited + (res.admit(self._now() + took + waited, lat, self._now()) if res is not None else lat)
         return took
 
+    def took_task(self, kind: str, units: int) -> int:
+        """``units`` calls of ``kind`` that one thread runs one after another as one task (a
+        dispatcher's read: its entries passed in turn), a continuation's own as :meth:`took`:
+        counted as ``units``, and on the host's cores one request of their summed work. Its time
+        is the task's wait for a core plus the work of every call after the first, whose work is
+        inside the latency measured with it; each call's own latency is drawn besides."""
+        of = self._of
+        self.billed[kind] += units
+        took = of(kind) if units == 1 else sum(of(kind) for _ in range(units))
+        core_us = self._cpu_us.get(kind, 0)
+        if not core_us or units <= 0:
+            return took
+        return took + self._core(self._now(), core_us * units) + core_us * (units - 1)
+
     def tab(self) -> Tab:
         """A serial tab of its own: ``with meter.tab() as t: ...`` then wait ``t.us`` (not
         added to an enclosing tab)."""

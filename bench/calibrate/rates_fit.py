@@ -32,7 +32,10 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   rates alone. Fitted over ``fresh-default-6/`` to ``-8/``, rpc.broker came out 159 µs (the
   default's is 258), and the burst of 33 v4 END_TXNs at the end of omb's trace took the model
   9.3 ms at the median (the default's 13.2), where four brokers answered it at 4.9-7.0
-  (datasets/validation/README.md, session 34);
+  (datasets/validation/README.md, session 34). ``dispatch.entry`` is alike: 34.7 a txn on
+  many-participants, 11.4 on small and omb, so fitted freely it loses to the hops. Pinned from
+  ``benchmarks.txn_cpu`` (50 µs, with ``rpc.broker`` at 100), the v4 END_TXN crowd was met on
+  more sets but the v5/v4 ratio on fewer, so the default does not price it (session 39);
 - **bookie**: then the concurrency among :data:`BOOKIE_CONCURRENCY` (none: no bound) whose model
   v4 rates are nearest the broker's medians, the smaller on a tie within 1 %;
 - **v5** is not fitted: its rate is bound by its metadata store's threads (the ``metadata``
@@ -61,7 +64,8 @@ from engine.profile import LatencyProfile
 
 # What works on the host's cores per call, for both processes: a client request or answer (each
 # side's Netty handling and the broker's command), the broker's own client's END_TXN_ON_PARTITION
-# and END_TXN_ON_SUBSCRIPTION, and a message pushed to a consumer (and received). An append's work
+# and END_TXN_ON_SUBSCRIPTION, a message pushed to a consumer (and received), and each entry a
+# subscription's dispatcher passes (delivered, or acked past as a marker). An append's work
 # goes with the request that makes it (the counts per message move together in every trace).
 KINDS = ("rpc", "rpc.broker", "consumer.deliver", "dispatch.entry")
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``

@@ -164,33 +164,41 @@ def test_an_entry_added_soon_after_a_read_found_nothing_waits_for_the_cursors_ch
         assert delay(PollingPolicy.preset(other), 3_000) == read + deliver
 
 
-def test_each_entry_a_read_passes_waits_for_a_core_after_the_first() -> None:
+def test_a_reads_entries_are_one_task_on_a_core() -> None:
     """``dispatch.entry``: every entry a subscription's dispatcher reads is passed on the host's
-    cores (AbstractBaseDispatcher.filterEntriesForConsumer: delivered, or acked past as a marker).
-    It has no latency of its own: one entry's pass is inside the measured delivery, and each
-    further entry of the read waits for a core while the ones before it hold them."""
+    cores (AbstractBaseDispatcher.filterEntriesForConsumer: delivered, or acked past as a marker),
+    one after another on the topic's thread: a read's entries are one task on one core. One
+    entry's pass is inside the measured delivery; the others' come after it, and the task waits
+    for a core while another holds it."""
     from engine.clock import ResourceSpec
     from engine.metering import Meter
 
-    def delivered(per_entry_us: int, entries: int, cores: int = 1) -> tuple[list[int], int]:
+    def delivered(per_entry_us: int, entries: list[int], cores: int = 1) -> tuple[list[list[int]], int]:
+        """Each of ``len(entries)`` topics' dispatchers reading its ``entries[i]`` at once."""
         sched = VirtualScheduler()
         lat = LatencyModel().with_resources({"cpu": ResourceSpec.cores({"dispatch.entry": per_entry_us}, cores)})
         meter = Meter(lat, sched)
-        ledger = MemoryLedgerFactory().open("persistent://t/n/x")
-        got: list[Delivery] = []
-        d = Dispatcher(scheduler=sched, latency=lat, mode=DispatchMode.NOTIFY, polling=PollingPolicy(),
-                       ledger=ledger, cursor=Cursor(ledger, "sub"), tb=PinnedBuffer(ledger),
-                       pending=PendingAckStoreDisabled("x"), deliver=got.extend, meter=meter)
-        for i in range(entries):
-            ledger.append(EntryData(1, 0, msg=f"m{i}"))
-        d.kick()
+        got: list[list[Delivery]] = []
+        for t, n in enumerate(entries):
+            ledger = MemoryLedgerFactory().open(f"persistent://t/n/x{t}")
+            out: list[Delivery] = []
+            got.append(out)
+            d = Dispatcher(scheduler=sched, latency=lat, mode=DispatchMode.NOTIFY, polling=PollingPolicy(),
+                           ledger=ledger, cursor=Cursor(ledger, "sub"), tb=PinnedBuffer(ledger),
+                           pending=PendingAckStoreDisabled("x"), deliver=out.extend, meter=meter)
+            for i in range(n):
+                ledger.append(EntryData(1, 0, msg=f"m{i}"))
+            d.kick()
         sched.run_until(1_000_000)
-        assert [x.msg for x in got] == [f"m{i}" for i in range(entries)]
-        return [x.delivered_ts_us for x in got], meter.billed["dispatch.entry"]
+        assert [len(out) for out in got] == entries
+        return [sorted({x.delivered_ts_us for x in out}) for out in got], meter.billed["dispatch.entry"]
 
     lat = LatencyModel()
     base = lat.of("ledger.read") + lat.of("consumer.deliver")
-    assert delivered(0, 3) == ([base] * 3, 3)  # counted, but free without a price on the cores
-    assert delivered(50, 1) == ([base], 1)  # a lone entry: inside the delivery's latency
-    assert delivered(50, 3) == ([base + 2 * 50] * 3, 3)  # one core: the 2nd waits 50, the 3rd 50 more
-    assert delivered(50, 3, cores=2) == ([base + 50] * 3, 3)  # two: the 3rd waits for either
+    assert delivered(0, [3]) == ([[base]], 3)  # counted, but free without a price on the cores
+    assert delivered(50, [1]) == ([[base]], 1)  # a lone entry: inside the delivery's latency
+    assert delivered(50, [3]) == ([[base + 2 * 50]], 3)  # then the 2nd's and the 3rd's work
+    assert delivered(50, [3], cores=2) == ([[base + 2 * 50]], 3)  # one thread: a second core does not help
+    # two reads at once on one core: the later task waits for the whole earlier one
+    assert delivered(50, [3, 2]) == ([[base + 2 * 50], [base + 3 * 50 + 50]], 5)
+    assert delivered(50, [3, 2], cores=2) == ([[base + 2 * 50], [base + 50]], 5)

@@ -569,6 +569,21 @@ def test_a_call_waits_for_a_core_only_while_the_cores_are_busy() -> None:
     assert m3.capacity_stats()[1] == {"cpu.busy_us": 450, "cpu.queued_us": 150, "cpu.requests": 3}
 
 
+def test_calls_one_thread_runs_in_turn_are_one_task_on_a_core() -> None:
+    # a read's 4 entries at 50 µs each (dispatch.entry, no latency of its own): one request of
+    # 200 µs on one core, timed as its wait plus the 3 entries' work after the first's
+    m = _meter(cpu=_cores({"dispatch.entry": 50}, cores=2))
+    assert m.took_task("dispatch.entry", 4) == 150
+    assert m.took_task("dispatch.entry", 4) == 150  # the other core
+    assert m.took_task("dispatch.entry", 1) == 200  # both busy for 200 µs: its wait, no work of its own after
+    assert m.billed["dispatch.entry"] == 9
+    assert m.capacity_stats()[1] == {"cpu.busy_us": 450, "cpu.queued_us": 200, "cpu.requests": 3}
+    # unpriced: its latency's draws, and nothing on the cores
+    free = _meter(cpu=_cores({"rpc": 150}))
+    assert free.took_task("dispatch.entry", 4) == 0 and free.billed["dispatch.entry"] == 4
+    assert free.capacity_stats()[1].get("cpu.requests", 0) == 0
+
+
 def test_a_call_waits_for_a_core_before_its_own_resource() -> None:
     # the core first, then the bookie: the append's bookie slot is booked from when its core freed
     specs = {"cpu": _cores({"ledger.append": 100}), "bookie": ResourceSpec(None, 1, shared=True)}
