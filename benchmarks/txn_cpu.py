@@ -1,10 +1,10 @@
 """What a txn's topics and their subscriptions cost a Pulsar broker's CPU: the evidence for where
 the cores fit should put v4's per-topic time (``bench/calibrate/rates_fit.py``, issue 17)::
 
-    .venv/bin/python -m benchmarks.txn_cpu --pulsar-dir DIR [--design v4] [--units 150] [--rounds 3] [--warm-up 1]
+    .venv/bin/python -m benchmarks.txn_cpu --pulsar-dir DIR [--design v4] [--units 150] [--every-ms 20] [--rounds 3] [--warm-up 1]
 
-With the broker of ``scripts/pulsar.sh start DIR`` running, it writes small traces: every 20 ms a
-unit, either a txn that publishes one message to each of K topics and commits, or the same K sends
+With the broker of ``scripts/pulsar.sh start DIR`` running, it writes small traces: every 20 ms
+(``--every-ms``) a unit, either a txn that publishes one message to each of K topics and commits, or the same K sends
 without a txn; on each topic S subscriptions, each with a consumer (the trace client's). It
 replays each through the broker at the trace's pace (``txnbench replay --target ... --pacing
 trace``, one design) while reading, every 20 ms, each broker thread's CPU time (with
@@ -23,6 +23,10 @@ they give, each per unit of what it adds:
 The broker's idle work (its timers) is in every configuration alike, so it cancels out of the
 differences. The trace client is a JVM started for each run, so its CPU is not counted here.
 Run it on a broker warmed up by a few runs, nothing else running. Not part of the tests.
+
+A broker's cost per op falls with its load: at 20 ms apart each op pays its threads' wake-ups
+and its own flushes and journal syncs, which a loaded broker shares among the ops that arrive
+together. ``--every-ms 4`` (units overlapping, as at saturation) prices what the cores' fit needs.
 """
 
 from __future__ import annotations
@@ -62,23 +66,27 @@ CONFIGS = (Config(0, 0), Config(1, 0), Config(8, 0), Config(8, 1), Config(8, 4),
            Config(8, 0, txn=False), Config(8, 4, txn=False))
 
 
-def write_trace(config: Config, units: int, path: Path) -> Path:
-    """``units`` units of ``config``, one every 20 ms (a txn's sends 5 ms after it opens, 100 µs
-    apart, its commit 12 ms after it opens), after its subscriptions."""
+def write_trace(config: Config, units: int, path: Path, every_us: int = UNIT_EVERY_US) -> Path:
+    """``units`` units of ``config``, one every ``every_us`` (a txn's sends 5 ms after it opens,
+    100 µs apart, its commit 12 ms after it opens: closer units overlap), after its subscriptions."""
     topic = [f"persistent://public/bench/q{k}-partition-0" for k in range(config.topics)]
     out = TraceWriter(path)
     for k in range(config.topics):
         for s in range(config.subscriptions):
             out.add(0, "subscribe", topic=topic[k], subscription=f"s{s}")
+    rows: list[tuple[int, str, dict[str, Any]]] = []
     for j in range(units):
-        t0 = 500_000 + j * UNIT_EVERY_US
+        t0 = 500_000 + j * every_us
         txn = f"t{j}" if config.txn else None
         if txn is not None:
-            out.add(t0, "new_txn", txn=txn, timeout_ms=60_000)
+            rows.append((t0, "new_txn", {"txn": txn, "timeout_ms": 60_000}))
         for k in range(config.topics):
-            out.add(t0 + 5_000 + 100 * k, "publish", txn=txn, topic=topic[k], msg=f"m{j}-{k}", size=100, key="k")
+            rows.append((t0 + 5_000 + 100 * k, "publish",
+                         {"txn": txn, "topic": topic[k], "msg": f"m{j}-{k}", "size": 100, "key": "k"}))
         if txn is not None:
-            out.add(t0 + 12_000, "commit", txn=txn)
+            rows.append((t0 + 12_000, "commit", {"txn": txn}))
+    for ts, op, fields in sorted(rows, key=lambda r: r[0]):  # stable: overlapping units interleave in time
+        out.add(ts, op, **fields)
     return out.close()
 
 
@@ -90,12 +98,13 @@ def ops_span(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
     return span
 
 
-def measure(config: Config, units: int, design: str, pid: str, url: str, admin: str) -> tuple[float, float]:
+def measure(config: Config, units: int, design: str, pid: str, url: str, admin: str,
+            every_us: int = UNIT_EVERY_US) -> tuple[float, float]:
     """The broker's CPU seconds over one run's ops: (without its JIT compiler threads, theirs)."""
     series: list[tuple[float, dict[str, float]]] = []
     stop = threading.Event()
     with tempfile.TemporaryDirectory(prefix="txnbench-txn-cpu-") as tmp:
-        trace = write_trace(config, units, Path(tmp) / "trace.parquet")
+        trace = write_trace(config, units, Path(tmp) / "trace.parquet", every_us)
         sampler = threading.Thread(target=sample, args=(pid, series, stop), daemon=True)
         sampler.start()
         try:
@@ -136,24 +145,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks.txn_cpu", description=__doc__.split("\n")[0])
     ap.add_argument("--pulsar-dir", required=True, type=Path, help="the broker's scripts/pulsar.sh DIR (running)")
     ap.add_argument("--design", choices=("v4", "v5"), default="v4")
-    ap.add_argument("--units", type=int, default=150, help="units per run, one every 20 ms (default 150)")
+    ap.add_argument("--units", type=int, default=150, help="units per run (default 150)")
+    ap.add_argument("--every-ms", type=float, default=UNIT_EVERY_US / 1000, help="one unit every this many ms (default 20)")
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds of every configuration (default 3)")
     ap.add_argument("--warm-up", type=int, default=1, help="rounds run first and discarded (default 1)")
     args = ap.parse_args(argv)
-    if args.units < 1 or args.rounds < 1 or args.warm_up < 0:
-        ap.error("--units and --rounds need at least 1, --warm-up at least 0")
+    every_us = round(1000 * args.every_ms)
+    if args.units < 1 or args.rounds < 1 or args.warm_up < 0 or every_us < 1:
+        ap.error("--units and --rounds need at least 1, --warm-up at least 0, --every-ms more than 0")
     pid, url, admin = running_broker(args.pulsar_dir, "txn_cpu")
     runs: dict[Config, list[float]] = {c: [] for c in CONFIGS}
     for r in range(args.warm_up + args.rounds):
         for config in CONFIGS:
-            cpu, jit = measure(config, args.units, args.design, pid, url, admin)
+            cpu, jit = measure(config, args.units, args.design, pid, url, admin, every_us)
             kept = r >= args.warm_up
             if kept:
                 runs[config].append(cpu)
             print(f"round {r + 1}{'' if kept else ' (warm-up)'}: {config.name}: broker {1000 * cpu:.0f} ms "
                   f"(its JIT {1000 * jit:.0f} ms)", flush=True)
     ms = {c: 1000 * statistics.median(v) for c, v in runs.items()}
-    print(f"\n{args.design}, {args.units} units, one every {UNIT_EVERY_US // 1000} ms; broker CPU without its JIT, "
+    print(f"\n{args.design}, {args.units} units, one every {every_us / 1000:g} ms; broker CPU without its JIT, "
           f"median of {args.rounds} rounds:")
     for c in CONFIGS:
         print(f"  {ms[c]:7.0f} ms  {c.name}")

@@ -23,6 +23,14 @@ def test_a_txn_config_writes_its_subscriptions_then_one_txn_every_20_ms(tmp_path
     assert len({e.topic for e in second if e.op == "publish"}) == 8
 
 
+def test_units_closer_than_a_txn_lasts_overlap(tmp_path: Path) -> None:
+    events = list(read_events(write_trace(Config(1, 0), 3, tmp_path / "t.parquet", every_us=4_000)))
+    assert [e.ts_us for e in events if e.op == "new_txn"] == [500_000, 504_000, 508_000]
+    # t0 commits 12 ms after it opens, after t1 and t2 have opened and sent
+    assert [(e.op, e.txn) for e in events][:5] == [("new_txn", "t0"), ("new_txn", "t1"), ("publish", "t0"),
+                                                  ("new_txn", "t2"), ("publish", "t1")]
+
+
 def test_a_plain_config_sends_the_same_messages_without_a_txn(tmp_path: Path) -> None:
     path = write_trace(Config(8, 0, txn=False), 2, tmp_path / "p.parquet")
     events = list(read_events(path))
