@@ -26,7 +26,8 @@ Run it on a broker warmed up by a few runs, nothing else running. Not part of th
 
 A broker's cost per op falls with its load: at 20 ms apart each op pays its threads' wake-ups
 and its own flushes and journal syncs, which a loaded broker shares among the ops that arrive
-together. ``--every-ms 4`` (units overlapping, as at saturation) prices what the cores' fit needs.
+together. ``--every-ms 4`` (units overlapping) comes closer to the saturated runs the cores'
+fit is made from; on one broker it gave a txn's first topic 560 µs against 1,133 at 20 ms.
 """
 
 from __future__ import annotations

@@ -270,8 +270,9 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     "coordinator.v5": 0,
     # each entry a subscription's dispatcher reads and passes on: delivered, or acked past as a
     # marker or an aborted message (AbstractBaseDispatcher.filterEntriesForConsumer). No latency of
-    # its own; it is work on the host's cores (a profile's ``cpu``): benchmarks.txn_cpu measured
-    # the broker's at 40-56 µs a plain delivery and about 110 µs a txn message with its marker
+    # its own; it is work on the host's cores (a profile's ``cpu``), which no shipped profile
+    # prices: benchmarks.txn_cpu measured a plain delivery's at 35-56 µs of the broker's CPU with
+    # units 20 ms apart, and 23 µs with them 4 ms apart (datasets/validation/README.md, session 39)
     "dispatch.entry": 0,
 }
 
