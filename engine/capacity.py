@@ -215,10 +215,10 @@ def _insert_max(latest: list[int], i: int, value: int) -> int:
     later ones, admitted after them: rare). Returns the entry."""
     entry = max(value, latest[i - 1]) if i else value
     latest.insert(i, entry)
-    for j in range(i + 1, len(latest)):
-        if latest[j] >= entry:
-            break
-        latest[j] = entry
+    # ``latest`` is non-decreasing: the entries to raise are those before the first >= it
+    k = bisect.bisect_left(latest, entry, i + 1)
+    if k > i + 1:
+        latest[i + 1:k] = [entry] * (k - i - 1)
     return entry
 
 
