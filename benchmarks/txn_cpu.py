@@ -9,7 +9,7 @@ without a txn; on each topic S subscriptions, each with a consumer (the trace cl
 replays each through the broker at the trace's pace (``txnbench replay --target ... --pacing
 trace``, one design) while reading, every 20 ms, each broker thread's CPU time (with
 ``benchmarks.broker_cpu``'s sampler). It counts the CPU over the run's ops, from the first one
-issued to the last answered, with the broker's JIT compiler threads apart.
+issued to the last answered or the last delivery, with the broker's JIT compiler threads apart.
 
 The configurations (K, S, txn or plain) go in turn, round after round; the first ``--warm-up``
 rounds are discarded. It prints each one's median over the rounds, and the marginal costs
@@ -92,11 +92,16 @@ def write_trace(config: Config, units: int, path: Path, every_us: int = UNIT_EVE
 
 
 def ops_span(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
-    """From the first op issued to the last answered, in epoch milliseconds (the trace client's events)."""
+    """From the first op issued to the last answered or the last delivery, whichever is later, in
+    epoch milliseconds (the trace client's events): units close together leave a backlog that the
+    subscriptions are still delivering after the last send is answered."""
+    events = list(events)
     span = txn_phase(events, OPS, OPS)
     if span is None:
         raise SystemExit("txn_cpu: the run's events hold no ready line or no op")
-    return span
+    t0 = next(e["t0_epoch_ms"] for e in events if e.get("ev") == "ready")
+    delivered = [e["t_us"] for e in events if e.get("ev") == "deliver"]
+    return span[0], max(span[1], t0 + max(delivered) / 1000) if delivered else span[1]
 
 
 def measure(config: Config, units: int, design: str, pid: str, url: str, admin: str,

@@ -44,6 +44,10 @@ def test_the_ops_span_runs_from_the_first_issue_to_the_last_answer() -> None:
               {"ev": "op", "op": "publish", "start_us": 505_000, "end_us": 509_000},
               {"ev": "op", "op": "commit", "start_us": 512_000, "end_us": 530_000}]
     assert ops_span(events) == (1_500.0, 1_530.0)
+    # a delivery after the last answer (a backlog the subscriptions are still working off) ends it
+    late = [*events, {"ev": "deliver", "t_us": 545_000}, {"ev": "deliver", "t_us": 520_000}]
+    assert ops_span(late) == (1_500.0, 1_545.0)
+    assert ops_span([*events, {"ev": "deliver", "t_us": 525_000}]) == (1_500.0, 1_530.0)
     with pytest.raises(SystemExit, match="no ready line"):
         ops_span(events[1:])
 
