@@ -272,7 +272,7 @@ DEFAULT_LATENCIES_US: Mapping[str, int] = {
     # marker or an aborted message (AbstractBaseDispatcher.filterEntriesForConsumer). No latency of
     # its own; it is work on the host's cores (a profile's ``cpu``), which no shipped profile
     # prices: benchmarks.txn_cpu measured a plain delivery's at 35-56 µs of the broker's CPU with
-    # units 20 ms apart, and 23 µs with them 4 ms apart (datasets/validation/README.md, session 39)
+    # units 20 ms apart, and 23-27 µs with them 4 ms apart (datasets/validation/README.md, session 39)
     "dispatch.entry": 0,
 }
 
