@@ -95,13 +95,10 @@ def ops_span(events: Iterable[dict[str, Any]]) -> tuple[float, float]:
     """From the first op issued to the last answered or the last delivery, whichever is later, in
     epoch milliseconds (the trace client's events): units close together leave a backlog that the
     subscriptions are still delivering after the last send is answered."""
-    events = list(events)
-    span = txn_phase(events, OPS, OPS)
+    span = txn_phase(events, OPS, OPS, deliveries=True)
     if span is None:
         raise SystemExit("txn_cpu: the run's events hold no ready line or no op")
-    t0 = next(e["t0_epoch_ms"] for e in events if e.get("ev") == "ready")
-    delivered = [e["t_us"] for e in events if e.get("ev") == "deliver"]
-    return span[0], max(span[1], t0 + max(delivered) / 1000) if delivered else span[1]
+    return span
 
 
 def measure(config: Config, units: int, design: str, pid: str, url: str, admin: str,

@@ -132,23 +132,27 @@ def machine_cpu_s() -> tuple[float, float]:
 
 
 def txn_phase(events: Iterable[dict[str, Any]], first: Iterable[str] = ("new_txn",),
-              last: Iterable[str] = ("commit", "abort")) -> tuple[float, float] | None:
+              last: Iterable[str] = ("commit", "abort"), deliveries: bool = False) -> tuple[float, float] | None:
     """The run's txn phase in epoch milliseconds, from the trace client's events: from the first op
     of a kind in ``first`` issued to the last of a kind in ``last`` answered (other kinds: another
-    phase, as a run's sends); None without one."""
+    phase, as a run's sends), or with ``deliveries`` to the last delivery when that is later (a
+    backlog the subscriptions still work off); None without one."""
     firsts, lasts = frozenset(first), frozenset(last)
-    t0, starts, ends = None, [], []
+    t0, starts, ends, delivered = None, [], [], 0
     for e in events:
-        if e.get("ev") == "ready":
+        ev = e.get("ev")
+        if ev == "ready":
             t0 = e["t0_epoch_ms"]
-        elif e.get("ev") == "op":
+        elif ev == "op":
             if e.get("op") in firsts:
                 starts.append(e["start_us"])
             if e.get("op") in lasts:
                 ends.append(e["end_us"])
+        elif ev == "deliver" and deliveries:
+            delivered = max(delivered, e["t_us"])
     if t0 is None or not starts or not ends:
         return None
-    return t0 + min(starts) / 1000, t0 + max(ends) / 1000
+    return t0 + min(starts) / 1000, t0 + max(max(ends), delivered) / 1000
 
 
 class CpuSampler:
