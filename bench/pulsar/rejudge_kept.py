@@ -5,7 +5,8 @@
 (``SET/broker-runs/TRACE.tar.xz``, the trace ``TRACE.parquet`` in the folder above). A change to
 the model or its profile is measured on all of them the same way: each archive re-judged
 (:func:`bench.pulsar.validate_run.rejudge`, about 6 s each) into ``OUT/SET/TRACE``, and the rows
-met over every set, the v5/v4 ratio's verdicts and the rows missed most, printed and written to
+met over every set, the v5/v4 ratio's verdicts, the rows a goal judges beside the broker's sets
+held against one another (:func:`bench.report.kept.goal_rows_line`) and the rows missed most, printed and written to
 ``OUT/summary.json`` in the form the report keeps them (``bench.report.kept``: the compare's
 "Held against a real broker"), which with the default profile it reproduces.
 """
@@ -46,14 +47,15 @@ def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     set's tally, the rows met over all, every figure's verdicts and errors), with the v5/v4 ratio's
     verdict per set and the figures missed somewhere, most missed first, each with the model's
     error range over the sets that judged it."""
-    from bench.report.kept import figures, held_json
+    from bench.report.kept import figures, goal_rows_line, held_json
 
     out = held_json(docs)
     ratio = {name: c["verdict"] for name, doc in docs for c in doc["checks"] if c["metric"] == RATIO}
     missed = sorted((f for f in figures(docs) if f.met < f.judged), key=lambda f: f.met - f.judged)
     out.update({"sets": len(docs), "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
-                "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range()}
-                           for f in missed}})
+                "goal_rows_line": goal_rows_line(docs),
+                "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range(),
+                                    "broker": f.broker_share()} for f in missed}})
     return out
 
 
@@ -83,8 +85,11 @@ def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], N
     """The summary in three lines: rows, the ratio, the figures missed most."""
     show(f"{result['sets']} kept sets: {result['met']} of {result['judged']} judged rows meet the goals; "
          f"the v5/v4 ratio within its goal on {result['ratio_met']} of {len(result['ratio'])}")
+    if result.get("goal_rows_line"):
+        show(result["goal_rows_line"])
     top = list(result["missed"].items())[:5]
     if top:
-        show("missed most: " + ", ".join(f"{name} ({m['missed']} of {m['judged']}" + (f", {m['errors']}" if m["errors"]
-                                                                                   else "") + ")" for name, m in top))
+        show("missed most: " + ", ".join(f"{name} ({m['missed']} of {m['judged']}"
+                                         + "".join(f", {m[k]}" for k in ("errors", "broker") if m.get(k)) + ")"
+                                         for name, m in top))
     show(f"each set's report under {out}; the totals in {Path(out) / 'summary.json'}")

@@ -16,30 +16,44 @@ from engine.errors import ConfigError
 KEPT = Path(__file__).resolve().parents[2] / "datasets" / "validation"
 
 
-def _check(design: str, metric: str, verdict: str, error: float | None = None) -> dict[str, Any]:
-    return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict, "error": error}
+def _check(design: str, metric: str, verdict: str, error: float | None = None,
+           broker: float | None = None) -> dict[str, Any]:
+    return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict, "error": error,
+            "broker": broker}
 
 
 def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     ratio = "v5/v4 committed-rate ratio at saturation"
-    docs = [("a/t", {"tally": "2 of 3", "checks": [
-                _check("v5", "end-txn p99", "missed", -0.5), _check("v4", "deliveries", "exact"),
-                _check("v5/v4", ratio, "within goal", 0.1), _check("v4", "dispatch p50", "n/a")]}),
-            ("b/t", {"tally": "0 of 3", "checks": [
-                _check("v5", "end-txn p99", "missed", 0.4), _check("v4", "deliveries", "differs"),
-                _check("v5/v4", ratio, "missed", 0.3)]})]
+    goals = {"p50": 0.2, "p99": 0.35, "ratio": 0.25}
+    docs = [("a/t", {"tally": "2 of 3", "goals": goals, "checks": [
+                _check("v5", "end-txn p99", "missed", -0.5, 1000), _check("v4", "deliveries", "exact", None, 7),
+                _check("v5/v4", ratio, "within goal", 0.1, 0.05), _check("v4", "dispatch p50", "n/a")]}),
+            ("b/t", {"tally": "0 of 3", "goals": goals, "checks": [
+                _check("v5", "end-txn p99", "missed", 0.4, 1300), _check("v4", "deliveries", "differs", None, 9),
+                _check("v5/v4", ratio, "missed", 0.3, 0.035)]})]
     got = summary(docs)
     # a: 2 met of 3 judged (n/a not judged); b: 0 of 3
     assert (got["sets"], got["met"], got["judged"]) == (2, 2, 6)
     assert (got["ratio"], got["ratio_met"]) == ({"a/t": "within goal", "b/t": "missed"}, 1)
-    assert got["missed"] == {"v5 end-txn p99": {"missed": 2, "judged": 2, "errors": "model -50% to +40%"},
-                             "v4 deliveries": {"missed": 1, "judged": 2, "errors": ""},
-                             ratio: {"missed": 1, "judged": 2, "errors": "model +10% to +30%"}}
+    # the one trace's two brokers against each other: end-txn p99 1,000 and 1,300 are 300 apart,
+    # within 35 % of either; ratios 0.05 and 0.035 are 0.015 apart, beyond 25 % of either (0.0125,
+    # 0.00875); the counts have no goal
+    pair = "the broker against itself"
+    assert got["missed"] == {"v5 end-txn p99": {"missed": 2, "judged": 2, "errors": "model -50% to +40%",
+                                                "broker": f"{pair} 2 of 2 (100%)"},
+                             "v4 deliveries": {"missed": 1, "judged": 2, "errors": "", "broker": ""},
+                             ratio: {"missed": 1, "judged": 2, "errors": "model +10% to +30%",
+                                     "broker": f"{pair} 0 of 2 (0%)"}}
     assert list(got["missed"])[0] == "v5 end-txn p99"  # most missed first
+    # rows a goal judges: the end-txn p99s (both missed) and the ratios (one met)
+    assert got["goal_rows"] == {"met": 1, "judged": 4, "broker_pairs_met": 2, "broker_pairs": 4}
     lines: list[str] = []
     say_summary(got, "OUT", lines.append)
     assert lines[0] == "2 kept sets: 2 of 6 judged rows meet the goals; the v5/v4 ratio within its goal on 1 of 2"
-    assert lines[1].startswith("missed most: v5 end-txn p99 (2 of 2, model -50% to +40%), v4 deliveries (1 of 2), ")
+    assert lines[1] == ("on the rows a goal judges (latency, the v5/v4 ratio) the model met 1 of 4 (25%); each "
+                        "trace's broker sets held against one another the same way met 2 of 4 pairs (50%)")
+    assert lines[2].startswith(f"missed most: v5 end-txn p99 (2 of 2, model -50% to +40%, {pair} 2 of 2 (100%)), "
+                               "v4 deliveries (1 of 2), ")
 
 
 def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
