@@ -5,8 +5,8 @@
 (``SET/broker-runs/TRACE.tar.xz``, the trace ``TRACE.parquet`` in the folder above). A change to
 the model or its profile is measured on all of them the same way: each archive re-judged
 (:func:`bench.pulsar.validate_run.rejudge`, about 6 s each) into ``OUT/SET/TRACE``, and the rows
-met over every set, the v5/v4 ratio's verdicts, the rows a goal judges beside the broker's sets
-held against one another (:func:`bench.report.kept.goal_rows_line`) and the rows missed most, printed and written to
+met over every set, the v5/v4 ratio's verdicts, the rows a goal judges beside what the brokers'
+spread leaves reachable (:class:`bench.report.kept.GoalRows`) and the rows missed most, printed and written to
 ``OUT/summary.json`` in the form the report keeps them (``bench.report.kept``: the compare's
 "Held against a real broker"), which with the default profile it reproduces.
 """
@@ -55,7 +55,7 @@ def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     out.update({"sets": len(docs), "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
                 "goal_rows_line": goal_rows_line(docs),
                 "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range(),
-                                    "broker": f.broker_share()} for f in missed}})
+                                    "spread": f.spread()} for f in missed}})
     return out
 
 
@@ -90,6 +90,6 @@ def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], N
     top = list(result["missed"].items())[:5]
     if top:
         show("missed most: " + ", ".join(f"{name} ({m['missed']} of {m['judged']}"
-                                         + "".join(f", {m[k]}" for k in ("errors", "broker") if m.get(k)) + ")"
+                                         + "".join(f", {m[k]}" for k in ("errors", "spread") if m.get(k)) + ")"
                                          for name, m in top))
     show(f"each set's report under {out}; the totals in {Path(out) / 'summary.json'}")

@@ -8,15 +8,20 @@ kept traces it was judged on (its verdict not ``n/a``), it was met where the ver
 reader should take as the model's, not the broker's: the headline names every such figure, however
 many traces met the rest.
 
-The broker is held against itself the same way: where several kept sets ran the same trace, each
-set's broker figure judged against each other set's, by the goal the row is judged by (ordered
-pairs, since the error is relative to the second). How often the broker's sets meet one another
-is what a model can be expected to reach on that figure; a figure the model misses much more often
-than that is the model's to mend, one it misses about as often is the broker's own spread.
+Where several kept sets ran the same trace, their brokers' figures spread, and the goals are
+judged against each. Two measures of that spread, per figure, by the goal its rows are judged by:
+
+- **reachable**: the most sets one value per trace could meet (the model is deterministic: the
+  same trace and profile give the same value whichever broker it is held against). What the model
+  misses beyond that is the brokers' spread; what it misses within it is the model's to mend.
+- **the broker against itself**: each set's broker figure judged against each other set's of the
+  same trace (ordered pairs, since the error is relative to the second): how often measuring again
+  agrees with a measurement, the yardstick a model is read against.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass
@@ -46,6 +51,7 @@ class Figure:
     # meet the row's goal, of those judged (0 of 0: no goal, or no trace kept twice)
     broker_met: int = 0
     broker_judged: int = 0
+    reachable: int = 0  # the most of its goal rows one value per trace could meet (0: no goal)
 
     @property
     def name(self) -> str:
@@ -60,11 +66,13 @@ class Figure:
         return ("met on at most half" if self.mostly_missed else "met on all" if self.met == self.judged
                 else "met on most")
 
-    def broker_share(self) -> str:
-        """"the broker against itself 43 of 90 (48%)": its pairs met, of those judged; "" without pairs."""
+    def spread(self) -> str:
+        """"one value per trace could meet 15, the broker against itself 43 of 90 (48%)": the
+        brokers' spread on this figure (module doc); "" where no trace was kept from two."""
         if not self.broker_judged:
             return ""
-        return f"the broker against itself {self.broker_met} of {self.broker_judged} ({self.broker_met / self.broker_judged:.0%})"
+        return (f"one value per trace could meet {self.reachable}, the broker against itself {self.broker_met} of "
+                f"{self.broker_judged} ({self.broker_met / self.broker_judged:.0%})")
 
     def error_range(self) -> str:
         """"model -50% to +77%": the lowest and highest error over the judged traces."""
@@ -115,7 +123,7 @@ def figures(kept: Kept) -> list[Figure]:
         out.append(Figure(section, design, metric, sum(c["verdict"] in MET for _, c in judged), len(judged),
                           tuple(c["error"] for _, c in judged if c.get("error") is not None),
                           tuple(name.removesuffix(".json") for name, c in judged if c["verdict"] not in MET),
-                          *_broker_pairs(found)))
+                          *_broker_spread(found)))
     return out
 
 
@@ -135,50 +143,72 @@ def tolerance(check: dict[str, Any], goals: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _broker_pairs(found: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> tuple[int, int]:
-    """(pairs met, pairs judged) of one figure's broker values: every ordered pair of kept sets of
-    one trace, the first's value judged against the second's by the goal the second was judged by."""
+def _broker_spread(found: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> tuple[int, int, int]:
+    """(pairs met, pairs judged, reachable) of one figure's broker values, by the goal each was
+    judged by: every ordered pair of kept sets of one trace, the first's value judged against the
+    second's; and per trace the most of its values one value could meet (the greatest overlap of
+    the ranges [b(1 - goal), b(1 + goal)], found at one of their ends), summed."""
     by_trace: dict[str, list[tuple[float, float]]] = {}
     for name, c, v in found:
         tol, broker = tolerance(c, v.get("goals") or {}), c.get("broker")
-        if tol is not None and isinstance(broker, (int, float)):
+        if tol is not None and isinstance(broker, (int, float)) and broker:
             by_trace.setdefault(trace_of(name), []).append((float(broker), tol))
-    met = judged = 0
+    met = judged = reachable = 0
     for values in by_trace.values():
         for (a, _), (b, tol) in permutations(values, 2):
-            if b:
-                judged += 1
-                met += abs(a - b) <= tol * abs(b)
-    return met, judged
+            judged += 1
+            met += abs(a - b) <= tol * abs(b)
+        ends = [b + way * tol * abs(b) for b, tol in values for way in (-1, 1)]
+        reachable += max(sum(abs(end - b) <= tol * abs(b) * (1 + 1e-12) for b, tol in values) for end in ends)
+    return met, judged, reachable
 
 
-def goal_rows(kept: Kept) -> tuple[int, int, int, int]:
-    """Over the rows a goal judges (latency, the v5/v4 ratio): (the model's met, judged; the
-    broker's pairs met, judged: :func:`_broker_pairs` of every figure)."""
-    met = judged = pairs_met = pairs = 0
+@dataclass(frozen=True)
+class GoalRows:
+    """Over the rows a goal judges (latency, the v5/v4 ratio): the model's met and judged, the
+    most one value per trace and figure could meet, and the broker's pairs met and judged
+    (:func:`_broker_spread` of every figure)."""
+    met: int
+    judged: int
+    reachable: int
+    broker_met: int
+    broker_judged: int
+
+    def line(self) -> str:
+        """"on the rows a goal judges (...) the model met 430 of 522 (82%), of the 502 (96%) one
+        value per trace and figure could; each trace's broker sets held against one another met
+        2,161 of 2,610 pairs (83%)": "" without such rows; the brokers' spread only where a trace
+        was kept from two."""
+        if not self.judged:
+            return ""
+        line = (f"on the rows a goal judges (latency, the v5/v4 ratio) the model met {self.met:,} of {self.judged:,} "
+                f"({self.met / self.judged:.0%})")
+        if self.broker_judged:
+            line += (f", of the {self.reachable:,} ({self.reachable / self.judged:.0%}) one value per trace and figure "
+                     f"could meet; each trace's broker sets held against one another the same way met "
+                     f"{self.broker_met:,} of {self.broker_judged:,} pairs ({self.broker_met / self.broker_judged:.0%})")
+        return line
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def goal_rows(kept: Kept) -> GoalRows:
+    """:class:`GoalRows` of the kept validations."""
+    met = judged = 0
     for _, v in kept:
         for c in v.get("checks", []):
             if tolerance(c, v.get("goals") or {}) is not None:
                 judged += 1
                 met += c["verdict"] in MET
-    for f in figures(kept):
-        pairs_met += f.broker_met
-        pairs += f.broker_judged
-    return met, judged, pairs_met, pairs
+    figs = figures(kept)
+    return GoalRows(met, judged, sum(f.reachable for f in figs), sum(f.broker_met for f in figs),
+                    sum(f.broker_judged for f in figs))
 
 
 def goal_rows_line(kept: Kept) -> str:
-    """"on the rows a goal judges, the model met 430 of 522 (82%); each trace's broker sets held
-    against one another, 2,161 of 2,610 pairs (83%)": "" without such rows; the broker's half
-    only where a trace was kept twice."""
-    met, judged, pairs_met, pairs = goal_rows(kept)
-    if not judged:
-        return ""
-    line = f"on the rows a goal judges (latency, the v5/v4 ratio) the model met {met:,} of {judged:,} ({met / judged:.0%})"
-    if pairs:
-        line += (f"; each trace's broker sets held against one another the same way met {pairs_met:,} of {pairs:,} "
-                 f"pairs ({pairs_met / pairs:.0%})")
-    return line
+    """:meth:`GoalRows.line` of the kept validations."""
+    return goal_rows(kept).line()
 
 
 def _counts(v: dict[str, Any]) -> tuple[int, int]:
@@ -209,7 +239,7 @@ def held_line(kept: Kept) -> str:
     if not weak:
         return line + "; every figure met on most traces (see \"Held against a real broker, figure by figure\")."
     listed = ", ".join(f"{f.name} ({f.met} of {f.judged}" + (f", {f.error_range()}" if f.errors else "")
-                       + (f"; {f.broker_share()}" if f.broker_judged else "") + ")" for f in weak)
+                       + (f"; {f.spread()}" if f.broker_judged else "") + ")" for f in weak)
     return (line + f"; met on at most half the traces: {listed} — read those figures as the model's, not the "
             "broker's (every figure: \"Held against a real broker, figure by figure\").")
 
@@ -222,8 +252,8 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
         err = ({"error % median": round(100 * statistics.median(f.errors), 1),
                 "lowest": round(100 * min(f.errors), 1), "highest": round(100 * max(f.errors), 1)}
                if f.errors and f.section != "Counts" else {"error % median": None, "lowest": None, "highest": None})
-        pairs = ({"broker pairs met": f.broker_met, "pairs": f.broker_judged} if f.broker_judged
-                 else {"broker pairs met": None, "pairs": None})
+        pairs = ({"reachable": f.reachable, "broker pairs met": f.broker_met, "pairs": f.broker_judged}
+                 if f.broker_judged else {"reachable": None, "broker pairs met": None, "pairs": None})
         rows.append(row_cls(f"{f.section} {f.design}", f.metric, "",
                             {"traces met": f.met, "judged": f.judged, **err, **pairs}, None, f.verdict))
     met, judged = tally(kept)
@@ -234,23 +264,25 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
             f"same trace through the model and a real Pulsar broker): {met} of {judged} judged rows meet the goals. "
             f"Per trace, best first: {traces}. A figure is met where its verdict is exact, explained or within goal; "
             "error = (model - broker) / broker over the traces that judged it (counts: exact or explained, "
-            "no error range). The broker against itself: where a trace was kept from several brokers, each one's "
-            "figure judged against each other one's by the same goal (broker pairs met, of the ordered pairs): "
-            "what a model can be expected to meet on that figure. " + (goals[:1].upper() + goals[1:] + "." if goals else ""))
+            "no error range). Where a trace was kept from several brokers: reachable = the most of the traces "
+            "judged that one value per trace could meet (the model gives one: what it misses beyond that is the "
+            "brokers' spread); broker pairs met = each broker's figure judged against each other one's of the same "
+            "trace by the same goal, of the ordered pairs (how often measuring again agrees). "
+            + (goals[:1].upper() + goals[1:] + "." if goals else ""))
     return "Held against a real broker, figure by figure", ["traces met", "judged", "error % median", "lowest",
-                                                            "highest", "broker pairs met", "pairs"], rows, note.rstrip()
+                                                            "highest", "reachable", "broker pairs met", "pairs"], \
+        rows, note.rstrip()
 
 
 def held_json(kept: Kept) -> dict[str, Any]:
     """summary.json's record of the same: the traces' tallies and every figure's."""
     met, judged = tally(kept)
-    goal_met, goal_judged, pairs_met, pairs = goal_rows(kept)
     return {"traces": {name: v.get("tally") for name, v in kept}, "met": met, "judged": judged,
-            "goal_rows": {"met": goal_met, "judged": goal_judged, "broker_pairs_met": pairs_met, "broker_pairs": pairs},
+            "goal_rows": goal_rows(kept).to_json(),
             "figures": [{"section": f.section, "design": f.design, "metric": f.metric, "met": f.met,
                          "judged": f.judged, "errors": list(f.errors), "missed_on": list(f.missed_on),
                          "mostly_missed": f.mostly_missed, "broker_pairs_met": f.broker_met,
-                         "broker_pairs": f.broker_judged} for f in figures(kept)]}
+                         "broker_pairs": f.broker_judged, "reachable": f.reachable} for f in figures(kept)]}
 
 
 def _share(v: dict[str, Any]) -> float:
