@@ -9,11 +9,14 @@ reader should take as the model's, not the broker's: the headline names every su
 many traces met the rest.
 
 Where several kept sets ran the same trace, their brokers' figures spread, and the goals are
-judged against each. Two measures of that spread, per figure, by the goal its rows are judged by:
+judged against each. Three measures of that spread, per figure, by the goal its rows are judged by:
 
-- **reachable**: the most sets one value per trace could meet (the model is deterministic: the
-  same trace and profile give the same value whichever broker it is held against). What the model
-  misses beyond that is the brokers' spread; what it misses within it is the model's to mend.
+- **reachable**: the most sets one value per trace could meet. The model gives about one: the
+  same trace and profile give the same value whichever broker it is held against, unless what it
+  takes from the broker moves it (v5's store history, ``model_v5_history``). What the model misses
+  beyond that is the brokers' spread; what it misses within it is the model's to mend.
+- **missed beyond**: the rows the model missed with its value below every broker value of their
+  trace, or above every one: its own error, whichever broker had judged it.
 - **the broker against itself**: each set's broker figure judged against each other set's of the
   same trace (ordered pairs, since the error is relative to the second): how often measuring again
   agrees with a measurement, the yardstick a model is read against.
@@ -52,6 +55,7 @@ class Figure:
     broker_met: int = 0
     broker_judged: int = 0
     reachable: int = 0  # the most of its goal rows one value per trace could meet (0: no goal)
+    beyond: int = 0  # rows missed with the model below every broker value of the trace, or above
 
     @property
     def name(self) -> str:
@@ -72,7 +76,8 @@ class Figure:
         if not self.broker_judged:
             return ""
         return (f"one value per trace could meet {self.reachable}, the broker against itself {self.broker_met} of "
-                f"{self.broker_judged} ({self.broker_met / self.broker_judged:.0%})")
+                f"{self.broker_judged} ({self.broker_met / self.broker_judged:.0%}), missed beyond every broker "
+                f"on {self.beyond}")
 
     def error_range(self) -> str:
         """"model -50% to +77%": the lowest and highest error over the judged traces."""
@@ -143,49 +148,55 @@ def tolerance(check: dict[str, Any], goals: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _broker_spread(found: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> tuple[int, int, int]:
-    """(pairs met, pairs judged, reachable) of one figure's broker values, by the goal each was
-    judged by: every ordered pair of kept sets of one trace, the first's value judged against the
-    second's; and per trace the most of its values one value could meet (the greatest overlap of
-    the ranges [b(1 - goal), b(1 + goal)], found at one of their ends), summed."""
-    by_trace: dict[str, list[tuple[float, float]]] = {}
+def _broker_spread(found: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> tuple[int, int, int, int]:
+    """(pairs met, pairs judged, reachable, missed beyond) of one figure's broker values, by the goal
+    each was judged by: every ordered pair of kept sets of one trace, the first's value judged
+    against the second's; per trace the most of its values one value could meet (the greatest
+    overlap of the ranges [b(1 - goal), b(1 + goal)], found at one of their ends), summed; and the
+    rows missed with the model's value below every broker value of its trace or above every one."""
+    by_trace: dict[str, list[tuple[float, float, Any, str]]] = {}
     for name, c, v in found:
         tol, broker = tolerance(c, v.get("goals") or {}), c.get("broker")
         if tol is not None and isinstance(broker, (int, float)) and broker:
-            by_trace.setdefault(trace_of(name), []).append((float(broker), tol))
-    met = judged = reachable = 0
+            by_trace.setdefault(trace_of(name), []).append((float(broker), tol, c.get("model"), c["verdict"]))
+    met = judged = reachable = beyond = 0
     for values in by_trace.values():
-        for (a, _), (b, tol) in permutations(values, 2):
+        for (a, *_), (b, tol, *_) in permutations(values, 2):
             judged += 1
             met += abs(a - b) <= tol * abs(b)
-        ends = [b + way * tol * abs(b) for b, tol in values for way in (-1, 1)]
-        reachable += max(sum(abs(end - b) <= tol * abs(b) * (1 + 1e-12) for b, tol in values) for end in ends)
-    return met, judged, reachable
+        ends = [b + way * tol * abs(b) for b, tol, *_ in values for way in (-1, 1)]
+        reachable += max(sum(abs(end - b) <= tol * abs(b) * (1 + 1e-12) for b, tol, *_ in values) for end in ends)
+        low, high = min(b for b, *_ in values), max(b for b, *_ in values)
+        beyond += sum(verdict == "missed" and isinstance(m, (int, float)) and not low <= m <= high
+                      for _, _, m, verdict in values)
+    return met, judged, reachable, beyond
 
 
 @dataclass(frozen=True)
 class GoalRows:
     """Over the rows a goal judges (latency, the v5/v4 ratio): the model's met and judged, the
-    most one value per trace and figure could meet, and the broker's pairs met and judged
-    (:func:`_broker_spread` of every figure)."""
+    most one value per trace and figure could meet, the rows missed beyond every broker value of
+    their trace, and the broker's pairs met and judged (:func:`_broker_spread` of every figure)."""
     met: int
     judged: int
     reachable: int
+    beyond: int
     broker_met: int
     broker_judged: int
 
     def line(self) -> str:
         """"on the rows a goal judges (...) the model met 430 of 522 (82%), of the 502 (96%) one
-        value per trace and figure could; each trace's broker sets held against one another met
-        2,161 of 2,610 pairs (83%)": "" without such rows; the brokers' spread only where a trace
-        was kept from two."""
+        value per trace and figure could; 45 of its 92 misses beyond every broker value of their
+        trace; each trace's broker sets held against one another met 2,161 of 2,610 pairs (83%)":
+        "" without such rows; the brokers' spread only where a trace was kept from two."""
         if not self.judged:
             return ""
         line = (f"on the rows a goal judges (latency, the v5/v4 ratio) the model met {self.met:,} of {self.judged:,} "
                 f"({self.met / self.judged:.0%})")
         if self.broker_judged:
             line += (f", of the {self.reachable:,} ({self.reachable / self.judged:.0%}) one value per trace and figure "
-                     f"could meet; each trace's broker sets held against one another the same way met "
+                     f"could meet; {self.beyond:,} of its {self.judged - self.met:,} misses beyond every broker value "
+                     f"of their trace; each trace's broker sets held against one another the same way met "
                      f"{self.broker_met:,} of {self.broker_judged:,} pairs ({self.broker_met / self.broker_judged:.0%})")
         return line
 
@@ -202,8 +213,8 @@ def goal_rows(kept: Kept) -> GoalRows:
                 judged += 1
                 met += c["verdict"] in MET
     figs = figures(kept)
-    return GoalRows(met, judged, sum(f.reachable for f in figs), sum(f.broker_met for f in figs),
-                    sum(f.broker_judged for f in figs))
+    return GoalRows(met, judged, sum(f.reachable for f in figs), sum(f.beyond for f in figs),
+                    sum(f.broker_met for f in figs), sum(f.broker_judged for f in figs))
 
 
 def goal_rows_line(kept: Kept) -> str:
@@ -252,8 +263,9 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
         err = ({"error % median": round(100 * statistics.median(f.errors), 1),
                 "lowest": round(100 * min(f.errors), 1), "highest": round(100 * max(f.errors), 1)}
                if f.errors and f.section != "Counts" else {"error % median": None, "lowest": None, "highest": None})
-        pairs = ({"reachable": f.reachable, "broker pairs met": f.broker_met, "pairs": f.broker_judged}
-                 if f.broker_judged else {"reachable": None, "broker pairs met": None, "pairs": None})
+        pairs = ({"reachable": f.reachable, "missed beyond": f.beyond, "broker pairs met": f.broker_met,
+                  "pairs": f.broker_judged} if f.broker_judged
+                 else {"reachable": None, "missed beyond": None, "broker pairs met": None, "pairs": None})
         rows.append(row_cls(f"{f.section} {f.design}", f.metric, "",
                             {"traces met": f.met, "judged": f.judged, **err, **pairs}, None, f.verdict))
     met, judged = tally(kept)
@@ -265,12 +277,13 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
             f"Per trace, best first: {traces}. A figure is met where its verdict is exact, explained or within goal; "
             "error = (model - broker) / broker over the traces that judged it (counts: exact or explained, "
             "no error range). Where a trace was kept from several brokers: reachable = the most of the traces "
-            "judged that one value per trace could meet (the model gives one: what it misses beyond that is the "
-            "brokers' spread); broker pairs met = each broker's figure judged against each other one's of the same "
+            "judged that one value per trace could meet (the model gives about one: what it misses beyond that is "
+            "the brokers' spread); missed beyond = the traces missed with the model's value below every broker's of "
+            "that trace or above every one (the model's own error, whichever broker judged it); broker pairs met = each broker's figure judged against each other one's of the same "
             "trace by the same goal, of the ordered pairs (how often measuring again agrees). "
             + (goals[:1].upper() + goals[1:] + "." if goals else ""))
     return "Held against a real broker, figure by figure", ["traces met", "judged", "error % median", "lowest",
-                                                            "highest", "reachable", "broker pairs met", "pairs"], \
+                                                            "highest", "reachable", "missed beyond", "broker pairs met", "pairs"], \
         rows, note.rstrip()
 
 
@@ -282,7 +295,8 @@ def held_json(kept: Kept) -> dict[str, Any]:
             "figures": [{"section": f.section, "design": f.design, "metric": f.metric, "met": f.met,
                          "judged": f.judged, "errors": list(f.errors), "missed_on": list(f.missed_on),
                          "mostly_missed": f.mostly_missed, "broker_pairs_met": f.broker_met,
-                         "broker_pairs": f.broker_judged, "reachable": f.reachable} for f in figures(kept)]}
+                         "broker_pairs": f.broker_judged, "reachable": f.reachable, "missed_beyond": f.beyond}
+                        for f in figures(kept)]}
 
 
 def _share(v: dict[str, Any]) -> float:

@@ -18,8 +18,9 @@ KEPT = Path(__file__).resolve().parents[2] / "datasets" / "validation"
 
 def _check(design: str, metric: str, verdict: str, error: float | None = None,
            broker: float | None = None) -> dict[str, Any]:
+    model = None if error is None or broker is None else broker * (1 + error)
     return {"design": design, "section": "Latency", "metric": metric, "verdict": verdict, "error": error,
-            "broker": broker}
+            "broker": broker, "model": model}
 
 
 def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
@@ -38,24 +39,30 @@ def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     # the one trace's two brokers against each other: end-txn p99 1,000 and 1,300 are 300 apart,
     # within 35 % of either; ratios 0.05 and 0.035 are 0.015 apart, beyond 25 % of either (0.0125,
     # 0.00875), yet both within 25 % of 0.04 (their ranges 0.0375-0.0625 and 0.02625-0.04375 meet);
-    # the counts have no goal
+    # the counts have no goal. The models: end-txn p99 500 (a) and 1,820 (b), below 1,000 and above
+    # 1,300: both beyond the brokers' values; the missed ratio's 0.0455 lies between 0.035 and 0.05
     assert got["missed"] == {
         "v5 end-txn p99": {"missed": 2, "judged": 2, "errors": "model -50% to +40%",
-                           "spread": "one value per trace could meet 2, the broker against itself 2 of 2 (100%)"},
+                           "spread": "one value per trace could meet 2, the broker against itself 2 of 2 (100%), "
+                                     "missed beyond every broker on 2"},
         "v4 deliveries": {"missed": 1, "judged": 2, "errors": "", "spread": ""},
         ratio: {"missed": 1, "judged": 2, "errors": "model +10% to +30%",
-                "spread": "one value per trace could meet 2, the broker against itself 0 of 2 (0%)"}}
+                "spread": "one value per trace could meet 2, the broker against itself 0 of 2 (0%), "
+                          "missed beyond every broker on 0"}}
     assert list(got["missed"])[0] == "v5 end-txn p99"  # most missed first
     # rows a goal judges: the end-txn p99s (both missed) and the ratios (one met)
-    assert got["goal_rows"] == {"met": 1, "judged": 4, "reachable": 4, "broker_met": 2, "broker_judged": 4}
+    assert got["goal_rows"] == {"met": 1, "judged": 4, "reachable": 4, "beyond": 2, "broker_met": 2,
+                                "broker_judged": 4}
     lines: list[str] = []
     say_summary(got, "OUT", lines.append)
     assert lines[0] == "2 kept sets: 2 of 6 judged rows meet the goals; the v5/v4 ratio within its goal on 1 of 2"
     assert lines[1] == ("on the rows a goal judges (latency, the v5/v4 ratio) the model met 1 of 4 (25%), of the 4 "
-                        "(100%) one value per trace and figure could meet; each trace's broker sets held against one "
-                        "another the same way met 2 of 4 pairs (50%)")
+                        "(100%) one value per trace and figure could meet; 2 of its 3 misses beyond every broker value "
+                        "of their trace; each trace's broker sets held against one another the same way met 2 of 4 "
+                        "pairs (50%)")
     assert lines[2].startswith("missed most: v5 end-txn p99 (2 of 2, model -50% to +40%, one value per trace could "
-                               "meet 2, the broker against itself 2 of 2 (100%)), v4 deliveries (1 of 2), ")
+                               "meet 2, the broker against itself 2 of 2 (100%), missed beyond every broker on 2), "
+                               "v4 deliveries (1 of 2), ")
 
 
 def test_one_value_per_trace_meets_at_most_the_brokers_largest_overlap() -> None:
@@ -69,9 +76,11 @@ def test_one_value_per_trace_meets_at_most_the_brokers_largest_overlap() -> None
     # 100's and 110's meet (88-120), 160's meets 110's only at 128-132: two at most, never three.
     # Trace u, one broker: always reachable. Pairs on t: 100 and 110 meet both ways (10 apart, within
     # 20 % of either); 160 is 50 and 60 from them, beyond 20 % of any: 2 of 6.
+    # Every row is missed with the model at 1.5x its broker: 150 lies within t's 100-160, 165 and 240
+    # beyond it; u's 7.5 beyond its one value.
     kept = [(f"s{i}/t.json", doc(b)) for i, b in enumerate((100, 110, 160))] + [("s0/u.json", doc(5))]
     (f,) = figures(kept)
-    assert (f.judged, f.reachable, f.broker_met, f.broker_judged) == (4, 3, 2, 6)
+    assert (f.judged, f.reachable, f.broker_met, f.broker_judged, f.beyond) == (4, 3, 2, 6, 3)
 
 
 def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

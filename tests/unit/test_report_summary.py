@@ -115,10 +115,11 @@ def test_github_markdown_puts_the_summary_first_and_tables_in_details(report: Pa
 
 def _validation(sha256: str, checks: list[tuple[Any, ...]]) -> dict[str, object]:
     """A validation object as `txnbench validate` writes it: these latency checks (design, metric,
-    error, verdict[, the broker's value: 1,000]), one exact count and two n/a rows, the tally they
-    make and the goals."""
+    error, verdict[, the broker's value: 1,000]; the model's follows), one exact count and two n/a
+    rows, the tally they make and the goals."""
     rows = [{"design": c[0], "section": "Latency", "metric": c[1], "error": c[2], "verdict": c[3],
-             "broker": c[4] if len(c) > 4 else 1000} for c in checks]
+             "broker": c[4] if len(c) > 4 else 1000, "model": (c[4] if len(c) > 4 else 1000) * (1 + c[2])}
+            for c in checks]
     rows.append({"design": "v4", "section": "Counts", "metric": "deliveries", "error": 0.0, "verdict": "exact"})
     rows += [{"design": d, "section": "Throughput", "metric": "committed txns per second", "error": 0.1,
               "verdict": "n/a"} for d in ("v4", "v5")]
@@ -175,9 +176,9 @@ def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_
     assert "v5 publish (txn) p50 (0 of 1, model -60%)" in weak
     assert "v4 end-txn p50" not in weak and "deliveries" not in weak
     section = md.split("## Held against a real broker, figure by figure")[1].split("\n## ")[0]
-    assert "| Latency v4 | end-txn p50 |  | 2 | 2 | -2.5 | -15 | 10 | – | – | – | met on all |" in section
-    assert "| Latency v4 | end-txn p99 |  | 0 | 2 | 93 | 66 | 120 | – | – | – | met on at most half |" in section
-    assert "| Counts v4 | deliveries |  | 2 | 2 | – | – | – | – | – | – | met on all |" in section
+    assert "| Latency v4 | end-txn p50 |  | 2 | 2 | -2.5 | -15 | 10 | – | – | – | – | met on all |" in section
+    assert "| Latency v4 | end-txn p99 |  | 0 | 2 | 93 | 66 | 120 | – | – | – | – | met on at most half |" in section
+    assert "| Counts v4 | deliveries |  | 2 | 2 | – | – | – | – | – | – | – | met on all |" in section
     assert "committed txns per second" not in section  # n/a on every trace: never judged
     jsonschema.validate(summary, json.loads(files("bench.report").joinpath("schemas/summary.schema.json").read_text()))
     held = summary["held_against_broker"]
@@ -198,19 +199,22 @@ def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_
     line, md, summary = report()
     # rows a goal judges: slow 1 of 3, fast 2 of 4, a-set 1 of 1, b-set 0 of 1; deep's brokers'
     # 1,000 and 1,400 are 400 apart: within 35 % of 1,400 (490), not of 1,000 (350); one value
-    # meets both (their ranges 650-1,350 and 910-1,890 meet), and a trace kept once is reachable
+    # meets both (their ranges 650-1,350 and 910-1,890 meet), and a trace kept once is reachable;
+    # every miss is beyond its trace's brokers (b-set's model 2,100 above 1,400; a trace kept once:
+    # any miss)
     assert ("8 of 13 judged rows meet the goals (worst trace b-set/deep 1/2, best a-set/deep 2/2); on the rows a "
             "goal judges (latency, the v5/v4 ratio) the model met 4 of 9 (44%), of the 9 (100%) one value per trace "
-            "and figure could meet; each trace's broker sets held against one another the same way met 1 of 2 "
-            "pairs (50%)") in line
+            "and figure could meet; 5 of its 5 misses beyond every broker value of their trace; each trace's broker "
+            "sets held against one another the same way met 1 of 2 pairs (50%)") in line
     assert ("v4 end-txn p99 (1 of 4, model +10% to +120%; one value per trace could meet 4, the broker against "
-            "itself 1 of 2 (50%))") in line
+            "itself 1 of 2 (50%), missed beyond every broker on 3)") in line
     section = md.split("## Held against a real broker, figure by figure")[1].split("\n## ")[0]
-    assert "| Latency v4 | end-txn p99 |  | 1 | 4 | 58 | 10 | 120 | 4 | 1 | 2 | met on at most half |" in section
+    assert "| Latency v4 | end-txn p99 |  | 1 | 4 | 58 | 10 | 120 | 4 | 3 | 1 | 2 | met on at most half |" in section
     held = summary["held_against_broker"]
-    assert held["goal_rows"] == {"met": 4, "judged": 9, "reachable": 9, "broker_met": 1, "broker_judged": 2}
-    assert {(f["metric"], f["design"]): (f["reachable"], f["broker_pairs_met"], f["broker_pairs"])
-            for f in held["figures"]}[("end-txn p99", "v4")] == (4, 1, 2)
+    assert held["goal_rows"] == {"met": 4, "judged": 9, "reachable": 9, "beyond": 5, "broker_met": 1,
+                                 "broker_judged": 2}
+    assert {(f["metric"], f["design"]): (f["reachable"], f["missed_beyond"], f["broker_pairs_met"], f["broker_pairs"])
+            for f in held["figures"]}[("end-txn p99", "v4")] == (4, 3, 1, 2)
 
     plain = tmp_path / "elsewhere" / "mine"  # the same profile kept elsewhere: no validation beside it
     plain.mkdir(parents=True)
