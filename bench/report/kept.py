@@ -71,13 +71,13 @@ class Figure:
                 else "met on most")
 
     def spread(self) -> str:
-        """"one value per trace could meet 15, the broker against itself 43 of 90 (48%)": the
-        brokers' spread on this figure (module doc); "" where no trace was kept from two."""
+        """"one value per trace could meet 15, the model beyond every broker on 11, brokers agreeing
+        on 48% of pairs": the brokers' spread on this figure (module doc); "" where no trace was
+        kept from two."""
         if not self.broker_judged:
             return ""
-        return (f"one value per trace could meet {self.reachable}, the broker against itself {self.broker_met} of "
-                f"{self.broker_judged} ({self.broker_met / self.broker_judged:.0%}), missed beyond every broker "
-                f"on {self.beyond}")
+        return (f"one value per trace could meet {self.reachable}, the model beyond every broker on {self.beyond}, "
+                f"brokers agreeing on {self.broker_met / self.broker_judged:.0%} of pairs")
 
     def error_range(self) -> str:
         """"model -50% to +77%": the lowest and highest error over the judged traces."""
@@ -186,7 +186,7 @@ class GoalRows:
 
     def line(self) -> str:
         """"on the rows a goal judges (...) the model met 430 of 522 (82%), of the 502 (96%) one
-        value per trace and figure could; 45 of its 92 misses beyond every broker value of their
+        value per trace and figure could; 44 of its 92 misses lie beyond every broker's value of their
         trace; each trace's broker sets held against one another met 2,161 of 2,610 pairs (83%)":
         "" without such rows; the brokers' spread only where a trace was kept from two."""
         if not self.judged:
@@ -194,10 +194,11 @@ class GoalRows:
         line = (f"on the rows a goal judges (latency, the v5/v4 ratio) the model met {self.met:,} of {self.judged:,} "
                 f"({self.met / self.judged:.0%})")
         if self.broker_judged:
-            line += (f", of the {self.reachable:,} ({self.reachable / self.judged:.0%}) one value per trace and figure "
-                     f"could meet; {self.beyond:,} of its {self.judged - self.met:,} misses beyond every broker value "
-                     f"of their trace; each trace's broker sets held against one another the same way met "
-                     f"{self.broker_met:,} of {self.broker_judged:,} pairs ({self.broker_met / self.broker_judged:.0%})")
+            line += (f", of the {self.reachable:,} ({self.reachable / self.judged:.0%}) one value per trace and "
+                     f"figure could meet; {self.beyond:,} of its {self.judged - self.met:,} misses lie beyond every "
+                     f"broker's value of their trace; each trace's broker sets held against one another the same way "
+                     f"met {self.broker_met:,} of {self.broker_judged:,} pairs "
+                     f"({self.broker_met / self.broker_judged:.0%})")
         return line
 
     def to_json(self) -> dict[str, int]:
@@ -279,12 +280,12 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
             "no error range). Where a trace was kept from several brokers: reachable = the most of the traces "
             "judged that one value per trace could meet (the model gives about one: what it misses beyond that is "
             "the brokers' spread); missed beyond = the traces missed with the model's value below every broker's of "
-            "that trace or above every one (the model's own error, whichever broker judged it); broker pairs met = each broker's figure judged against each other one's of the same "
-            "trace by the same goal, of the ordered pairs (how often measuring again agrees). "
-            + (goals[:1].upper() + goals[1:] + "." if goals else ""))
-    return "Held against a real broker, figure by figure", ["traces met", "judged", "error % median", "lowest",
-                                                            "highest", "reachable", "missed beyond", "broker pairs met", "pairs"], \
-        rows, note.rstrip()
+            "that trace or above every one (the model's own error, whichever broker judged it); broker pairs met = "
+            "each broker's figure judged against each other one's of the same trace by the same goal, of the ordered "
+            "pairs (how often measuring again agrees). " + (goals[:1].upper() + goals[1:] + "." if goals else ""))
+    columns = ["traces met", "judged", "error % median", "lowest", "highest", "reachable", "missed beyond",
+               "broker pairs met", "pairs"]
+    return "Held against a real broker, figure by figure", columns, rows, note.rstrip()
 
 
 def held_json(kept: Kept) -> dict[str, Any]:

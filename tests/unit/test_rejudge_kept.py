@@ -43,12 +43,12 @@ def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     # 1,300: both beyond the brokers' values; the missed ratio's 0.0455 lies between 0.035 and 0.05
     assert got["missed"] == {
         "v5 end-txn p99": {"missed": 2, "judged": 2, "errors": "model -50% to +40%",
-                           "spread": "one value per trace could meet 2, the broker against itself 2 of 2 (100%), "
-                                     "missed beyond every broker on 2"},
+                           "spread": "one value per trace could meet 2, the model beyond every broker on 2, "
+                                     "brokers agreeing on 100% of pairs"},
         "v4 deliveries": {"missed": 1, "judged": 2, "errors": "", "spread": ""},
         ratio: {"missed": 1, "judged": 2, "errors": "model +10% to +30%",
-                "spread": "one value per trace could meet 2, the broker against itself 0 of 2 (0%), "
-                          "missed beyond every broker on 0"}}
+                "spread": "one value per trace could meet 2, the model beyond every broker on 0, "
+                          "brokers agreeing on 0% of pairs"}}
     assert list(got["missed"])[0] == "v5 end-txn p99"  # most missed first
     # rows a goal judges: the end-txn p99s (both missed) and the ratios (one met)
     assert got["goal_rows"] == {"met": 1, "judged": 4, "reachable": 4, "beyond": 2, "broker_met": 2,
@@ -57,11 +57,11 @@ def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     say_summary(got, "OUT", lines.append)
     assert lines[0] == "2 kept sets: 2 of 6 judged rows meet the goals; the v5/v4 ratio within its goal on 1 of 2"
     assert lines[1] == ("on the rows a goal judges (latency, the v5/v4 ratio) the model met 1 of 4 (25%), of the 4 "
-                        "(100%) one value per trace and figure could meet; 2 of its 3 misses beyond every broker value "
+                        "(100%) one value per trace and figure could meet; 2 of its 3 misses lie beyond every broker's value "
                         "of their trace; each trace's broker sets held against one another the same way met 2 of 4 "
                         "pairs (50%)")
     assert lines[2].startswith("missed most: v5 end-txn p99 (2 of 2, model -50% to +40%, one value per trace could "
-                               "meet 2, the broker against itself 2 of 2 (100%), missed beyond every broker on 2), "
+                               "meet 2, the model beyond every broker on 2, brokers agreeing on 100% of pairs), "
                                "v4 deliveries (1 of 2), ")
 
 

@@ -204,10 +204,10 @@ def test_a_run_with_a_validated_profile_says_how_it_held_against_the_broker(tmp_
     # any miss)
     assert ("8 of 13 judged rows meet the goals (worst trace b-set/deep 1/2, best a-set/deep 2/2); on the rows a "
             "goal judges (latency, the v5/v4 ratio) the model met 4 of 9 (44%), of the 9 (100%) one value per trace "
-            "and figure could meet; 5 of its 5 misses beyond every broker value of their trace; each trace's broker "
+            "and figure could meet; 5 of its 5 misses lie beyond every broker's value of their trace; each trace's broker "
             "sets held against one another the same way met 1 of 2 pairs (50%)") in line
-    assert ("v4 end-txn p99 (1 of 4, model +10% to +120%; one value per trace could meet 4, the broker against "
-            "itself 1 of 2 (50%), missed beyond every broker on 3)") in line
+    assert ("v4 end-txn p99 (1 of 4, model +10% to +120%; one value per trace could meet 4, the model beyond every "
+            "broker on 3, brokers agreeing on 50% of pairs)") in line
     section = md.split("## Held against a real broker, figure by figure")[1].split("\n## ")[0]
     assert "| Latency v4 | end-txn p99 |  | 1 | 4 | 58 | 10 | 120 | 4 | 3 | 1 | 2 | met on at most half |" in section
     held = summary["held_against_broker"]
