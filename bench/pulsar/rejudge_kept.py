@@ -45,8 +45,9 @@ def kept_archives(folder: Path) -> list[tuple[str, Path, Path]]:
 def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """The kept record of ``docs`` as the report keeps it (``bench.report.kept.held_json``: each
     set's tally, the rows met over all, every figure's verdicts and errors), with the v5/v4 ratio's
-    verdict per set and the figures missed somewhere, most missed first, each with the model's
-    error range over the sets that judged it."""
+    verdict per set, the figures missed somewhere, most missed first, each with the model's error
+    range over the sets that judged it, and the room on each figure: how many more sets one value
+    per trace could meet than the model does, most first."""
     from bench.report.kept import figures, goal_rows_line, held_json
 
     out = held_json(docs)
@@ -56,6 +57,9 @@ def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                 "goal_rows_line": goal_rows_line(docs),
                 "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range(),
                                     "spread": f.spread()} for f in missed}})
+    room = sorted(((f.reachable - f.met, f.name) for f in figures(docs) if f.broker_judged and f.reachable > f.met),
+                  key=lambda r: -r[0])
+    out["room"] = {name: more for more, name in room}
     return out
 
 
@@ -82,7 +86,8 @@ def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None
 
 
 def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], None] = print) -> None:
-    """The summary in three lines: rows, the ratio, the figures missed most."""
+    """The summary in a few lines: rows, the ratio, the rows a goal judges, the figures missed
+    most and those with the most room."""
     show(f"{result['sets']} kept sets: {result['met']} of {result['judged']} judged rows meet the goals; "
          f"the v5/v4 ratio within its goal on {result['ratio_met']} of {len(result['ratio'])}")
     if result.get("goal_rows_line"):
@@ -92,4 +97,8 @@ def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], N
         show("missed most: " + ", ".join(f"{name} ({m['missed']} of {m['judged']}"
                                          + "".join(f", {m[k]}" for k in ("errors", "spread") if m.get(k)) + ")"
                                          for name, m in top))
+    room = list(result.get("room", {}).items())[:5]
+    if room:
+        show("most room (sets one value per trace could meet beyond the model's): "
+             + ", ".join(f"{name} +{more}" for name, more in room))
     show(f"each set's report under {out}; the totals in {Path(out) / 'summary.json'}")

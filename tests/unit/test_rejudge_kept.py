@@ -63,6 +63,9 @@ def test_the_summary_totals_the_sets_rows_the_ratio_and_the_misses() -> None:
     assert lines[2].startswith("missed most: v5 end-txn p99 (2 of 2, model -50% to +40%, one value per trace could "
                                "meet 2, the model beyond every broker on 2, brokers agreeing on 100% of pairs), "
                                "v4 deliveries (1 of 2), ")
+    # room: end-txn p99 met on 0 where one value meets 2, the ratio on 1 of 2
+    assert got["room"] == {"v5 end-txn p99": 2, ratio: 1}
+    assert lines[3] == f"most room (sets one value per trace could meet beyond the model's): v5 end-txn p99 +2, {ratio} +1"
 
 
 def test_one_value_per_trace_meets_at_most_the_brokers_largest_overlap() -> None:
