@@ -49,6 +49,10 @@ IO_THREAD = "io"
 # completes on its caller's thread) run there one after another, whatever their segment.
 EVENT_THREAD = "event"
 IN_ORDER = frozenset({IO_THREAD, EVENT_THREAD})  # served in arrival order (Resource.in_order)
+# The broker's Netty IO threads (ServiceConfiguration.numIOThreads: twice the cores, 2 on these
+# machines). Tasks scheduled on the group (BrokerService.executor() is the IO event loop group)
+# go to them in turn (Netty's next()); the client's connection is served by one of them, IO_THREAD.
+IO_THREADS = 4
 PER_THREAD = frozenset({"metadata"})  # instances keyed by broker thread (a few), not by ledger (many)
 
 

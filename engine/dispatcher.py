@@ -178,6 +178,8 @@ class Dispatcher:
         self._bill = meter.took
         self._task = meter.took_task
         self._behind = meter.behind
+        self._hold = meter.hold
+        self._next_io_thread = meter.next_io_thread
         self._mode = mode
         self.sub_type = sub_type
         self._polling = polling.for_sub_type(sub_type)
@@ -261,7 +263,9 @@ class Dispatcher:
 
     # -- the read loop -------------------------------------------------------------------------
 
-    def _try_read(self) -> None:
+    def _try_read(self, resumed: bool = False) -> None:
+        """One read, or one poll while blocked at maxReadPosition (``resumed``: the same poll,
+        once the buffer's lock it waited for is free)."""
         if self._closed:
             return
         if self._gate is not None and not self._gate():
@@ -292,6 +296,8 @@ class Dispatcher:
             empty_us = self._bill("cursor.empty_read", "dispatch")
             self._sched.call_later(max(self._stale_retry_us, empty_us), self._try_read)
             return
+        if not resumed and self._waited_for_lock():
+            return
         max_read = self._tb.max_read_position()
         if start > max_read:  # blocked at maxReadPosition
             if self._blocked_since is None:
@@ -310,6 +316,25 @@ class Dispatcher:
         self.stats["reads"] += 1
         self._sched.call_later(self._bill("ledger.read", "bookie", self._ledger.name),
                                self._complete_read, start, min(lac, max_read))
+
+    def _waited_for_lock(self) -> bool:
+        """``getMaxReadPosition`` takes the buffer's lock (MetadataTransactionBuffer L647): when
+        the buffer's own work holds it (TransactionBuffer.lock_free_at), the read waits, and goes
+        on at once after (True: it was put off). A poll after an empty one is a retry on the IO
+        event loop group (PersistentDispatcherMultipleConsumers.reScheduleReadInMs L514, through
+        BrokerService.executor()): it lands on the next IO thread in turn, and when that is the
+        one serving the client's connection, the connection's commands wait with it."""
+        now = self._sched.now_us()
+        on_client_io = self._consecutive_empty > 0 and self._next_io_thread()
+        free = self._tb.lock_free_at(now)
+        if free <= now:
+            return False
+        self.stats["lock_waits"] += 1
+        if on_client_io:
+            self.stats["lock_waits_on_client_io"] += 1
+            self._hold("metadata", IO_THREAD, free)
+        self._sched.call_later(free - now, self._try_read, True)
+        return True
 
     def _complete_read(self, start: Position, upto: Position) -> None:
         if self._closed:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.capacity import PER_RUN, AddOrder, Capacity, Resource, run_capacity
+from engine.capacity import IO_THREADS, PER_RUN, AddOrder, Capacity, Resource, run_capacity
 from engine.clock import LatencyModel, Scheduler, VirtualScheduler, Scope
 from engine.counters import Counters
 
@@ -132,6 +132,7 @@ class Meter:
         # Resource.read_at); see _admit
         self._task: tuple[Tab | None, Resource, int, int, int] | None = None
         self._adds: dict[str, AddOrder] = {}  # per ledger (this broker's handles): its appends' order
+        self._io_turn = 0  # the IO thread the next task scheduled on the group lands on (next_io_thread)
         self.request = RequestCost(self)
         if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
             self.bill = self._free_bill()  # type: ignore[method-assign]
@@ -334,6 +335,26 @@ class Meter:
         if tab is not None:
             tab.add(waited)
         return waited
+
+    def next_io_thread(self) -> bool:
+        """A task this broker schedules on its IO event loop group lands on the next IO thread in
+        turn (Netty's ``next()`` over :data:`engine.capacity.IO_THREADS`): whether it is the one
+        serving the client's connection (the first, counting from the broker's first such task)."""
+        turn = self._io_turn
+        self._io_turn = (turn + 1) % IO_THREADS
+        return turn == 0
+
+    def hold(self, resource: str, key: str, until_us: int) -> None:
+        """A task that arrives at resource instance ``key`` now and holds it until ``until_us``
+        (blocked there: a lock another thread holds), once its turn comes; nothing when the
+        resource has no capacity or the turn comes after ``until_us``."""
+        res = self._resource(resource, key) if self._run is not None else None
+        if res is None:
+            return
+        now = self._now()
+        start = res.free_at(now)
+        if until_us > start:
+            res.admit(now, until_us - start, now, True)
 
     def _booked(self, resource: str, key: str) -> Resource | None:
         """Resource instance ``key``, if a request was ever booked on it (None: no capacity set,

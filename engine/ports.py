@@ -96,6 +96,11 @@ class TransactionBuffer(ABC):
     def max_read_position(self) -> Position:
         """Dispatchers read up to and including this position, never past it."""
 
+    def lock_free_at(self, at_us: int) -> int:
+        """When a reader asking ``max_read_position()`` at ``at_us`` gets its answer: at once,
+        unless the buffer answers under a lock its own work holds (the shipped v5 buffer)."""
+        return at_us
+
     @abstractmethod
     def is_txn_aborted(self, txn: TxnID, position: Position) -> bool:
         """True if the entry of ``txn`` at ``position`` belongs to an aborted txn and must be

@@ -202,3 +202,64 @@ def test_a_reads_entries_are_one_task_on_a_core() -> None:
     # two reads at once on one core: the later task waits for the whole earlier one
     assert delivered(50, [3, 2]) == ([[base + 2 * 50], [base + 3 * 50 + 50]], 5)
     assert delivered(50, [3, 2], cores=2) == ([[base + 2 * 50], [base + 50]], 5)
+
+
+class LockedBuffer(PinnedBuffer):
+    """A buffer whose lock its own work holds over ``window`` (lock_free_at), asked when."""
+
+    def __init__(self, ledger) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ledger)
+        self.window = (0, 0)
+        self.asked: list[int] = []
+
+    def lock_free_at(self, at_us: int) -> int:
+        self.asked.append(at_us)
+        lo, hi = self.window
+        return hi if lo <= at_us < hi else at_us
+
+
+def _locked(window: tuple[int, int], probe_at: int) -> tuple[dict[str, int], list[int], int]:
+    """m0 delivered, m1 pinned: the dispatcher polls (the pulsar preset) with the buffer's lock
+    held over ``window``; (its stats, when it asked, how long a client command arriving at
+    ``probe_at`` waits for the client connection's IO thread)."""
+    from engine.capacity import IO_THREAD
+    from engine.clock import ResourceSpec
+    from engine.metering import Meter
+
+    sched = VirtualScheduler()
+    lat = LatencyModel().with_resources({"metadata": ResourceSpec(433, 1)})
+    meter = Meter(lat, sched)
+    ledger = MemoryLedgerFactory().open("persistent://t/n/x")
+    tb = LockedBuffer(ledger)
+    tb.window = window
+    got: list[Delivery] = []
+    d = Dispatcher(scheduler=sched, latency=lat, mode=DispatchMode.POLLING, polling=PollingPolicy.preset("pulsar"),
+                   ledger=ledger, cursor=Cursor(ledger, "sub"), tb=tb, pending=PendingAckStoreDisabled("x"),
+                   deliver=got.extend, meter=meter)
+    tb.pin = ledger.append(EntryData(1, 0, msg="m0"))
+    ledger.append(EntryData(1, 0, msg="m1"))
+    d.kick()
+    waited = []
+    sched.call_later(probe_at, lambda: waited.append(meter.behind("metadata", IO_THREAD, in_tab=False)))
+    sched.run_until(200_000)
+    assert [x.msg for x in got] == ["m0"]
+    return dict(d.stats), tb.asked, waited[0]
+
+
+def test_a_retry_that_meets_the_buffers_lock_holds_the_io_thread_it_lands_on() -> None:
+    """``getMaxReadPosition`` waits for the buffer's lock (MetadataTransactionBuffer L647). A poll
+    after an empty one is a retry scheduled on the IO event loop group
+    (PersistentDispatcherMultipleConsumers.reScheduleReadInMs): it lands on the IO threads in
+    turn, the first the one serving the client's connection, whose commands then wait with it."""
+    stats, asked, waited = _locked((0, 0), 150_000)
+    assert "lock_waits" not in stats and waited == 0
+    # asked: the first read (m0), the first blocked one (on the topic's thread), then retries
+    first_blocked, retry1, retry2 = asked[1], asked[2], asked[3]
+    stats, _, waited = _locked((retry1, retry1 + 40_000), retry1 + 10_000)
+    assert (stats["lock_waits"], stats["lock_waits_on_client_io"]) == (1, 1)
+    assert waited == 30_000  # the client's IO thread is held to the lock's end
+    stats, _, waited = _locked((retry2, retry2 + 40_000), retry2 + 10_000)
+    assert stats["lock_waits"] == 1 and "lock_waits_on_client_io" not in stats
+    assert waited == 0  # the second retry landed on another IO thread
+    stats, _, waited = _locked((first_blocked, first_blocked + 40_000), first_blocked + 10_000)
+    assert stats["lock_waits"] == 1 and "lock_waits_on_client_io" not in stats and waited == 0

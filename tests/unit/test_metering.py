@@ -647,3 +647,26 @@ def test_a_cores_spec_needs_its_kinds_as_its_costs() -> None:
     with pytest.raises(ConfigError, match="kind_service_us"):
         ResourceSpec(0, 2, True, frozenset({"rpc"}), frozenset(), {"rpc": -1})
     assert "rpc 10 µs" in _cores({"rpc": 10}).describe("cpu")
+
+
+def test_a_held_thread_is_busy_to_the_holds_end_once_its_turn_comes() -> None:
+    """``Meter.hold``: a task blocked on a thread until a given time (a lock another thread
+    holds), queued behind what the thread already had; ``next_io_thread``: tasks scheduled on the
+    IO group land on its four threads in turn, the client connection's first."""
+    from engine.capacity import IO_THREAD
+
+    sched = VirtualScheduler()
+    m = Meter(LatencyModel(resources={"metadata": ResourceSpec(433, 1)}), sched)
+    m.hold("metadata", IO_THREAD, 5_000)
+    assert m.behind("metadata", IO_THREAD, in_tab=False) == 5_000
+    sched.run_until(1_000)
+    assert m.behind("metadata", IO_THREAD, in_tab=False) == 4_000
+    m.bill("meta.write", "metadata", IO_THREAD)  # queued behind the hold: 5,000 then 433 more
+    m.hold("metadata", IO_THREAD, 6_000)  # its turn comes at 5,433: held to 6,000
+    assert m.behind("metadata", IO_THREAD, in_tab=False) == 5_000
+    m.hold("metadata", IO_THREAD, 5_200)  # its turn comes after 5,200: nothing held
+    assert m.behind("metadata", IO_THREAD, in_tab=False) == 5_000
+    assert [m.next_io_thread() for _ in range(9)] == [True, False, False, False] * 2 + [True]
+    free = Meter(LatencyModel(), VirtualScheduler())  # no capacity: nothing to hold
+    free.hold("metadata", IO_THREAD, 5_000)
+    assert free.behind("metadata", IO_THREAD, in_tab=False) == 0

@@ -419,3 +419,30 @@ def test_unused_transactions_do_not_stall_dispatch_after_a_reload() -> None:
     recovery = s.broker.recovery_stats()
     tb = next(r for r in recovery if r.component.startswith("tb-v5"))
     assert first.delivered_ts_us - reloaded < tb.modelled_us
+
+
+def test_each_tail_item_holds_the_buffers_lock_from_its_start_to_its_end() -> None:
+    """``getMaxReadPosition`` (L647) and ``isTxnAborted`` are ``synchronized (lock)``, and each
+    item of the state tail holds that lock while it runs: a reader during a commit's apply (its
+    watermark CAS, scan and deletes: 1.0 + 0.5 + 1.0 ms with the default latencies) gets its
+    answer when the apply ends."""
+    s = _ready(mode=DispatchMode.NOTIFY)
+    tb = s.broker.transaction_buffer(T)
+    t = s.new_txn()
+    s.publish(T, "m0", txn=t)
+    s.run(100_000)
+    assert tb.lock_free_at(s.sched.now_us()) == s.sched.now_us()  # an idle tail holds nothing
+    s.commit(t)
+    held = []
+    for _ in range(500):  # 100 µs steps until the apply has run
+        s.run(100)
+        now = s.sched.now_us()
+        if tb.lock_free_at(now) > now:
+            held.append((now, tb.lock_free_at(now)))
+    ends = {end for _, end in held}
+    assert len(ends) == 1  # one item: the commit's apply
+    (end,) = ends
+    first = held[0][0]
+    assert end - first <= 2_500 < end - first + 100  # found within a step of its start
+    assert tb.lock_free_at(end) == end  # free once it ends
+    assert s.msgs(T, "sub") == ["p0", "m0"]
