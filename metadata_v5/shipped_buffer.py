@@ -190,9 +190,10 @@ class ShippedTransactionBuffer(TransactionBuffer):
     def lock_free_at(self, at_us: int) -> int:
         """``getMaxReadPosition`` (L647) and ``isTxnAborted`` are ``synchronized (lock)``, which each
         tail item holds from its start to its end (``applyTerminalNow``, the watermark CAS): a
-        reader waits for the item running at ``at_us``. Java Flight Recorder caught the IO threads
-        waiting there 89 times (p50 3.4 ms) while the store's event thread held it
-        (datasets/validation/README.md, session 40)."""
+        reader waits for the item running at ``at_us`` (a dispatcher's read, at its start:
+        ``Dispatcher._waited_for_lock``). Java Flight Recorder caught the IO threads waiting there
+        89 times (p50 3.4 ms) while the store's event thread held it (datasets/validation/README.md,
+        session 40)."""
         return self._locked_until if at_us < self._locked_until else at_us
 
     def _tail_done(self) -> None:

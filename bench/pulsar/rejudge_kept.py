@@ -6,9 +6,10 @@
 the model or its profile is measured on all of them the same way: each archive re-judged
 (:func:`bench.pulsar.validate_run.rejudge`, about 6 s each) into ``OUT/SET/TRACE``, and the rows
 met over every set, the v5/v4 ratio's verdicts, the rows a goal judges beside what the brokers'
-spread leaves reachable (:class:`bench.report.kept.GoalRows`) and the rows missed most, printed and written to
-``OUT/summary.json`` in the form the report keeps them (``bench.report.kept``: the compare's
-"Held against a real broker"), which with the default profile it reproduces.
+spread leaves reachable (:class:`bench.report.kept.GoalRows`), the rows missed most and those with
+the most room, printed and written to ``OUT/summary.json`` in the form the report keeps them
+(``bench.report.kept``: the compare's "Held against a real broker"), which with the default profile
+it reproduces.
 """
 
 from __future__ import annotations
