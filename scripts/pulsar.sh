@@ -14,8 +14,10 @@
 # Jars come from Maven Central only (jvm/pom.xml, `mvn dependency:copy-dependencies`) and are cached
 # outside the work tree in ${XDG_CACHE_HOME:-$HOME/.cache}/txnbench/pulsar-5.0.0-M1; Maven's own
 # repository (~/.m2) is kept, so a re-fetch after the cache is emptied takes seconds.
-# Environment: PULSAR_HEAP (default "-Xms1g -Xmx1g -XX:MaxDirectMemorySize=512m"),
-# PULSAR_START_TIMEOUT (seconds, 180).
+# Environment: PULSAR_HEAP (default "-Xms1g -Xmx1g -XX:MaxDirectMemorySize=512m"; any JVM flags may
+# follow, e.g. "-Xlog:gc:file=F:time,uptimemillis" for the GC pauses or
+# "-XX:StartFlightRecording=filename=F,dumponexit=true,settings=S" for Java Flight Recorder, as
+# datasets/validation/README.md's session 40 used them), PULSAR_START_TIMEOUT (seconds, 180).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
