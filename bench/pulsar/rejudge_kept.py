@@ -49,16 +49,17 @@ def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     verdict per set, the figures missed somewhere, most missed first, each with the model's error
     range over the sets that judged it, and the room on each figure: how many more sets one value
     per trace could meet than the model does, most first."""
-    from bench.report.kept import figures, goal_rows_line, held_json
+    from bench.report.kept import figures, goal_rows, held_json
 
-    out = held_json(docs)
+    figs = figures(docs)
+    out = held_json(docs, figs)
     ratio = {name: c["verdict"] for name, doc in docs for c in doc["checks"] if c["metric"] == RATIO}
-    missed = sorted((f for f in figures(docs) if f.met < f.judged), key=lambda f: f.met - f.judged)
+    missed = sorted((f for f in figs if f.met < f.judged), key=lambda f: f.met - f.judged)
     out.update({"sets": len(docs), "ratio": ratio, "ratio_met": sum(v == "within goal" for v in ratio.values()),
-                "goal_rows_line": goal_rows_line(docs),
+                "goal_rows_line": goal_rows(docs, figs).line(),
                 "missed": {f.name: {"missed": f.judged - f.met, "judged": f.judged, "errors": f.error_range(),
                                     "spread": f.spread()} for f in missed}})
-    room = sorted(((f.reachable - f.met, f.name) for f in figures(docs) if f.broker_judged and f.reachable > f.met),
+    room = sorted(((f.reachable - f.met, f.name) for f in figs if f.broker_judged and f.reachable > f.met),
                   key=lambda r: -r[0])
     out["room"] = {name: more for more, name in room}
     return out

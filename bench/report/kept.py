@@ -205,22 +205,17 @@ class GoalRows:
         return dataclasses.asdict(self)
 
 
-def goal_rows(kept: Kept) -> GoalRows:
-    """:class:`GoalRows` of the kept validations."""
+def goal_rows(kept: Kept, figs: list[Figure] | None = None) -> GoalRows:
+    """:class:`GoalRows` of the kept validations (``figs``: their :func:`figures`, if at hand)."""
     met = judged = 0
     for _, v in kept:
         for c in v.get("checks", []):
             if tolerance(c, v.get("goals") or {}) is not None:
                 judged += 1
                 met += c["verdict"] in MET
-    figs = figures(kept)
+    figs = figures(kept) if figs is None else figs
     return GoalRows(met, judged, sum(f.reachable for f in figs), sum(f.beyond for f in figs),
                     sum(f.broker_met for f in figs), sum(f.broker_judged for f in figs))
-
-
-def goal_rows_line(kept: Kept) -> str:
-    """:meth:`GoalRows.line` of the kept validations."""
-    return goal_rows(kept).line()
 
 
 def _counts(v: dict[str, Any]) -> tuple[int, int]:
@@ -241,11 +236,12 @@ def held_line(kept: Kept) -> str:
     met, judged = tally(kept)
     per_trace = sorted((_share(v), name.removesuffix(".json"), v) for name, v in kept)
     worst, best = per_trace[0], per_trace[-1]
-    weak = [f for f in figures(kept) if f.mostly_missed]
+    figs = figures(kept)
+    weak = [f for f in figs if f.mostly_missed]
     line = (f"**Held against a real broker** with this profile ({len(kept)} traces in `validation/`): {met} of "
             f"{judged} judged rows meet the goals (worst trace {worst[1]} {_met_of(worst[2])}, best {best[1]} "
             f"{_met_of(best[2])})")
-    goals = goal_rows_line(kept)
+    goals = goal_rows(kept, figs).line()
     if goals:
         line += "; " + goals
     if not weak:
@@ -260,7 +256,8 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
     """The report section: one row per figure, with the traces that met it, those that judged it
     and the model's error over them (median, lowest, highest; in %)."""
     rows = []
-    for f in figures(kept):
+    figs = figures(kept)
+    for f in figs:
         err = ({"error % median": round(100 * statistics.median(f.errors), 1),
                 "lowest": round(100 * min(f.errors), 1), "highest": round(100 * max(f.errors), 1)}
                if f.errors and f.section != "Counts" else {"error % median": None, "lowest": None, "highest": None})
@@ -270,7 +267,7 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
         rows.append(row_cls(f"{f.section} {f.design}", f.metric, "",
                             {"traces met": f.met, "judged": f.judged, **err, **pairs}, None, f.verdict))
     met, judged = tally(kept)
-    goals = goal_rows_line(kept)
+    goals = goal_rows(kept, figs).line()
     traces = ", ".join(f"{name.removesuffix('.json')} {_met_of(v)}"
                        for _, name, v in sorted(((_share(v), n, v) for n, v in kept), key=lambda t: (-t[0], t[1])))
     note = (f"The {len(kept)} validations kept in `validation/` with this latency profile (`txnbench validate`: the "
@@ -288,16 +285,18 @@ def held_section(kept: Kept, row_cls: Callable[..., Any]) -> tuple[str, list[str
     return "Held against a real broker, figure by figure", columns, rows, note.rstrip()
 
 
-def held_json(kept: Kept) -> dict[str, Any]:
-    """summary.json's record of the same: the traces' tallies and every figure's."""
+def held_json(kept: Kept, figs: list[Figure] | None = None) -> dict[str, Any]:
+    """summary.json's record of the same: the traces' tallies and every figure's (``figs``: the
+    kept validations' :func:`figures`, if at hand)."""
     met, judged = tally(kept)
+    figs = figures(kept) if figs is None else figs
     return {"traces": {name: v.get("tally") for name, v in kept}, "met": met, "judged": judged,
-            "goal_rows": goal_rows(kept).to_json(),
+            "goal_rows": goal_rows(kept, figs).to_json(),
             "figures": [{"section": f.section, "design": f.design, "metric": f.metric, "met": f.met,
                          "judged": f.judged, "errors": list(f.errors), "missed_on": list(f.missed_on),
                          "mostly_missed": f.mostly_missed, "broker_pairs_met": f.broker_met,
                          "broker_pairs": f.broker_judged, "reachable": f.reachable, "missed_beyond": f.beyond}
-                        for f in figures(kept)]}
+                        for f in figs]}
 
 
 def _share(v: dict[str, Any]) -> float:
