@@ -320,12 +320,15 @@ class Dispatcher:
     def _waited_for_lock(self) -> bool:
         """``getMaxReadPosition`` takes the buffer's lock (MetadataTransactionBuffer L647): when
         the buffer's own work holds it (TransactionBuffer.lock_free_at), the read waits, and goes
-        on at once after (True: it was put off). A poll after an empty one is a retry on the IO
-        event loop group (PersistentDispatcherMultipleConsumers.reScheduleReadInMs L514, through
-        BrokerService.executor()): it lands on the next IO thread in turn, and when that is the
-        one serving the client's connection, the connection's commands wait with it."""
+        on at once after (True: it was put off). A Shared or Key_Shared poll after an empty one
+        is a retry on the IO event loop group (PersistentDispatcherMultipleConsumers
+        .reScheduleReadInMs L514, through BrokerService.executor()): it lands on the next IO
+        thread in turn, and when that is the one serving the client's connection, the
+        connection's commands wait with it. A single-active dispatcher re-reads on its topic
+        worker instead (PersistentDispatcherSingleActiveConsumer L89, L239: the topic ordered
+        executor), which the model does not carry: its read only waits."""
         now = self._sched.now_us()
-        on_client_io = self._consecutive_empty > 0 and self._next_io_thread()
+        on_client_io = self._consecutive_empty > 0 and not self.sub_type.single_active and self._next_io_thread()
         free = self._tb.lock_free_at(now)
         if free <= now:
             return False

@@ -218,10 +218,11 @@ class LockedBuffer(PinnedBuffer):
         return hi if lo <= at_us < hi else at_us
 
 
-def _locked(window: tuple[int, int], probe_at: int) -> tuple[dict[str, int], list[int], int]:
-    """m0 delivered, m1 pinned: the dispatcher polls (the pulsar preset) with the buffer's lock
-    held over ``window``; (its stats, when it asked, how long a client command arriving at
-    ``probe_at`` waits for the client connection's IO thread)."""
+def _locked(window: tuple[int, int], probe_at: int, sub_type: SubscriptionType = SubscriptionType.SHARED,
+            ) -> tuple[dict[str, int], list[int], int]:
+    """m0 delivered, m1 pinned: a ``sub_type`` dispatcher polls (the pulsar preset) with the
+    buffer's lock held over ``window``; (its stats, when it asked, how long a client command
+    arriving at ``probe_at`` waits for the client connection's IO thread)."""
     from engine.capacity import IO_THREAD
     from engine.clock import ResourceSpec
     from engine.metering import Meter
@@ -235,7 +236,7 @@ def _locked(window: tuple[int, int], probe_at: int) -> tuple[dict[str, int], lis
     got: list[Delivery] = []
     d = Dispatcher(scheduler=sched, latency=lat, mode=DispatchMode.POLLING, polling=PollingPolicy.preset("pulsar"),
                    ledger=ledger, cursor=Cursor(ledger, "sub"), tb=tb, pending=PendingAckStoreDisabled("x"),
-                   deliver=got.extend, meter=meter)
+                   deliver=got.extend, meter=meter, sub_type=sub_type)
     tb.pin = ledger.append(EntryData(1, 0, msg="m0"))
     ledger.append(EntryData(1, 0, msg="m1"))
     d.kick()
@@ -247,8 +248,8 @@ def _locked(window: tuple[int, int], probe_at: int) -> tuple[dict[str, int], lis
 
 
 def test_a_retry_that_meets_the_buffers_lock_holds_the_io_thread_it_lands_on() -> None:
-    """``getMaxReadPosition`` waits for the buffer's lock (MetadataTransactionBuffer L647). A poll
-    after an empty one is a retry scheduled on the IO event loop group
+    """``getMaxReadPosition`` waits for the buffer's lock (MetadataTransactionBuffer L647). A
+    Shared poll after an empty one is a retry scheduled on the IO event loop group
     (PersistentDispatcherMultipleConsumers.reScheduleReadInMs): it lands on the IO threads in
     turn, the first the one serving the client's connection, whose commands then wait with it."""
     stats, asked, waited = _locked((0, 0), 150_000)
@@ -263,3 +264,17 @@ def test_a_retry_that_meets_the_buffers_lock_holds_the_io_thread_it_lands_on() -
     assert waited == 0  # the second retry landed on another IO thread
     stats, _, waited = _locked((first_blocked, first_blocked + 40_000), first_blocked + 10_000)
     assert stats["lock_waits"] == 1 and "lock_waits_on_client_io" not in stats and waited == 0
+
+
+def test_a_single_active_retry_waits_for_the_lock_on_its_topic_worker_not_an_io_thread() -> None:
+    """Exclusive and Failover dispatchers re-read on their topic's ordered executor
+    (PersistentDispatcherSingleActiveConsumer L89, L239), not the IO group: the retry waits for
+    the lock, and the client's IO thread stays free."""
+    for sub_type in (SubscriptionType.FAILOVER, SubscriptionType.EXCLUSIVE):
+        _, asked, _ = _locked((0, 0), 150_000, sub_type)
+        retry1 = asked[2]
+        assert asked[3] - retry1 == 10_000  # single active: the cursor's 10 ms, no backoff (D19)
+        stats, again, waited = _locked((retry1, retry1 + 40_000), retry1 + 10_000, sub_type)
+        assert stats["lock_waits"] == 1 and "lock_waits_on_client_io" not in stats and waited == 0
+        # it read again when the lock came free, found m1 still pinned, and polled 10 ms later
+        assert again[3] == retry1 + 40_000 + 10_000
