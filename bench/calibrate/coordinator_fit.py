@@ -53,7 +53,7 @@ def model_new_txn(profile: LatencyProfile, trace: Path, history: int) -> dict[st
 
     latency = profile.to_latency_model(1).with_resources(profile.resources)
     out: dict[str, dict[str, int]] = {}
-    for cfg in model_configs(latency, profile, history, summarize(trace).ops_per_txn if history else 1):
+    for cfg in model_configs(latency, profile, history, summarize(trace).ops_per_txn if history else 1, trace=trace):
         lat = Replayer(cfg).run(read_events(trace)).latency["new_txn_us"]
         out[cfg.engine] = {q: int(lat[f"{q}_us"]) for q in QUANTILES}
     return out

@@ -123,7 +123,7 @@ def _replay(profile: LatencyProfile, resources: dict[str, ResourceSpec], run: Ke
 
     trace = saturation_traces(run.trace, into, {design: run.repeat.get(design, 1)})[design]
     latency = profile.to_latency_model(1).with_resources(resources)
-    cfg = next(c for c in model_configs(latency, profile) if c.engine == design)
+    cfg = next(c for c in model_configs(latency, profile, trace=trace) if c.engine == design)
     if design == "v5":
         cfg = cfg.with_history(run.v5_history, summarize(trace).ops_per_txn, run.v5_listeners)
     result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))

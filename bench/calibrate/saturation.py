@@ -125,7 +125,7 @@ def model_rates(profile: LatencyProfile, resources: dict[str, ResourceSpec], tra
     out: dict[str, float] = {}
     if ops is None:
         ops = summarize(trace).ops_per_txn if history else 1
-    for cfg in model_configs(latency, profile):
+    for cfg in model_configs(latency, profile, trace=trace):
         if cfg.engine not in designs:
             continue
         result = Replayer(dataclasses.replace(cfg.with_history(history, ops), pacing="asap")).run(read_events(trace))

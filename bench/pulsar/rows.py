@@ -99,8 +99,14 @@ def write_rows(events: Iterable[Event], path: Path, *, design: str, run_id: str,
     out = MappedRows(path=path, run_id=run_id, design=design)
     topics = out.topics
     first = True
+    typed: dict[tuple[str, str], Event] = {}  # v5: (topic, subscription) -> its first typed subscribe row
+    cumulative: set[tuple[str, str]] = set()
     with path.open("w") as f:
         for e in events:
+            if design == "v5" and e.op == "subscribe" and e.sub_type is not None:
+                typed.setdefault((e.topic or "", e.subscription or ""), e)
+            elif e.op == "ack" and e.ack_kind == "cumulative":
+                cumulative.add((e.topic or "", e.subscription or ""))
             why = refusal(e, design, restartable)
             if why is not None:
                 raise TraceError(f"the Pulsar broker cannot run this row ({design} design): {why}", row=e.row, source=source)
@@ -120,7 +126,33 @@ def write_rows(events: Iterable[Event], path: Path, *, design: str, run_id: str,
                 "row": e.row, "ts_us": e.ts_us, "op": e.op, "txn": e.txn, "topic": topic, "msg": e.msg,
                 "subscription": e.subscription, "size": e.size,
                 "timeout_ms": (e.timeout_ms or 60_000) if e.op == "new_txn" else None, "ack_kind": e.ack_kind,
-                "target": e.target, "key": e.key,
+                "target": e.target, "key": e.key, "sub_type": e.sub_type,
             }, separators=(",", ":")) + "\n")
             out.rows += 1
+    for key, e in typed.items():
+        gives = "Exclusive" if key in cumulative else "Shared"
+        if e.sub_type != gives:
+            consumer = "a StreamConsumer (Exclusive)" if gives == "Exclusive" else "a QueueConsumer (Shared)"
+            acks = "cumulative" if gives == "Exclusive" else "individual"
+            raise TraceError(f"the Pulsar broker cannot run this row (v5 design): subscription {e.subscription} on "
+                             f"{e.topic} is named {e.sub_type}, but the V5 SDK has no subscription types: its "
+                             f"{acks} acks make it {consumer} (jvm V5Backend.subscribe)", row=e.row, source=source)
     return out
+
+
+def v5_sdk_sub_types(events: Iterable[Event]) -> tuple[tuple[str, str, str], ...]:
+    """(topic, subscription, type) for each subscription ``events`` leave untyped, as the trace
+    client makes it under v5: the V5 SDK has no subscription types, only consumers
+    (jvm ``V5Backend.subscribe``). A QueueConsumer, the one that acks messages one by one, is a
+    Shared subscription on each segment; a StreamConsumer, the one that acks cumulatively, an
+    Exclusive one (``Rows.check`` refuses a subscription with both). Their dispatchers poll
+    differently (``engine.dispatcher.SubscriptionType``), so the model's run of the trace takes
+    these types (``RunConfig.sub_types``)."""
+    untyped: dict[tuple[str, str], bool] = {}  # (topic, subscription) -> acks cumulatively
+    for e in events:
+        if e.op == "subscribe" and e.sub_type is None:
+            untyped.setdefault((e.topic or "", e.subscription or ""), False)
+        elif e.op == "ack" and e.ack_kind == "cumulative" and (e.topic or "", e.subscription or "") in untyped:
+            untyped[(e.topic or "", e.subscription or "")] = True
+    return tuple((topic, sub, "Exclusive" if cumulative else "Shared")
+                 for (topic, sub), cumulative in untyped.items())

@@ -89,14 +89,21 @@ def model_profile(profile: str | Path | None) -> LatencyProfile:
 
 
 def model_configs(latency: LatencyModel, profile: LatencyProfile | None = None, history: int = 0,
-                  history_ops: int = 1, listeners: int = 0) -> list[RunConfig]:
+                  history_ops: int = 1, listeners: int = 0, trace: str | Path | None = None) -> list[RunConfig]:
     """The model's runs of both designs; ``history``: the txns v5's store held before
     (``V5Options.history``: a broker run's ``txns_before``), of ``history_ops`` op records each
     (the trace's: the broker's warm-ups replay it, ``TraceSummary.ops_per_txn``); ``listeners``:
-    the watches of the v5 topics the broker loaded before (:func:`broker_listeners`)."""
+    the watches of the v5 topics the broker loaded before (:func:`broker_listeners`). Given the
+    ``trace`` they replay, v5's untyped subscriptions take the types the trace client's V5 SDK
+    consumers have at the broker (:func:`bench.pulsar.rows.v5_sdk_sub_types`); v4's are
+    Failover in both (jvm ``V4Backend.SUB_TYPE``)."""
+    from bench.pulsar.rows import v5_sdk_sub_types
+    from bench.trace.trace import read_events
+
+    sub_types = v5_sdk_sub_types(read_events(trace)) if trace is not None else ()
     return [RunConfig(engine="v4", latency=latency, latency_profile=profile),
-            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency,
-                      latency_profile=profile).with_history(history, history_ops, listeners)]
+            RunConfig(engine="v5", metadata_url=EMULATED_STORE, latency=latency, latency_profile=profile,
+                      sub_types=sub_types).with_history(history, history_ops, listeners)]
 
 
 def broker_listeners(sets: list[Path], among: list[Path]) -> int:
@@ -372,7 +379,8 @@ def judge(trace: str | Path, into: Path, prof: LatencyProfile, latency: LatencyM
     broker = into / "broker" if broker is None else broker
     history = broker_history([broker])
     listeners = broker_listeners([broker], runs)
-    replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners), into / "model",
+    replay_trace(trace, model_configs(latency, prof, history, summarize(trace).ops_per_txn, listeners, trace),
+                 into / "model",
                  extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
                  shown=shown, publish_spans=True)  # the publishes behind an end-txn (bench.report.behind_end_txn)
     say(f"model: v4 and v5 (shipped, emulated store, {history:,} txns of history, {listeners:,} watches of "
@@ -382,9 +390,8 @@ def judge(trace: str | Path, into: Path, prof: LatencyProfile, latency: LatencyM
         history = broker_history(asap)
         listeners = broker_listeners(asap, runs)
         for path, designs, suffix in groups(traces):
-            replay_trace(path, [dataclasses.replace(c, pacing="asap")
-                                for c in model_configs(latency, prof, history, summarize(path).ops_per_txn, listeners)
-                                if c.engine in designs],
+            configs = model_configs(latency, prof, history, summarize(path).ops_per_txn, listeners, path)
+            replay_trace(path, [dataclasses.replace(c, pacing="asap") for c in configs if c.engine in designs],
                          into / f"model-asap{suffix}",
                          extra_manifest={"validate": {**recorded, "v5_history": history, "v5_listeners": listeners}},
                          shown=shown)

@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.replay import registry
 from engine.clock import LatencyModel
-from engine.dispatcher import DispatchMode, PollingPolicy
+from engine.dispatcher import DispatchMode, PollingPolicy, SubscriptionType
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
@@ -21,6 +21,7 @@ DEFAULT_LATENCY_PROFILE = "pulsar-standalone-5.0.0-M1"
 EMULATED_STORE = "memory://?emulated=1"
 TIME_MODES = ("virtual", "wall")
 PACINGS = ("trace", "asap")
+SUB_TYPES = tuple(t.value for t in SubscriptionType)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class RunConfig:
     # trace client bounds them (jvm TraceRunner's semaphore, --max-in-flight, default 1,000): a row
     # that would exceed it waits for an answer (bench.replay.replay.Replayer._slot); None: no bound
     asap_in_flight: int | None = 1_000
+    # (topic, subscription, type): the type a subscription the trace leaves untyped takes, as the
+    # client the run stands for makes it (validate: v5's trace client on the V5 SDK,
+    # bench.pulsar.rows.v5_sdk_sub_types); any other untyped subscription is Failover
+    sub_types: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.namespace and not (self.ledger_url.startswith("memory:")
@@ -69,6 +74,10 @@ class RunConfig:
             raise ConfigError("pacing asap is a virtual-time replay (the rows one microsecond apart)")
         if self.asap_in_flight is not None and self.asap_in_flight < 1:
             raise ConfigError(f"asap_in_flight must be >= 1 (or None: no bound), got {self.asap_in_flight}")
+        for topic, sub, sub_type in self.sub_types:
+            if sub_type not in SUB_TYPES:
+                raise ConfigError(f"sub_types: {topic} {sub}: unknown subscription type {sub_type!r}; "
+                                  f"expected one of {', '.join(SUB_TYPES)}")
         if self.drain_ms < 0:
             raise ConfigError(f"drain_ms must be >= 0, got {self.drain_ms}")
         if self.drain_max_ms is not None and self.drain_max_ms < self.drain_ms:
@@ -110,4 +119,5 @@ class RunConfig:
         d["latency"] = dict(self.latency.latencies_us)
         d["latency_profile"] = (self.latency_profile or LatencyProfile.constants()).record(self.latency)
         d["label"] = self.label
+        d["sub_types"] = [list(t) for t in self.sub_types]  # as JSON reads it back
         return d

@@ -170,6 +170,7 @@ class Replayer:
         self.undelivered: set[str] = set()  # first delivery not yet seen
         self.subs: list[tuple[str, str]] = []
         self.sub_types: dict[tuple[str, str], SubscriptionType] = {}
+        self._client_sub_types = {(topic, sub): t for topic, sub, t in cfg.sub_types}
         self.subs_per_topic: dict[str, int] = {}
         self.received: set[tuple[str, str]] = set()  # (subscription, msg) delivered, not yet acked
         self.deferred: dict[tuple[str, str], AckKind] = {}  # plain acks waiting for their message
@@ -307,8 +308,10 @@ class Replayer:
     def _op_subscribe(self, e: Event) -> None:
         assert e.topic and e.subscription
         key = (e.topic, e.subscription)
-        # the trace's optional sub_type column (null, or a row built without it: Failover)
-        sub_type = SubscriptionType.parse(e.sub_type if len(e) > _SUB_TYPE else None)
+        # the trace's optional sub_type column; null (or a row built without it): the type the
+        # run's client gives it (RunConfig.sub_types), else Failover
+        named = e.sub_type if len(e) > _SUB_TYPE else None
+        sub_type = SubscriptionType.parse(named if named is not None else self._client_sub_types.get(key))
         if key not in self.subs:
             self.subs.append(key)
             self.subs_per_topic[e.topic] = self.subs_per_topic.get(e.topic, 0) + 1

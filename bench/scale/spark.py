@@ -338,6 +338,7 @@ def _config_from_dict(d: dict[str, Any]) -> RunConfig:
     d.pop("label", None)
     d.pop("design", None)  # both derived from the fields (RunConfig.as_dict)
     d["dispatch"] = DispatchMode(d["dispatch"])
+    d["sub_types"] = tuple(tuple(t) for t in d.get("sub_types", ()))  # JSON's lists, back to the field's tuples
     rec = d.pop("latency_profile", None)
     if rec and rec.get("path"):  # the profile file, as the driver loaded it; the model is rebuilt from it
         from engine.profile import LatencyProfile

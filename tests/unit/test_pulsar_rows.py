@@ -19,7 +19,8 @@ P1 = "persistent://public/bench/t0-partition-1"
 
 
 def _trace(path: Path, rows: list[tuple[int, str, dict[str, object]]]) -> Path:
-    with TraceWriter(path) as w:
+    typed = any("sub_type" in fields for _, _, fields in rows)
+    with TraceWriter(path, optional=("sub_type",) if typed else ()) as w:
         for ts, op, fields in rows:
             w.add(ts, op, **fields)
     return path
@@ -51,7 +52,8 @@ def test_rows_keep_the_trace_row_numbers_and_fields(tmp_path: Path, small: Path)
     assert [r["ts_us"] for r in rows] == [0, 5, 6, 9, 12, 20]
     assert rows[1]["timeout_ms"] == 60_000 and rows[2]["timeout_ms"] is None
     assert rows[2] == {"row": 2, "ts_us": 6, "op": "publish", "txn": "t0", "topic": "topic://public/tb-r1-v5-bench/t0-p1",
-                       "msg": "m0", "subscription": None, "size": 10, "timeout_ms": None, "ack_kind": None, "target": None, "key": "k"}
+                       "msg": "m0", "subscription": None, "size": 10, "timeout_ms": None, "ack_kind": None, "target": None, "key": "k",
+                       "sub_type": None}
     assert rows[5]["ack_kind"] == "cumulative" and rows[5]["subscription"] == "s"
     assert mapped.rows == 6 and mapped.namespaces == {"public/tb-r1-v5-bench"}
     assert mapped.first_ts_us == 0 and mapped.last_ts_us == 20 and mapped.timeouts_ms == {60_000}
@@ -73,6 +75,45 @@ def test_rows_the_broker_cannot_run_are_refused_with_their_row(tmp_path: Path, d
     with pytest.raises(TraceError) as err:
         write_rows(read_events(trace), tmp_path / "rows.jsonl", design=design, run_id="r", restartable=restartable, source="t")
     assert err.value.row == 2 and words in str(err.value)
+
+
+def _subs(tmp_path: Path, typed: dict[str, str | None], cumulative: set[str], topic: str = "topic://public/b/x") -> Path:
+    """On ``topic``, a subscription per ``typed`` (its sub_type), each acking m0 (cumulatively
+    when named in ``cumulative``)."""
+    subs = [(0, "subscribe", {"topic": topic, "subscription": s, **({"sub_type": t} if t else {})})
+            for s, t in typed.items()]
+    acks = [(2, "ack", {"topic": topic, "msg": "m0", "subscription": s,
+                        "ack_kind": "cumulative" if s in cumulative else "individual"}) for s in typed]
+    return _trace(tmp_path / f"subs-{topic.split(':')[0]}.parquet", [*subs, (1, "publish", {"topic": topic, "msg": "m0", "size": 1}), *acks])
+
+
+def test_v5_subscriptions_take_the_type_of_the_v5_sdks_consumer_for_their_acks(tmp_path: Path) -> None:
+    from bench.pulsar.rows import v5_sdk_sub_types
+    trace = _subs(tmp_path, {"q": None, "st": None, "named": "Shared"}, cumulative={"st"})
+    # a QueueConsumer (individual acks) is Shared, a StreamConsumer (cumulative) Exclusive; a typed one is the trace's
+    assert v5_sdk_sub_types(read_events(trace)) == (("topic://public/b/x", "q", "Shared"),
+                                                    ("topic://public/b/x", "st", "Exclusive"))
+    mapped = write_rows(read_events(trace), tmp_path / "rows.jsonl", design="v5", run_id="r", restartable=False, source="t")
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert mapped.rows == 7 and [r["sub_type"] for r in rows[:3]] == [None, None, "Shared"]
+
+
+@pytest.mark.parametrize(("typed", "cumulative", "words"), [
+    ({"s": "Failover"}, set(), "named Failover, but the V5 SDK has no subscription types: its individual acks make it "
+                               "a QueueConsumer (Shared)"),
+    ({"s": "Shared"}, {"s"}, "its cumulative acks make it a StreamConsumer (Exclusive)"),
+    ({"s": "Key_Shared"}, set(), "named Key_Shared"),
+])
+def test_v5_refuses_a_subscription_type_its_consumer_does_not_give(tmp_path: Path, typed: dict[str, str | None],
+                                                                   cumulative: set[str], words: str) -> None:
+    trace = _subs(tmp_path, typed, cumulative)
+    with pytest.raises(TraceError) as err:
+        write_rows(read_events(trace), tmp_path / "rows.jsonl", design="v5", run_id="r", restartable=False, source="t")
+    assert err.value.row == 0 and words in str(err.value)
+    # v4's classic consumer takes them all (cumulative acks on Shared are the broker's to refuse, per ack)
+    v4 = _subs(tmp_path, typed, cumulative, topic=P0)
+    assert write_rows(read_events(v4), tmp_path / "v4.jsonl", design="v4", run_id="r", restartable=False,
+                      source="t").rows == 3
 
 
 def test_a_restartable_broker_takes_crash_broker_and_v5_takes_split(tmp_path: Path) -> None:

@@ -81,3 +81,32 @@ def test_the_replay_polls_as_the_subscription_type_does(tmp_path: Path, engine: 
     # blocked ~1 s: every 10 ms single-active, every 11-20 ms Shared (D19)
     assert failover == exclusive and 95 <= failover <= 110
     assert 45 <= shared <= 60
+
+
+def test_an_untyped_subscription_takes_the_type_the_runs_client_gives_it(tmp_path: Path) -> None:
+    """RunConfig.sub_types: what the broker's trace client makes of untyped subscriptions (v5's
+    V5 SDK consumers, bench.pulsar.rows.v5_sdk_sub_types); the trace's own type comes first."""
+    untyped = _write(tmp_path / "untyped.parquet", _pinned(None))
+    typed = _write(tmp_path / "typed.parquet", _pinned("Exclusive"))
+    client = ((T, "s", "Shared"),)
+    runs = {(name, given): Replayer(RunConfig(engine="v5", sub_types=given)).run(read_events(trace)).counts
+            for name, trace in (("untyped", untyped), ("typed", typed)) for given in ((), client)}
+    assert runs[("untyped", ())]["subscriptions.Failover"] == 1
+    assert runs[("untyped", client)]["subscriptions.Shared"] == 1
+    assert runs[("typed", client)]["subscriptions.Exclusive"] == 1
+    # blocked ~1 s: the client's Shared polls every 11-20 ms, not the default's 10 ms (D19)
+    assert 45 <= runs[("untyped", client)]["dispatch.empty_reads"] <= 60
+    assert 95 <= runs[("untyped", ())]["dispatch.empty_reads"] <= 110
+    with pytest.raises(ConfigError, match="sub_types: .* s: unknown subscription type 'Round_Robin'"):
+        RunConfig(sub_types=((T, "s", "Round_Robin"),))
+
+
+def test_the_clients_types_go_through_the_manifest_and_back_to_a_spark_worker() -> None:
+    import json
+
+    from bench.scale.spark import _config_from_dict
+
+    cfg = RunConfig(engine="v5", sub_types=((T, "s", "Shared"),))
+    d = json.loads(json.dumps(cfg.as_dict()))
+    assert d["sub_types"] == [[T, "s", "Shared"]]
+    assert _config_from_dict(d).sub_types == ((T, "s", "Shared"),)
