@@ -37,7 +37,7 @@ def client_cp(pulsar: PulsarBroker) -> str:
 
 def _row(row: int, ts_us: int, op: str, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"row": row, "ts_us": ts_us, "op": op}
-    for name in ("txn", "topic", "msg", "subscription", "size", "timeout_ms", "ack_kind", "target", "key"):
+    for name in ("txn", "topic", "msg", "subscription", "size", "timeout_ms", "ack_kind", "target", "key", "sub_type"):
         base[name] = fields.get(name)
     return base
 
@@ -222,6 +222,38 @@ def test_unsupported_row_is_refused_before_anything_runs(client_cp: str, pulsar:
     assert rc == 2
     assert len(events) == 1 and events[0]["ev"] == "refused" and events[0]["row"] == 1
     assert why in events[0]["reason"]
+
+
+def test_v4_subscribes_with_the_type_the_trace_names(client_cp: str, pulsar: PulsarBroker, tmp_path: Path) -> None:
+    """The classic consumer takes any subscription type: the trace's sub_type, Failover without one."""
+    topic = _topic("v4")
+    rows = [_row(0, 0, "subscribe", topic=topic, subscription="shared", sub_type="Shared"),
+            _row(1, 0, "subscribe", topic=topic, subscription="untyped"),
+            _row(2, 10, "publish", topic=topic, msg="m0", size=8, key="k"),
+            _row(3, 500_000, "ack", topic=topic, msg="m0", subscription="shared", ack_kind="individual")]
+    rc, events, stderr = _run(client_cp, pulsar, "v4", rows, tmp_path)
+    assert rc == 0, (events[-3:], stderr[-2000:])
+    assert [(e["subscription"], e["type"]) for e in events if e["ev"] == "subscribed"] == [
+        ("shared", "Shared"), ("untyped", "Failover")]
+    assert sorted((e["subscription"], e["msg"]) for e in events if e["ev"] == "deliver") == [
+        ("shared", "m0"), ("untyped", "m0")]
+
+
+@pytest.mark.parametrize(("sub_type", "ack_kind", "why"), [
+    ("Failover", "individual", "QueueConsumer (Shared)"),
+    ("Shared", "cumulative", "StreamConsumer (Exclusive)"),
+])
+def test_v5_refuses_a_subscription_type_its_consumer_does_not_give(client_cp: str, pulsar: PulsarBroker, sub_type: str,
+                                                                   ack_kind: str, why: str, tmp_path: Path) -> None:
+    """The V5 SDK has consumers, not subscription types: a trace naming another type is refused."""
+    topic = _topic("v5")
+    rows = [_row(0, 0, "subscribe", topic=topic, subscription="s", sub_type=sub_type),
+            _row(1, 10, "publish", topic=topic, msg="m0", size=8, key="k"),
+            _row(2, 20, "ack", topic=topic, msg="m0", subscription="s", ack_kind=ack_kind)]
+    rc, events, _ = _run(client_cp, pulsar, "v5", rows, tmp_path)
+    assert rc == 2
+    assert len(events) == 1 and events[0]["ev"] == "refused" and events[0]["row"] == 0
+    assert why in events[0]["reason"] and sub_type in events[0]["reason"]
 
 
 def _closed_port() -> int:

@@ -25,7 +25,9 @@ interface Backend extends AutoCloseable {
     /** The client settings the {@code ready} event reports, as a JSON object. */
     String settings();
 
-    CompletableFuture<Sub> subscribe(String topic, String subscription, boolean cumulative, Deliveries out);
+    /** {@code subType}: the trace's subscription type, or null for the backend's own choice. */
+    CompletableFuture<Sub> subscribe(String topic, String subscription, String subType, boolean cumulative,
+                                     Deliveries out);
 
     CompletableFuture<Txn> newTxn(long timeoutMs);
 

@@ -16,10 +16,10 @@ final class Baseline {
 
     static Json.Out run(Backend backend, Args a) throws Exception {
         List<Row> setupRows = new ArrayList<>();
-        if (a.txnSize > 0) setupRows.add(new Row(0, 0, "new_txn", "b", null, null, null, 0, null, null, null, null));
+        if (a.txnSize > 0) setupRows.add(new Row(0, 0, "new_txn", "b", null, null, null, 0, null, null, null, null, null));
         setupRows.add(new Row(setupRows.size(), 0, "publish", a.txnSize > 0 ? "b" : null, a.topic, "m", null,
-                a.size, null, null, null, null));
-        if (a.txnSize > 0) setupRows.add(new Row(2, 0, "commit", "b", null, null, null, 0, null, null, null, null));
+                a.size, null, null, null, null, null));
+        if (a.txnSize > 0) setupRows.add(new Row(2, 0, "commit", "b", null, null, null, 0, null, null, null, null, null));
         backend.setup(Rows.of(setupRows, a.design));
 
         byte[] payload = new byte[a.size];

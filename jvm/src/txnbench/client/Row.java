@@ -4,7 +4,7 @@ import java.util.Map;
 
 /** One trace row as the Python side writes it to ROWS.jsonl (datasets/README.md's columns). */
 record Row(long row, long tsUs, String op, String txn, String topic, String msg, String subscription,
-           int size, Long timeoutMs, String ackKind, String target, String key) {
+           int size, Long timeoutMs, String ackKind, String target, String key, String subType) {
 
     static final long DEFAULT_TIMEOUT_MS = 60_000;  // the trace format's default for new_txn
 
@@ -12,7 +12,7 @@ record Row(long row, long tsUs, String op, String txn, String topic, String msg,
         return new Row(num(m, "row", -1), num(m, "ts_us", 0), str(m, "op"), str(m, "txn"), str(m, "topic"),
                 str(m, "msg"), str(m, "subscription"), (int) num(m, "size", 0),
                 m.get("timeout_ms") == null ? null : num(m, "timeout_ms", DEFAULT_TIMEOUT_MS),
-                str(m, "ack_kind"), str(m, "target"), str(m, "key"));
+                str(m, "ack_kind"), str(m, "target"), str(m, "key"), str(m, "sub_type"));
     }
 
     boolean cumulative() { return "cumulative".equals(ackKind); }

@@ -32,6 +32,8 @@ final class Rows {
         }
     }
 
+    /** The trace format's subscription types (SubscriptionType's names). */
+    static final Set<String> SUB_TYPES = Set.of("Exclusive", "Failover", "Shared", "Key_Shared");
     static final Set<String> OPS = Set.of("subscribe", "publish", "ack", "new_txn", "commit", "abort",
             "split", "merge", "crash_broker");
     private static final Pattern PARTITION = Pattern.compile("^(persistent://[^/]+/[^/]+/.+)-partition-(\\d+)$");
@@ -86,6 +88,7 @@ final class Rows {
         Set<String> open = new HashSet<>();
         Set<String> ended = new HashSet<>();
         Map<String, String> ackKind = new HashMap<>();
+        Map<String, Row> namedSubs = new HashMap<>();  // (topic, subscription) -> its first typed subscribe row
         for (Row r : rows) {
             if (r.op() == null || !OPS.contains(r.op())) {
                 String why = "crash_tc".equals(r.op())
@@ -138,6 +141,11 @@ final class Rows {
                 }
                 case "subscribe" -> {
                     if (r.subscription() == null) throw new Refused(r.row(), "subscribe without a subscription");
+                    if (r.subType() != null) {
+                        if (!SUB_TYPES.contains(r.subType()))
+                            throw new Refused(r.row(), "sub_type " + r.subType() + " is not one of " + SUB_TYPES);
+                        namedSubs.putIfAbsent(subKey(t, r.subscription()), r);
+                    }
                 }
                 case "ack" -> {
                     if (r.subscription() == null || r.msg() == null)
@@ -156,6 +164,17 @@ final class Rows {
                         throw new Refused(r.row(), "merge needs a target of two segment descriptors");
                 }
                 default -> { }
+            }
+        }
+        if (v5) {
+            for (Map.Entry<String, Row> e : namedSubs.entrySet()) {
+                Row r = e.getValue();
+                String gives = cumulativeSubs.getOrDefault(e.getKey(), false) ? "Exclusive" : "Shared";
+                if (!gives.equals(r.subType()))
+                    throw new Refused(r.row(), "v5: subscription " + r.subscription() + " on " + r.topic()
+                            + " is named " + r.subType() + ", but the V5 SDK gives its "
+                            + (gives.equals("Shared") ? "individual acks a QueueConsumer (Shared)"
+                                                      : "cumulative acks a StreamConsumer (Exclusive)"));
             }
         }
     }

@@ -138,7 +138,7 @@ final class TraceRunner {
         boolean cumulative = rows.cumulativeSubs.getOrDefault(key, false);
         try {
             // Waited for: a row after a subscribe must find the subscription there.
-            Backend.Sub s = backend.subscribe(r.topic(), r.subscription(), cumulative, this::delivered)
+            Backend.Sub s = backend.subscribe(r.topic(), r.subscription(), r.subType(), cumulative, this::delivered)
                     .get(60, TimeUnit.SECONDS);
             subs.put(key, s);
             long end = ev.nowUs();

@@ -81,7 +81,7 @@ final class V4Backend implements Backend {
         m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         m.put("batching", "disabled");
         m.put("ack_grouping", "default (acknowledgmentGroupTime 100 ms)");
-        m.put("subscription_type", SUB_TYPE.name());
+        m.put("subscription_type", SUB_TYPE.name() + " (unless the trace names one)");
         m.put("initial_position", "Latest");
         m.put("txn_timeout", "per txn (newTransaction().withTransactionTimeout)");
         m.put("max_pending_messages", Integer.toString(maxPending));
@@ -90,14 +90,16 @@ final class V4Backend implements Backend {
     }
 
     @Override
-    public CompletableFuture<Sub> subscribe(String topic, String subscription, boolean cumulative, Deliveries out) {
-        return client.newConsumer().topic(topic).subscriptionName(subscription).subscriptionType(SUB_TYPE)
+    public CompletableFuture<Sub> subscribe(String topic, String subscription, String subType, boolean cumulative,
+                                            Deliveries out) {
+        SubscriptionType type = subType == null ? SUB_TYPE : SubscriptionType.valueOf(subType);
+        return client.newConsumer().topic(topic).subscriptionName(subscription).subscriptionType(type)
                 .subscriptionInitialPosition(SubscriptionInitialPosition.Latest)
                 .messageListener((Consumer<byte[]> c, org.apache.pulsar.client.api.Message<byte[]> m) ->
                         out.delivered(topic, subscription, m.getProperty(MSG_PROPERTY), m.getMessageId(),
                                 m.getRedeliveryCount()))
                 .subscribeAsync()
-                .thenApply(c -> new Sub(c, SUB_TYPE.name()));
+                .thenApply(c -> new Sub(c, type.name()));
     }
 
     @Override

@@ -135,7 +135,9 @@ final class V5Backend implements Backend {
     }
 
     @Override
-    public CompletableFuture<Sub> subscribe(String topic, String subscription, boolean cumulative, Deliveries out) {
+    public CompletableFuture<Sub> subscribe(String topic, String subscription, String subType, boolean cumulative,
+                                            Deliveries out) {
+        // subType is Shared or Exclusive, the one this consumer gives, or null (Rows.check)
         PulsarClient c;
         try {
             c = client(baseTimeout);
