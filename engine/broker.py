@@ -99,6 +99,7 @@ class Broker:
         self._meter = self._ctx.meter
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
         self.last_publish_hop_us = 0  # of it, the receipt's hop back to the client
+        self.last_publish_ledger = ""  # where it went (receipt_leaves_at)
         self.last_ack_us = 0  # modelled latency of the last txn ack, until its answer
         self.last_new_txn_us = 0  # modelled latency of the last new_txn (the client waits for its id)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
@@ -207,6 +208,8 @@ class Broker:
                 if size > self.config.max_message_size:
                     raise self._too_big(topic, msg, size)
                 pos = part.ledger.append(data)
+                bill("ledger.append", "bookie", ledger_name)
+                # once the add is done: PersistentTopic.addComplete (M1 L747-760), before the receipt
                 part.tb.sync_max_read_position_for_normal_publish(pos)
             else:
                 if not part.transactional:
@@ -218,10 +221,11 @@ class Broker:
                 if size > self.config.max_message_size:
                     raise self._too_big(topic, msg, size)
                 pos = part.tb.append_buffer_to_txn(txn, data)
-            bill("ledger.append", "bookie", ledger_name)
+                bill("ledger.append", "bookie", ledger_name)
             hop = bill("rpc")
         self.last_publish_us = request.us
         self.last_publish_hop_us = hop
+        self.last_publish_ledger = ledger_name
         return _message_id((ledger_name, pos))
 
     def receipts_wait(self) -> bool:
@@ -229,13 +233,22 @@ class Broker:
         (:meth:`receipt_leaves_at`): once a store call has held that thread."""
         return self._meter.in_use("metadata", IO_THREAD)
 
-    def receipt_leaves_at(self, ready_us: int) -> int | None:
-        """When a publish receipt written at ``ready_us`` leaves for the client: the add completes
-        on its managed ledger's thread, which hands the write to the connection's IO thread
-        (``ServerCnx``), so it goes once the batch of commands that thread runs then is done
-        (Netty's ``FlushConsolidationHandler`` in ``PulsarChannelInitializer``); None when no
-        store call has ever held that thread (nothing to wait for): at once."""
-        return self._meter.batch_done_at("metadata", IO_THREAD, ready_us)
+    def receipt_leaves_at(self, ready_us: int, ledger: str = "") -> int | None:
+        """When a plain publish receipt to ``ledger`` written at ``ready_us`` leaves for the
+        client. The add completes on its managed ledger's thread, which first syncs the
+        buffer's max read position under the buffer's lock (``PersistentTopic.addComplete`` M1
+        L747-760, ``MetadataTransactionBuffer.syncMaxReadPositionForNormalPublish`` L669:
+        ``synchronized (lock)``), so it waits for whatever buffer work holds that lock then
+        (``TransactionBuffer.lock_free_at``: the shipped v5 buffer's apply of a commit). It hands
+        the write to the connection's IO thread (``ServerCnx``), so it goes once the batch of
+        commands that thread runs then is done (Netty's ``FlushConsolidationHandler`` in
+        ``PulsarChannelInitializer``). None when neither holds it: at once."""
+        part = self._partitions.get(ledger)
+        free = ready_us if part is None else part.tb.lock_free_at(ready_us)
+        done = self._meter.batch_done_at("metadata", IO_THREAD, free)
+        if done is None:
+            return None if free == ready_us else free
+        return done
 
     def _too_big(self, topic: str, msg: str | None, size: int) -> MessageTooBig:
         return MessageTooBig(

@@ -466,7 +466,8 @@ class Replayer:
             # txn's END_TXN waits for it, TraceRunner.end)
             hop = self.broker.last_publish_hop_us
             self._receipts_pending += 1
-            self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop)
+            self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop,
+                                  self.broker.last_publish_ledger)
         else:
             self._publish_answered(e.msg, e.txn, issued_us, took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))
@@ -482,11 +483,12 @@ class Replayer:
             if not self._wall:
                 txn.sends_done_us = max(txn.sends_done_us, issued_us + took_us)
 
-    def _receipt(self, msg: str, issued_us: int, ready_us: int, hop_us: int) -> None:
-        """A plain publish's receipt, written ``ready_us`` after its issue: it leaves once the
-        batch the connection's thread runs now is done, then takes its hop."""
+    def _receipt(self, msg: str, issued_us: int, ready_us: int, hop_us: int, ledger: str) -> None:
+        """A plain publish's receipt, written ``ready_us`` after its issue: it leaves once its
+        buffer's lock is free and the batch the connection's thread runs then is done, then
+        takes its hop."""
         now = self.sched.now_us()
-        leaves = self.broker.receipt_leaves_at(now)
+        leaves = self.broker.receipt_leaves_at(now, ledger)
         self._receipts_pending -= 1
         held = 0 if leaves is None else leaves - now
         self._publish_answered(msg, None, issued_us, ready_us + held + hop_us)

@@ -446,3 +446,28 @@ def test_each_tail_item_holds_the_buffers_lock_from_its_start_to_its_end() -> No
     assert end - first <= 2_500 < end - first + 100  # found within a step of its start
     assert tb.lock_free_at(end) == end  # free once it ends
     assert s.msgs(T, "sub") == ["p0", "m0"]
+
+
+def test_a_plain_receipt_waits_for_its_buffers_lock_after_the_add() -> None:
+    """``PersistentTopic.addComplete`` syncs the buffer's max read position under its lock
+    (``syncMaxReadPositionForNormalPublish`` M1 L669) before the receipt: a receipt ready while
+    a commit's apply holds T's lock leaves when the apply ends; U's buffer holds nothing."""
+    s = _ready(mode=DispatchMode.NOTIFY)
+    s.publish(U, "u0")
+    tb = s.broker.transaction_buffer(T)
+    t = s.new_txn()
+    s.publish(T, "m0", txn=t)
+    s.run(100_000)
+    ledger_t, ledger_u = s.broker.ledgers_of(T)[0], s.broker.ledgers_of(U)[0]
+    now = s.sched.now_us()
+    assert s.broker.receipt_leaves_at(now, ledger_t) is None  # an idle tail holds nothing
+    s.commit(t)
+    for _ in range(500):  # 100 µs steps until the apply holds the lock
+        s.run(100)
+        now = s.sched.now_us()
+        if tb.lock_free_at(now) > now:
+            break
+    end = tb.lock_free_at(now)
+    assert end > now
+    assert s.broker.receipt_leaves_at(now, ledger_t) == end
+    assert s.broker.receipt_leaves_at(now, ledger_u) is None
