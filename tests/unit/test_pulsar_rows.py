@@ -110,7 +110,7 @@ def test_v5_refuses_a_subscription_type_its_consumer_does_not_give(tmp_path: Pat
     with pytest.raises(TraceError) as err:
         write_rows(read_events(trace), tmp_path / "rows.jsonl", design="v5", run_id="r", restartable=False, source="t")
     assert err.value.row == 0 and words in str(err.value)
-    # v4's classic consumer takes them all (cumulative acks on Shared are the broker's to refuse, per ack)
+    # v4's classic consumer takes every type (a cumulative ack on Shared fails at the ack: ConsumerBase refuses it)
     v4 = _subs(tmp_path, typed, cumulative, topic=P0)
     assert write_rows(read_events(v4), tmp_path / "v4.jsonl", design="v4", run_id="r", restartable=False,
                       source="t").rows == 3
