@@ -424,6 +424,20 @@ def cmd_validate_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_wire(args: argparse.Namespace) -> int:
+    import json
+
+    from bench.pulsar.wire import run_start_us, summarize
+
+    since = run_start_us(args.events) if args.events else 0
+    summary = summarize(args.pcap, args.port, since_us=since)
+    for line in summary.lines():
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from bench.replay.output import check_out
 
@@ -882,6 +896,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, choices=["parquet", "csv", "jsonl"],
                    help="the trace's format (default: by extension, else by content)")
     p.set_defaults(fn=cmd_validate_trace)
+
+    p = sub.add_parser("wire", help="a capture of the broker's port (tcpdump -w): each Pulsar request's time on the "
+                                    "wire, and the plain sends queued behind an END_TXN")
+    p.add_argument("--pcap", required=True, help="the capture: tcpdump -i lo -s 0 -w FILE \"tcp port PORT\"")
+    p.add_argument("--port", required=True, type=int, help="the broker's binary-protocol port (pulsar://HOST:PORT)")
+    p.add_argument("--events", default=None, metavar="FILE",
+                   help="a replay's pulsar-events-DESIGN.jsonl: only what the capture holds from its measured "
+                        "run's start (its ready event's t0), not the client's warm-up before it")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the summary as JSON")
+    p.set_defaults(fn=cmd_wire)
 
     p = sub.add_parser("replay", help=f"replay a trace through {', '.join(registry.designs())} or both and write results")
     p.add_argument("--trace", required=True, help="trace file: a path, or any URI pyarrow's filesystems reach "

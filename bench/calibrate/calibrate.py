@@ -16,7 +16,6 @@ Kinds a backend does not measure are kept from the base profile (``constants``) 
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import threading
@@ -27,22 +26,12 @@ from typing import Any, Callable, Sequence
 from engine.clock import DEFAULT_LATENCIES_US, PERCENTILES, Distribution, ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
-from bench.calibrate.measurement import Measurement
+from bench.calibrate.measurement import Measurement, percentiles
 
 WARMUP = 20  # calls before timing: connections opened, scripts loaded, JIT-free but caches warm
 PIPELINE_BATCH = 200  # reads in one pipelined get_many: the service-time estimate
 SWEEP_THREADS = (1, 2, 4, 8)  # parallel clients of the concurrency sweep
 SWEEP_S = 1.0  # seconds per sweep point
-
-
-def percentiles(samples_us: Sequence[int]) -> dict[str, int]:
-    """p0/p50/p90/p99/p999/max of ``samples_us`` by nearest rank (no interpolation: every value
-    is one that was seen)."""
-    if not samples_us:
-        raise ConfigError("calibrate: no samples measured")
-    s = sorted(samples_us)
-    n = len(s)
-    return {name: s[min(n - 1, max(0, math.ceil(round(q * n, 6)) - 1))] for name, q in PERCENTILES.items()}
 
 
 def timed(fn: Callable[[], Any], samples: int, warmup: int = WARMUP) -> list[int]:

@@ -316,7 +316,7 @@ def txn_probes(events: Path) -> dict[str, dict[str, int]]:
 
 
 def _pcts(samples: list[int]) -> dict[str, int]:
-    from bench.calibrate.calibrate import percentiles
+    from bench.calibrate.measurement import percentiles
 
     return percentiles(samples) if samples else {}
 

@@ -22,7 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
-from bench.calibrate.calibrate import percentiles
+from bench.calibrate.measurement import percentiles
 from engine.clock import PERCENTILES, Distribution
 
 DRAWS = 20_000

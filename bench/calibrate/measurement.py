@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.clock import ResourceSpec
+from engine.clock import PERCENTILES, ResourceSpec
+from engine.errors import ConfigError
 
 
 @dataclass
@@ -21,3 +24,13 @@ class Measurement:
     how: dict[str, str] = field(default_factory=dict)  # measured kind -> "metric" | "probe" (default "probe")
     unmeasurable: dict[str, str] = field(default_factory=dict)  # kind -> why this backend cannot measure it
     extra: dict[str, Any] = field(default_factory=dict)  # measured but billed by no kind (e.g. delete)
+
+
+def percentiles(samples_us: Sequence[int]) -> dict[str, int]:
+    """p0/p50/p90/p99/p999/max of ``samples_us`` by nearest rank (no interpolation: every value
+    is one that was seen)."""
+    if not samples_us:
+        raise ConfigError("calibrate: no samples measured")
+    s = sorted(samples_us)
+    n = len(s)
+    return {name: s[min(n - 1, max(0, math.ceil(round(q * n, 6)) - 1))] for name, q in PERCENTILES.items()}

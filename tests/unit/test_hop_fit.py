@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.calibrate.calibrate import percentiles
+from bench.calibrate.measurement import percentiles
 from bench.calibrate.hop_fit import as_distribution, fit_hops
 from engine.clock import Distribution
 
