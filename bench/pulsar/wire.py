@@ -136,9 +136,17 @@ def frames(path: str | Path, port: int, skipped: list[int] | None = None) -> Ite
             if payload:
                 unseen.add(conn)
             continue
-        if not payload or (seq - st.next_seq) % (1 << 32) >= 1 << 31:
-            continue  # a bare ack, or data sent before (a retransmission)
-        st.next_seq = (seq + len(payload)) % (1 << 32)
+        if not payload:
+            continue  # a bare ack (or a FIN, which takes a sequence number of its own)
+        ahead = (seq - st.next_seq) % (1 << 32)
+        if ahead >= 1 << 31:  # it starts before what was read: a retransmission, maybe with new bytes
+            payload = payload[(1 << 32) - ahead:]
+            if not payload:
+                continue
+        elif ahead:
+            raise ConfigError(f"{path}: the capture misses {ahead:,} bytes of the connection from port {conn} "
+                              f"before {ts} µs (packets dropped by the capture?)")
+        st.next_seq = (st.next_seq + len(payload)) % (1 << 32)
         buf = st.buf + payload
         i = 0
         while len(buf) - i >= 8:

@@ -90,7 +90,10 @@ def _scenario(tmp_path: Path) -> Path:
     down(1.5, _frame(53, (1, 2)))
     seq = up(2, _frame(56, (1, 3), (2, 7), (3, 0), (4, 0)))  # END_TXN commit
     c.packets.append(_packet(t0 + 2_500, CLIENT, BROKER, seq, _frame(56, (1, 3), (2, 7), (3, 0), (4, 0))))  # resent
-    up(5, _frame(6, (1, 1), (2, 0)))  # plain SEND to seg-a
+    send_a = _frame(6, (1, 1), (2, 0))
+    seq = up(5, send_a[:6])  # plain SEND to seg-a, its first bytes, then resent whole
+    c.packets.append(_packet(t0 + 5_000, CLIENT, BROKER, seq, send_a))
+    c.seq[(CLIENT, True)] = seq + len(send_a)
     up(6, _frame(6, (1, 2), (2, 0)))  # plain SEND to seg-b
     down(12, _frame(57, (1, 3)))
     down(13, _frame(7, (1, 2), (2, 0)))
@@ -155,3 +158,9 @@ def test_a_cut_packet_or_another_protocol_on_the_port_is_an_error(tmp_path: Path
     junk.send(1, CLIENT, True, struct.pack(">II", 7, 3) + b"\x08\xff\xff")  # a varint that runs out
     with pytest.raises(ConfigError, match="is not a Pulsar command"):
         summarize(junk.write(tmp_path / "junk.pcap"), BROKER)
+    gap = _Capture()
+    gap.syn(0, CLIENT, True)
+    gap.seq[(CLIENT, True)] += 10  # ten bytes the capture never saw
+    gap.send(1, CLIENT, True, _frame(6, (1, 1), (2, 0)))
+    with pytest.raises(ConfigError, match="misses 10 bytes of the connection from port 50000"):
+        summarize(gap.write(tmp_path / "gap.pcap"), BROKER)
