@@ -187,6 +187,8 @@ class Dispatcher:
         # enabled buffer); the retry goes at once (single active) or after 1 ms (Shared).
         self._stale_reads = mode is DispatchMode.POLLING and tb.bounds_waiting_reads
         self._stale_retry_us = 0 if sub_type.single_active else 1_000
+        # a Shared/Key_Shared retry runs on the IO group, a single-active one on its topic worker
+        self._retries_on_io = not sub_type.single_active
         self._waiting = False  # a caught-up read is waiting with a (now stale) bound
         self._ledger = ledger
         self._cursor = cursor
@@ -328,7 +330,7 @@ class Dispatcher:
         worker instead (PersistentDispatcherSingleActiveConsumer L89, L239: the topic ordered
         executor), which the model does not carry: its read only waits."""
         now = self._sched.now_us()
-        on_client_io = self._consecutive_empty > 0 and not self.sub_type.single_active and self._next_io_thread()
+        on_client_io = self._consecutive_empty > 0 and self._retries_on_io and self._next_io_thread()
         free = self._tb.lock_free_at(now)
         if free <= now:
             return False

@@ -97,8 +97,10 @@ class TransactionBuffer(ABC):
         """Dispatchers read up to and including this position, never past it."""
 
     def lock_free_at(self, at_us: int) -> int:
-        """When a reader asking ``max_read_position()`` at ``at_us`` gets its answer: at once,
-        unless the buffer answers under a lock its own work holds (the shipped v5 buffer)."""
+        """When a caller taking the buffer's lock at ``at_us`` gets it: at once, unless the
+        buffer's own work holds it then (the shipped v5 buffer). Taken by a dispatcher asking
+        ``max_read_position()`` and by a plain publish's add completion before its receipt
+        (``Broker.receipt_leaves_at``)."""
         return at_us
 
     @abstractmethod
