@@ -7,6 +7,12 @@ store calls run on that thread too (``TransactionCoordinatorV5.endTransaction``:
 a request sent meanwhile waits for them. The model bills them on that thread as well
 (:mod:`metadata_v5.metered`).
 
+Of the rest, :func:`modes` sets apart those sent soon after an end-txn's answer
+(:data:`SOON_AFTER_US`). At the broker a v5 publish sent then is slower for a while, plain or in a
+txn and whatever its segment, where v4's is not (datasets/validation/README.md, session 42): the
+buffers' applies that the END_TXN's events start run then (``MetadataTransactionBuffer
+.applyTerminalNow``), and so do the dispatchers' reads of what they made visible.
+
 The end-txns themselves split the same way, by whether another of them was in flight
 (:func:`crowd_modes`).
 
@@ -32,6 +38,7 @@ from bench.replay.results import PUBLISHES
 from bench.report.client_events import events
 
 Span = tuple[int, int]  # (issued, answered) µs from the run's start
+SOON_AFTER_US = 10_000  # "soon after an end-txn's answer": the broker's v5 publishes are slower that long
 
 
 @dataclass(frozen=True)
@@ -43,11 +50,21 @@ class Modes:
     after: int = 0  # of those behind, how many were answered after every end-txn they overlapped
     behind_p99_us: int | None = None
     rest_p99_us: int | None = None
+    # of the rest, how many were sent within SOON_AFTER_US of an end-txn's answer (None: not split,
+    # as for end-txns), and their median and p99
+    soon: int | None = None
+    soon_p50_us: int | None = None
+    soon_p99_us: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"requests": self.total, "behind_end_txn": self.behind, "behind_p50_us": self.behind_p50_us,
-                "behind_p99_us": self.behind_p99_us, "rest_p50_us": self.rest_p50_us,
-                "rest_p99_us": self.rest_p99_us, "answered_after_the_end_txn": self.after}
+        out: dict[str, Any] = {
+            "requests": self.total, "behind_end_txn": self.behind, "behind_p50_us": self.behind_p50_us,
+            "behind_p99_us": self.behind_p99_us, "rest_p50_us": self.rest_p50_us,
+            "rest_p99_us": self.rest_p99_us, "answered_after_the_end_txn": self.after}
+        if self.soon is not None:
+            out |= {"soon_after_end_txn": self.soon, "soon_after_us": SOON_AFTER_US,
+                    "soon_p50_us": self.soon_p50_us, "soon_p99_us": self.soon_p99_us}
+        return out
 
 
 def _pct(xs: list[int], q: float) -> int | None:
@@ -77,27 +94,33 @@ def new_txn_spans(txns: Iterable[Mapping[str, Any]]) -> list[Span]:
 def modes(spans: Sequence[Span], ends: Sequence[Span]) -> Modes | None:
     """``spans`` in two kinds against ``ends``: a request and an end-txn overlap when each began
     before the other ended. ``after`` counts those answered after the end-txns they overlapped
-    were (on one thread that serves an END_TXN's store calls as one chain, nearly all). None
-    without a request."""
+    were (on one thread that serves an END_TXN's store calls as one chain, nearly all). Of the
+    rest, ``soon`` counts those sent less than :data:`SOON_AFTER_US` after an end-txn's answer.
+    None without a request."""
     if not spans:
         return None
     ordered = sorted(ends)
     starts = [a for a, _ in ordered]
+    answers = sorted(b for _, b in ends)
     latest: list[int] = []  # the latest end among the end-txns asked so far, in order of asking
     for _, b in ordered:
         latest.append(max(b, latest[-1]) if latest else b)
     behind: list[int] = []
     rest: list[int] = []
+    soon: list[int] = []
     after = 0
     for issued, back in spans:
         k = bisect.bisect_left(starts, back)  # the end-txns asked before this request was answered
         if k and latest[k - 1] > issued:  # the latest of those is one it overlapped
             behind.append(back - issued)
             after += back > latest[k - 1]
-        else:
-            rest.append(back - issued)
+            continue
+        rest.append(back - issued)
+        j = bisect.bisect_right(answers, issued)  # the end-txns answered by the time it was sent
+        if j and issued - answers[j - 1] < SOON_AFTER_US:
+            soon.append(back - issued)
     return Modes(len(spans), len(behind), _pct(behind, 0.5), _pct(rest, 0.5), after,
-                 _pct(behind, 0.99), _pct(rest, 0.99))
+                 _pct(behind, 0.99), _pct(rest, 0.99), len(soon), _pct(soon, 0.5), _pct(soon, 0.99))
 
 
 def crowd_modes(ends: Sequence[Span]) -> Modes | None:
@@ -182,5 +205,15 @@ def note(what: str, model: Modes | None, broker: Modes | None, against: str = "o
             f"{_error(model.behind_p99_us, broker.behind_p99_us)} in the model; the others' "
             f"{_us(broker.rest_p50_us)} / {_us(broker.rest_p99_us)} and {_us(model.rest_p50_us)}"
             f"{_error(model.rest_p50_us, broker.rest_p50_us)} / {_us(model.rest_p99_us)}"
-            f"{_error(model.rest_p99_us, broker.rest_p99_us)} (bench/report/behind_end_txn.py). A percentile over "
-            "both kinds falls where their shares put it.")
+            f"{_error(model.rest_p99_us, broker.rest_p99_us)}{_soon(model, broker)} "
+            "(bench/report/behind_end_txn.py). A percentile over both kinds falls where their shares put it.")
+
+
+def _soon(model: Modes, broker: Modes) -> str:
+    """The clause on the others sent soon after an end-txn's answer ("" when not split)."""
+    if model.soon is None or broker.soon is None:
+        return ""
+    return (f". Of the others, {broker.soon} were sent within {SOON_AFTER_US // 1000} ms after an end-txn's "
+            f"answer ({model.soon} in the model): p50 / p99 {_us(broker.soon_p50_us)} / {_us(broker.soon_p99_us)} "
+            f"µs at the broker and {_us(model.soon_p50_us)}{_error(model.soon_p50_us, broker.soon_p50_us)} / "
+            f"{_us(model.soon_p99_us)}{_error(model.soon_p99_us, broker.soon_p99_us)} in the model")

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.replay.results import result_dir
-from bench.report.behind_end_txn import Modes, crowd_modes, end_spans, modes, new_txn_spans, note, publish_spans
+from bench.report.behind_end_txn import SOON_AFTER_US, Modes, crowd_modes, end_spans, modes, new_txn_spans, note, publish_spans
 
 
 def _row(opened: int | None, answered: int | None, asked: int | None = None, ended: int | None = None) -> dict[str, Any]:
@@ -35,14 +35,32 @@ def test_a_request_is_behind_an_end_txn_when_each_began_before_the_other_ended()
             _row(10, None),  # never answered: not a new-txn here
             _row(None, None, 950, None)]  # asked, never answered: no end-txn to wait behind
     # behind: 30, 70, 120 (the last two answered after the end-txn they overlapped): p50 70, p99 120;
-    # the rest: 50, 60, 120, 60: p50 60 (the lower middle), p99 120
-    assert _modes(rows) == Modes(7, 3, 70, 60, after=2, behind_p99_us=120, rest_p99_us=120)
+    # the rest: 50, 60, 120, 60: p50 60 (the lower middle), p99 120; of those, sent within 10 ms
+    # after an end-txn's answer: 120 (100 µs after the first's) and 60 (as the second was answered)
+    assert _modes(rows) == Modes(7, 3, 70, 60, after=2, behind_p99_us=120, rest_p99_us=120,
+                                 soon=2, soon_p50_us=60, soon_p99_us=120)
+
+
+def test_a_request_sent_soon_after_an_end_txn_s_answer_is_counted_apart() -> None:
+    assert SOON_AFTER_US == 10_000
+    ends = [(0, 1_000), (50_000, 52_000)]
+    spans = [(500, 2_500),  # behind the first: not among the rest
+             (1_000, 1_900),  # sent as it was answered
+             (10_999, 11_700),  # 9,999 µs after
+             (11_000, 11_300),  # 10,000 µs after: no longer soon
+             (40_000, 40_100),  # long after
+             (52_001, 52_800)]  # 1 µs after the second's answer
+    got = modes(spans, ends)
+    assert got is not None
+    assert (got.behind, got.soon, got.soon_p50_us, got.soon_p99_us) == (1, 3, 799, 900)  # 900, 701, 799
+    assert got.to_json()["soon_after_end_txn"] == 3 and got.to_json()["soon_after_us"] == 10_000
+    assert "soon_after_end_txn" not in Modes(1, 0, None, 4).to_json()  # end-txns are not split so
 
 
 def test_no_answer_times_no_kinds() -> None:
     assert _modes([{"opened_ts_us": 0, "commit_requested_ts_us": 5, "end_ts_us": 9}]) is None  # written before the column
     assert _modes([]) is None
-    assert _modes([_row(0, 10)]) == Modes(1, 0, None, 10, rest_p99_us=10)
+    assert _modes([_row(0, 10)]) == Modes(1, 0, None, 10, rest_p99_us=10, soon=0)
 
 
 def test_p99_is_the_nearest_rank() -> None:
@@ -59,6 +77,8 @@ def test_the_split_is_every_pair_compared(news: list[tuple[int, int]], ends: lis
     rows = [_row(a, b) for a, b in news] + [_row(None, None, a, b) for a, b in ends]
     behind = [b - a for a, b in news if any(x < b and y > a for x, y in ends)]
     rest = [b - a for a, b in news if not any(x < b and y > a for x, y in ends)]
+    soon = [b - a for a, b in news if not any(x < b and y > a for x, y in ends)
+            and any(y <= a and a - y < SOON_AFTER_US for _, y in ends)]
     after = sum(1 for a, b in news if any(x < b and y > a for x, y in ends)
                 and b > max(y for x, y in ends if x < b and y > a))
     got = _modes(rows)
@@ -68,6 +88,8 @@ def test_the_split_is_every_pair_compared(news: list[tuple[int, int]], ends: lis
         statistics.median_low(rest) if rest else None, after)
     # at most 30 of each: the nearest rank of 0.99 is the last
     assert (got.behind_p99_us, got.rest_p99_us) == (max(behind, default=None), max(rest, default=None))
+    assert (got.soon, got.soon_p50_us, got.soon_p99_us) == (
+        len(soon), statistics.median_low(soon) if soon else None, max(soon, default=None))
 
 
 def test_the_model_s_publishes_from_its_parquet_the_broker_s_from_its_client_events(tmp_path: Path) -> None:
@@ -130,6 +152,12 @@ def test_the_note_needs_both_runs() -> None:
                            "(4 of 10 in the model), and 4 of those were answered after it (1 in the model). Their "
                            "p50 / p99 were 10,000 / 20,000 µs at the broker and 11,000 (+10%) / 30,000 (+50%) in the "
                            "model; the others' 2,500 / 5,000 and 2,000 (-20%) / 4,000 (-20%)")
+    assert "sent within" not in text  # neither run split the rest by when it was sent
+    soon = note("v5 publish (plain)", Modes(10, 4, 11_000, 2_000, soon=3, soon_p50_us=2_400, soon_p99_us=3_000),
+                Modes(10, 5, 10_000, 2_500, soon=2, soon_p50_us=4_000, soon_p99_us=6_000))
+    assert ("Of the others, 2 were sent within 10 ms after an end-txn's answer (3 in the model): p50 / p99 "
+            "4,000 / 6,000 µs at the broker and 2,400 (-40%) / 3,000 (-50%) in the model "
+            "(bench/report/behind_end_txn.py).") in soon
     crowd = note("v4 end-txn", m, m, "another of the client's end-txns")
     assert crowd.startswith("v4 end-txn by kind: 4 of the broker's 10 overlapped another of the client's end-txns "
                             "(4 of 10 in the model)")

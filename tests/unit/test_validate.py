@@ -246,9 +246,13 @@ def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: 
     v = validate_sets(load(tmp_path / "model"), load(tmp_path / "broker"), None)
     assert {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}["new-txn p50"] == "missed"
     kinds = {d: (m, b) for d, m, b in v.new_txn_modes}
-    assert kinds["v5"] == (Modes(5, 2, 10_500, 2_100, behind_p99_us=10_500, rest_p99_us=2_100),
-                           Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=10_000, rest_p99_us=2_000))
-    assert kinds["v4"] == (Modes(1, 0, None, 50, rest_p99_us=50), Modes(1, 0, None, 50, rest_p99_us=50))
+    # sent within 10 ms after an end-txn's answer: the broker's t4 (5 ms after t3's end), the model's
+    # t3 (1 ms after t0's) and t4
+    assert kinds["v5"] == (Modes(5, 2, 10_500, 2_100, behind_p99_us=10_500, rest_p99_us=2_100,
+                                 soon=2, soon_p50_us=2_100, soon_p99_us=2_100),
+                           Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=10_000, rest_p99_us=2_000,
+                                 soon=1, soon_p50_us=2_000, soon_p99_us=2_000))
+    assert kinds["v4"] == (Modes(1, 0, None, 50, rest_p99_us=50, soon=0), Modes(1, 0, None, 50, rest_p99_us=50, soon=0))
     md, doc = _judged(tmp_path)
     assert ("v5 new-txn by kind: 3 of the broker's 5 overlapped one of the client's end-txns (2 of 5 in the "
             "model), and 1 of those were answered after it (0 in the model). Their p50 / p99 were 10,000 / 10,000 µs "
@@ -257,7 +261,8 @@ def test_a_missed_new_txn_row_gives_each_kind_of_new_txn_in_both_runs(tmp_path: 
     assert "v4 new-txn by kind" not in md  # v4's new-txn rows have no broker latency here: nothing missed
     assert doc["new_txn_modes"]["v5"]["broker"] == {"requests": 5, "behind_end_txn": 3, "behind_p50_us": 10_000, "behind_p99_us": 10_000,
                                                     "rest_p50_us": 2_000, "rest_p99_us": 2_000,
-                                                    "answered_after_the_end_txn": 1}
+                                                    "answered_after_the_end_txn": 1, "soon_after_end_txn": 1,
+                                                    "soon_after_us": 10_000, "soon_p50_us": 2_000, "soon_p99_us": 2_000}
 
 
 def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: Path) -> None:
@@ -276,8 +281,10 @@ def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: 
     rows = {c.metric: c.verdict for c in v.checks if c.design == "v5" and c.section == "Latency"}
     assert rows["publish (plain) p50"] == "missed" and "publish (txn) p50" not in rows  # no txn publish
     kinds = {(d, k): (m, b) for d, k, m, b in v.publish_modes}
-    assert kinds[("v5", "plain")] == (Modes(5, 3, 4_000, 2_000, behind_p99_us=4_000, rest_p99_us=2_000),
-                                      Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=11_500, rest_p99_us=2_000))
+    # the publish at 20 ms was sent 3.5 ms after the end-txn's answer, the one at 30 ms 13.5 ms after
+    soon = {"soon": 1, "soon_p50_us": 2_000, "soon_p99_us": 2_000}
+    assert kinds[("v5", "plain")] == (Modes(5, 3, 4_000, 2_000, behind_p99_us=4_000, rest_p99_us=2_000, **soon),
+                                      Modes(5, 3, 10_000, 2_000, after=1, behind_p99_us=11_500, rest_p99_us=2_000, **soon))
     assert kinds[("v5", "txn")] == (None, None)
     assert ("v4", "plain") not in kinds  # v4's runs kept no publish spans
     md, doc = _judged(tmp_path)
