@@ -100,6 +100,9 @@ class Broker:
         self.last_publish_us = 0  # modelled latency of the last publish, engine charges included
         self.last_publish_hop_us = 0  # of it, the receipt's hop back to the client
         self.last_publish_ledger = ""  # where it went (receipt_leaves_at)
+        # a txn send whose buffer may hold its lock: when, after its issue, the connection's IO
+        # thread handles it (send_lock_wait); None otherwise
+        self.last_publish_io_us: int | None = None
         self.last_ack_us = 0  # modelled latency of the last txn ack, until its answer
         self.last_new_txn_us = 0  # modelled latency of the last new_txn (the client waits for its id)
         self._engine: Engine | None = engine(self._ctx) if engine is not None else None
@@ -203,6 +206,7 @@ class Broker:
         with self._ctx.request as request:  # engine calls on the way are billed to it
             bill("rpc")
             self._meter.behind("metadata", IO_THREAD)
+            self.last_publish_io_us = request.us if txn is not None and part.tb.locks else None
             data = _entry_data((size, self._now_us(), msg, txn, None, key, None))
             if txn is None:
                 if size > self.config.max_message_size:
@@ -249,6 +253,23 @@ class Broker:
         if done is None:
             return None if free == ready_us else free
         return done
+
+    def send_lock_wait(self, ledger: str) -> int:
+        """A txn send to ``ledger`` reaching the connection's IO thread now: ``ServerCnx`` hands
+        it to ``MetadataTransactionBuffer.appendBufferToTxn``, whose ``readStateCacheFirst``
+        (M1 L366-367) is ``synchronized (lock)`` there, so it waits for whatever buffer work
+        holds that lock (the apply of a commit) and the thread, with every command behind it,
+        waits too (Java Flight Recorder caught it on the IO threads: datasets/validation/README.md,
+        session 42). Returns the wait, holding the thread for it; 0 when the lock is free."""
+        part = self._partitions.get(ledger)
+        now = self._now_us()
+        free = now if part is None else part.tb.lock_free_at(now)
+        if free <= now:
+            return 0
+        assert part is not None
+        part.tb.stats["lock_waits_on_send"] += 1
+        self._meter.hold("metadata", IO_THREAD, free)
+        return free - now
 
     def _too_big(self, topic: str, msg: str | None, size: int) -> MessageTooBig:
         return MessageTooBig(

@@ -96,11 +96,15 @@ class TransactionBuffer(ABC):
     def max_read_position(self) -> Position:
         """Dispatchers read up to and including this position, never past it."""
 
+    # whether the buffer's own work holds a lock its callers take (lock_free_at: the shipped v5 buffer)
+    locks: bool = False
+
     def lock_free_at(self, at_us: int) -> int:
         """When a caller taking the buffer's lock at ``at_us`` gets it: at once, unless the
         buffer's own work holds it then (the shipped v5 buffer). Taken by a dispatcher asking
-        ``max_read_position()`` and by a plain publish's add completion before its receipt
-        (``Broker.receipt_leaves_at``)."""
+        ``max_read_position()``, by a plain publish's add completion before its receipt
+        (``Broker.receipt_leaves_at``) and by a txn send on the connection's IO thread
+        (``Broker.send_lock_wait``)."""
         return at_us
 
     @abstractmethod

@@ -58,6 +58,8 @@ def _before(p: Position) -> Position:
 
 
 class ShippedTransactionBuffer(TransactionBuffer):
+    locks = True  # each item of the state tail runs under the buffer's lock (lock_free_at)
+
     def __init__(self, ctx: EngineContext, records: TxnRecords, ledger: ManagedLedger, opts: V5Options) -> None:
         self._sched = ctx.scheduler
         self._meter = ctx.meter  # bills every store call (the records are metered)

@@ -459,11 +459,17 @@ class Replayer:
             raise
         issued_us = self.sched.now_us()
         self.series.count("publish")
-        if not self._wall and txn_id is None and self.broker.receipts_wait():
+        io_us = None if self._wall or txn_id is None else self.broker.last_publish_io_us
+        if io_us is not None and self.broker.receipts_wait():
+            # its buffer's lock is taken on the connection's thread (Broker.send_lock_wait):
+            # whether it is held then is known once the thread reaches the send, so looked up then
+            self._receipts_pending += 1
+            self.sched.call_later(io_us, self._txn_send_at_io, e.msg, e.txn, issued_us, took_us,
+                                  self.broker.last_publish_ledger)
+        elif not self._wall and txn_id is None and self.broker.receipts_wait():
             # the receipt goes after whatever batch the connection's thread runs when it is
             # written (Broker.receipt_leaves_at): known once every command that reaches the
-            # thread before then is booked, so looked up then (a txn send's answer is not: the
-            # txn's END_TXN waits for it, TraceRunner.end)
+            # thread before then is booked, so looked up then
             hop = self.broker.last_publish_hop_us
             self._receipts_pending += 1
             self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop,
@@ -492,6 +498,17 @@ class Replayer:
         self._receipts_pending -= 1
         held = 0 if leaves is None else leaves - now
         self._publish_answered(msg, None, issued_us, ready_us + held + hop_us)
+
+    def _txn_send_at_io(self, msg: str, txn: str | None, issued_us: int, took_us: int, ledger: str) -> None:
+        """A txn send, modelled to take ``took_us``, reaches the connection's IO thread now: it
+        waits there for its buffer's lock when the buffer's work holds it, and is answered that
+        much later; its END_TXN waits for the answer."""
+        waited = self.broker.send_lock_wait(ledger)
+        self._receipts_pending -= 1
+        t = self.txns.get(txn) if txn is not None else None
+        if waited and t is not None:
+            t.sends_done_us = max(t.sends_done_us, issued_us + took_us + waited)
+        self._publish_answered(msg, txn, issued_us, took_us + waited)
 
     def _publish_answered(self, msg: str, txn: str | None, issued_us: int, took_us: int) -> None:
         """A publish answered ``took_us`` after its issue: its span, its slot among the asap

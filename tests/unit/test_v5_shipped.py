@@ -471,3 +471,40 @@ def test_a_plain_receipt_waits_for_its_buffers_lock_after_the_add() -> None:
     assert end > now
     assert s.broker.receipt_leaves_at(now, ledger_t) == end
     assert s.broker.receipt_leaves_at(now, ledger_u) is None
+
+
+def test_a_txn_send_waits_for_its_buffers_lock_on_the_connections_thread() -> None:
+    """``readStateCacheFirst`` (M1 L366-367) takes the buffer's lock on the IO thread that
+    handles the send: a txn send to T reaching it while a commit's apply holds T's lock waits
+    for the apply, and holds the thread meanwhile, so what the thread runs next waits too; a
+    send to U, whose buffer holds nothing, goes at once."""
+    import dataclasses
+
+    from engine.capacity import IO_THREAD
+    from engine.clock import LatencyModel, ResourceSpec
+
+    s = System(_combo(), DispatchMode.NOTIFY)
+    s.config = dataclasses.replace(s.config, latency=LatencyModel().with_resources({"metadata": ResourceSpec(433, 1)}))
+    s.broker = s.new_broker()  # with the store's threads queueing their calls
+    s.subscribe(T, "sub")
+    tb = s.broker.transaction_buffer(T)
+    t = s.new_txn()
+    s.publish(T, "m0", txn=t)
+    s.run(100_000)
+    ledger_t, ledger_u = s.broker.ledgers_of(T)[0], s.broker.ledgers_of(U)[0]
+    assert s.broker.last_publish_io_us is not None  # the shipped buffer locks: its sends are looked up
+    assert s.broker.send_lock_wait(ledger_t) == 0  # an idle tail holds nothing
+    s.commit(t)
+    for _ in range(500):  # 100 µs steps until the apply holds the lock
+        s.run(100)
+        now = s.sched.now_us()
+        if tb.lock_free_at(now) > now:
+            break
+    end = tb.lock_free_at(now)
+    assert end > now
+    meter = s.broker._meter
+    assert s.broker.send_lock_wait(ledger_u) == 0
+    assert meter.behind("metadata", IO_THREAD, in_tab=False) == 0  # the thread is free
+    assert s.broker.send_lock_wait(ledger_t) == end - now
+    assert meter.behind("metadata", IO_THREAD, in_tab=False) == end - now  # held to the apply's end
+    assert tb.stats["lock_waits_on_send"] == 1
