@@ -238,11 +238,12 @@ class Broker:
         return self._meter.in_use("metadata", IO_THREAD)
 
     def receipt_leaves_at(self, ready_us: int, ledger: str = "") -> int | None:
-        """When a plain publish receipt to ``ledger`` written at ``ready_us`` leaves for the
-        client. The add completes on its managed ledger's thread, which first syncs the
-        buffer's max read position under the buffer's lock (``PersistentTopic.addComplete`` M1
-        L747-760, ``MetadataTransactionBuffer.syncMaxReadPositionForNormalPublish`` L669:
-        ``synchronized (lock)``), so it waits for whatever buffer work holds that lock then
+        """When a publish receipt to ``ledger`` written at ``ready_us`` leaves for the client.
+        The add completes on its managed ledger's thread, which first syncs the buffer's max
+        read position under the buffer's lock (``PersistentTopic.addComplete`` M1 L747-760,
+        ``MetadataTransactionBuffer.syncMaxReadPositionForNormalPublish`` L669:
+        ``synchronized (lock)``; a txn entry's ``trackPosition`` L398-399 takes the same lock),
+        so it waits for whatever buffer work holds that lock then
         (``TransactionBuffer.lock_free_at``: the shipped v5 buffer's apply of a commit). It hands
         the write to the connection's IO thread (``ServerCnx``), so it goes once the batch of
         commands that thread runs then is done (Netty's ``FlushConsolidationHandler`` in

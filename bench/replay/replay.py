@@ -197,7 +197,7 @@ class Replayer:
         self._bound = cfg.asap_in_flight if cfg.pacing == "asap" else None
         self._answers: list[int] = []
         self._ends_in_flight = 0
-        self._receipts_pending = 0  # plain publishes whose receipt is not written yet (_receipt)
+        self._receipts_pending = 0  # publishes whose receipt is not written yet (_receipt)
         # Virtual time: ops the trace client has not issued yet (jvm TraceRunner): a txn's
         # publishes and acks wait for its new_txn answer, and a send waits for the sends before
         # it on its topic to be issued (the producer keeps their order). Per topic, when its
@@ -461,10 +461,12 @@ class Replayer:
         self.series.count("publish")
         io_us = None if self._wall or txn_id is None else self.broker.last_publish_io_us
         if io_us is not None and self.broker.receipts_wait():
-            # its buffer's lock is taken on the connection's thread (Broker.send_lock_wait):
-            # whether it is held then is known once the thread reaches the send, so looked up then
+            # a txn send takes its buffer's lock on the connection's thread (Broker.send_lock_wait),
+            # then where its add completes, before its receipt, which goes as a plain one's does:
+            # each known once the send gets there, so looked up then
+            hop = self.broker.last_publish_hop_us
             self._receipts_pending += 1
-            self.sched.call_later(io_us, self._txn_send_at_io, e.msg, e.txn, issued_us, took_us,
+            self.sched.call_later(io_us, self._txn_send_at_io, e.msg, e.txn, issued_us, took_us - hop, hop,
                                   self.broker.last_publish_ledger)
         elif not self._wall and txn_id is None and self.broker.receipts_wait():
             # the receipt goes after whatever batch the connection's thread runs when it is
@@ -489,26 +491,30 @@ class Replayer:
             if not self._wall:
                 txn.sends_done_us = max(txn.sends_done_us, issued_us + took_us)
 
-    def _receipt(self, msg: str, issued_us: int, ready_us: int, hop_us: int, ledger: str) -> None:
-        """A plain publish's receipt, written ``ready_us`` after its issue: it leaves once its
-        buffer's lock is free and the batch the connection's thread runs then is done, then
-        takes its hop."""
+    def _txn_send_at_io(self, msg: str, txn: str | None, issued_us: int, ready_us: int, hop_us: int,
+                        ledger: str) -> None:
+        """A txn send reaches the connection's IO thread: it waits there for its buffer's lock
+        when the buffer's work holds it (``readStateCacheFirst``), and its receipt, written
+        ``ready_us`` after its issue, that much later."""
+        waited = self.broker.send_lock_wait(ledger)
+        self.sched.call_at(issued_us + ready_us + waited, self._receipt, msg, issued_us, ready_us + waited, hop_us,
+                           ledger, txn)
+
+    def _receipt(self, msg: str, issued_us: int, ready_us: int, hop_us: int, ledger: str,
+                 txn: str | None = None) -> None:
+        """A publish's receipt, written ``ready_us`` after its issue where its add completed: it
+        leaves once its buffer's lock is free (a plain one's ``syncMaxReadPositionForNormalPublish``,
+        a txn one's ``trackPosition``, M1 L398-399) and the batch the connection's thread runs
+        then is done, then takes its hop. A txn send's END_TXN waits for it."""
         now = self.sched.now_us()
         leaves = self.broker.receipt_leaves_at(now, ledger)
         self._receipts_pending -= 1
         held = 0 if leaves is None else leaves - now
-        self._publish_answered(msg, None, issued_us, ready_us + held + hop_us)
-
-    def _txn_send_at_io(self, msg: str, txn: str | None, issued_us: int, took_us: int, ledger: str) -> None:
-        """A txn send, modelled to take ``took_us``, reaches the connection's IO thread now: it
-        waits there for its buffer's lock when the buffer's work holds it, and is answered that
-        much later; its END_TXN waits for the answer."""
-        waited = self.broker.send_lock_wait(ledger)
-        self._receipts_pending -= 1
+        took_us = ready_us + held + hop_us
         t = self.txns.get(txn) if txn is not None else None
-        if waited and t is not None:
-            t.sends_done_us = max(t.sends_done_us, issued_us + took_us + waited)
-        self._publish_answered(msg, txn, issued_us, took_us + waited)
+        if t is not None:
+            t.sends_done_us = max(t.sends_done_us, issued_us + took_us)
+        self._publish_answered(msg, txn, issued_us, took_us)
 
     def _publish_answered(self, msg: str, txn: str | None, issued_us: int, took_us: int) -> None:
         """A publish answered ``took_us`` after its issue: its span, its slot among the asap
