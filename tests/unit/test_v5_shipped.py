@@ -15,7 +15,9 @@ import pytest
 from engine.dispatcher import DispatchMode
 from engine.errors import InvalidTxnState, TxnConflict
 from engine.memledger import MemoryLedgerFactory
-from engine.ports import TxnAction, TxnStatus
+from engine.clock import LatencyModel, ResourceSpec
+from engine.ids import TxnID
+from engine.ports import TransactionBuffer, TxnAction, TxnStatus
 from engine.scripted import abort_open, crash_after_commit
 from metadata_v5.engine import V5Engine
 from metadata_v5.options import V5Options
@@ -448,27 +450,37 @@ def test_each_tail_item_holds_the_buffers_lock_from_its_start_to_its_end() -> No
     assert s.msgs(T, "sub") == ["p0", "m0"]
 
 
+def _a_txn_sent_to_t(s: System) -> tuple[TransactionBuffer, TxnID, str, str]:
+    """A txn that sent m0 to T, settled: (T's buffer, the txn, T's ledger, U's ledger)."""
+    tb = s.broker.transaction_buffer(T)
+    t = s.new_txn()
+    s.publish(T, "m0", txn=t)
+    s.run(100_000)
+    return tb, t, s.broker.ledgers_of(T)[0], s.broker.ledgers_of(U)[0]
+
+
+def _committed_until_the_apply_locks(s: System, t: TxnID, tb: TransactionBuffer) -> tuple[int, int]:
+    """Commit ``t`` and step 100 µs at a time until the apply it starts holds ``tb``'s lock:
+    (now, when the lock is free again)."""
+    s.commit(t)
+    for _ in range(500):
+        s.run(100)
+        now = s.sched.now_us()
+        if tb.lock_free_at(now) > now:
+            return now, tb.lock_free_at(now)
+    raise AssertionError("the commit's apply never held the buffer's lock")
+
+
 def test_a_plain_receipt_waits_for_its_buffers_lock_after_the_add() -> None:
     """``PersistentTopic.addComplete`` syncs the buffer's max read position under its lock
     (``syncMaxReadPositionForNormalPublish`` M1 L669) before the receipt: a receipt ready while
     a commit's apply holds T's lock leaves when the apply ends; U's buffer holds nothing."""
     s = _ready(mode=DispatchMode.NOTIFY)
     s.publish(U, "u0")
-    tb = s.broker.transaction_buffer(T)
-    t = s.new_txn()
-    s.publish(T, "m0", txn=t)
-    s.run(100_000)
-    ledger_t, ledger_u = s.broker.ledgers_of(T)[0], s.broker.ledgers_of(U)[0]
+    tb, t, ledger_t, ledger_u = _a_txn_sent_to_t(s)
     now = s.sched.now_us()
     assert s.broker.receipt_leaves_at(now, ledger_t) is None  # an idle tail holds nothing
-    s.commit(t)
-    for _ in range(500):  # 100 µs steps until the apply holds the lock
-        s.run(100)
-        now = s.sched.now_us()
-        if tb.lock_free_at(now) > now:
-            break
-    end = tb.lock_free_at(now)
-    assert end > now
+    now, end = _committed_until_the_apply_locks(s, t, tb)
     assert s.broker.receipt_leaves_at(now, ledger_t) == end
     assert s.broker.receipt_leaves_at(now, ledger_u) is None
 
@@ -478,29 +490,14 @@ def test_a_txn_send_waits_for_its_buffers_lock_on_the_connections_thread() -> No
     handles the send: a txn send to T reaching it while a commit's apply holds T's lock waits
     for the apply, and holds the thread meanwhile, so what the thread runs next waits too; a
     send to U, whose buffer holds nothing, goes at once."""
-    import dataclasses
-
-    from engine.clock import LatencyModel, ResourceSpec
-
     s = System(_combo(), DispatchMode.NOTIFY)
-    s.config = dataclasses.replace(s.config, latency=LatencyModel().with_resources({"metadata": ResourceSpec(433, 1)}))
+    s.config = replace(s.config, latency=LatencyModel().with_resources({"metadata": ResourceSpec(433, 1)}))
     s.broker = s.new_broker()  # with the store's threads queueing their calls
     s.subscribe(T, "sub")
-    tb = s.broker.transaction_buffer(T)
-    t = s.new_txn()
-    s.publish(T, "m0", txn=t)
-    s.run(100_000)
-    ledger_t, ledger_u = s.broker.ledgers_of(T)[0], s.broker.ledgers_of(U)[0]
+    tb, t, ledger_t, ledger_u = _a_txn_sent_to_t(s)
     assert s.broker.last_publish_io_us is not None  # the shipped buffer locks: its sends are looked up
     assert s.broker.send_lock_wait(ledger_t) == 0  # an idle tail holds nothing
-    s.commit(t)
-    for _ in range(500):  # 100 µs steps until the apply holds the lock
-        s.run(100)
-        now = s.sched.now_us()
-        if tb.lock_free_at(now) > now:
-            break
-    end = tb.lock_free_at(now)
-    assert end > now
+    now, end = _committed_until_the_apply_locks(s, t, tb)
     assert s.broker.send_lock_wait(ledger_u) == 0
     assert s.broker.receipt_leaves_at(now, ledger_u) in (None, now)  # the thread is free
     assert s.broker.send_lock_wait(ledger_t) == end - now
