@@ -16,11 +16,20 @@ threads per period and native samples of one, so a thread's Java and native time
 different rates (``benchmarks/broker_cpu.py`` reads each thread's CPU time instead). Run it on a
 warmed-up broker (one discarded run first,
 as ``validate`` does), nothing else running. Not part of the tests.
+
+``--after-end-txn`` replays at the trace's pace instead (``--pacing trace``) and prints, per broker
+thread, its working samples per second of each window around the client's END_TXNs: during one,
+0-5, 5-10 and 10-50 ms after the latest one's answer, and the rest (:func:`by_window`). That is how
+the store's event thread was found to be the broker's busiest for 10 ms after each v5 END_TXN
+(datasets/validation/README.md, session 42)::
+
+    .venv/bin/python -m benchmarks.broker_threads --pulsar-dir DIR --trace datasets/validation/omb-slow-2000.parquet --after-end-txn
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 import shutil
@@ -40,6 +49,9 @@ DEFAULT_TRACE = ROOT / "datasets" / "samples" / "small.parquet"
 WAITING = frozenset({"epollWait0", "epollWait", "wait", "park", "sleep", "accept", "accept0", "poll", "poll0",
                      "select", "doSelect", "read0", "socketAccept"})
 KINDS = ("waiting", "commit", "listing", "busy")
+# windows around the client's END_TXNs (by_window): during one, then ms after the latest one's answer
+WINDOWS = ("during", "0-5 ms", "5-10 ms", "10-50 ms", "rest")
+_AFTER = ((5.0, "0-5 ms"), (10.0, "5-10 ms"), (50.0, "10-50 ms"))
 
 
 def classify(frames: list[dict[str, Any]]) -> str:
@@ -100,6 +112,52 @@ def methods(samples: Iterable[dict[str, Any]], lo_ms: float, hi_ms: float, threa
     return n, out
 
 
+def end_txns(events: Iterable[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The run's END_TXNs answered (commits and aborts), each (asked, answered) in epoch ms."""
+    t0, out = None, []
+    for e in events:
+        if e.get("ev") == "ready":
+            t0 = e["t0_epoch_ms"]
+        elif (e.get("ev") == "op" and e.get("op") in ("commit", "abort") and e.get("ok")
+              and e.get("end_us") is not None and t0 is not None):
+            out.append((t0 + e["start_us"] / 1000, t0 + e["end_us"] / 1000))
+    return sorted(out)
+
+
+def window(t_ms: float, ends: list[tuple[float, float]], answers: list[float]) -> str:
+    """Which of :data:`WINDOWS` instant ``t_ms`` falls in (``answers``: the ends' answers, sorted);
+    an END_TXN runs from its asking up to its answer."""
+    if any(a <= t_ms < b for a, b in ends):
+        return "during"
+    i = bisect.bisect_right(answers, t_ms)
+    if i:
+        after = t_ms - answers[i - 1]
+        for limit, name in _AFTER:
+            if after < limit:
+                return name
+    return "rest"
+
+
+def by_window(samples: Iterable[dict[str, Any]], ends: list[tuple[float, float]], lo_ms: float, hi_ms: float,
+              step_us: int = 100) -> tuple[dict[str, float], dict[str, Counter[str]]]:
+    """(each window's length in ms over [lo_ms, hi_ms), measured on a grid of ``step_us``; per
+    thread, its working samples in each window)."""
+    answers = sorted(b for _, b in ends)
+    length: Counter[str] = Counter()
+    lo_us, hi_us = round(lo_ms * 1000), round(hi_ms * 1000)
+    for t_us in range(lo_us, hi_us, step_us):
+        length[window(t_us / 1000, ends, answers)] += 1
+    lengths = {w: length[w] * step_us / 1000 for w in WINDOWS}
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in samples:
+        v = s["values"]
+        t = _epoch_ms(v["startTime"])
+        if not lo_ms <= t <= hi_ms or classify(v["stackTrace"]["frames"] if v.get("stackTrace") else []) == "waiting":
+            continue
+        out[_thread(v)][window(t, ends, answers)] += 1
+    return lengths, out
+
+
 def running_broker(d: Path, prog: str) -> tuple[str, str, str]:
     """The broker of ``scripts/pulsar.sh start DIR``: its pid, service URL and admin URL."""
     try:
@@ -133,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", type=int, default=0, metavar="N",
                     help="also the N broker methods most often on the two busiest threads' working stacks")
     ap.add_argument("--keep", type=Path, help="copy the recording (.jfr) here")
+    ap.add_argument("--after-end-txn", action="store_true",
+                    help="replay at the trace's pace and show each thread's working samples per second around "
+                         "the END_TXNs: during one, 0-5, 5-10, 10-50 ms after the latest answer, the rest")
     args = ap.parse_args(argv)
     pid, url, admin = running_broker(args.pulsar_dir, "broker_threads")
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
@@ -142,18 +203,22 @@ def main(argv: list[str] | None = None) -> int:
                        check=True, capture_output=True)
         try:
             subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine",
-                            args.design, "--target", url, "--admin-url", admin, "--pacing", "asap", "--out",
-                            str(tmp / "run"), "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+                            args.design, "--target", url, "--admin-url", admin, "--pacing",
+                            "trace" if args.after_end_txn else "asap", "--out", str(tmp / "run"), "--no-progress"],
+                           check=True, stdout=subprocess.DEVNULL)
         finally:
             subprocess.run(["jcmd", pid, "JFR.stop", "name=txnbench-threads", f"filename={recording}"],
                            check=True, capture_output=True)
-        lo, hi = txn_phase(json.loads(line) for line in
-                           (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines())
+        run_events = [json.loads(line) for line in
+                      (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines()]
+        lo, hi = txn_phase(run_events)
         printed = subprocess.run(["jfr", "print", "--json", "--events", "jdk.ExecutionSample,jdk.NativeMethodSample",
                                   str(recording)], check=True, capture_output=True, text=True).stdout
         if args.keep:
             shutil.copyfile(recording, args.keep)
     events = json.loads(printed)["recording"]["events"]
+    if args.after_end_txn:
+        return _print_windows(args, events, end_txns(run_events), lo, hi)
     per = tally(events, lo, hi)
     print(f"{args.trace.name}, {args.design}, as fast as possible: txn phase {hi - lo:.0f} ms; broker threads by "
           "share of their samples in it")
@@ -167,6 +232,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{thread}: broker methods on its {n} working samples (inclusive)")
         for name, k in c.most_common(args.methods):
             print(f"  {100 * k / max(n, 1):5.1f}%  {name}")
+    return 0
+
+
+def _print_windows(args: argparse.Namespace, events: list[dict[str, Any]], ends: list[tuple[float, float]],
+                   lo: float, hi: float) -> int:
+    lengths, per = by_window(events, ends, lo, hi)
+    print(f"{args.trace.name}, {args.design}, at the trace's pace: txn phase {hi - lo:.0f} ms, {len(ends)} END_TXNs; "
+          "broker threads' working samples per second of each window (ms of it)")
+    print(f"{'thread':<48} " + "  ".join(f"{w:>8}" for w in WINDOWS))
+    print(f"{'':<48} " + "  ".join(f"{lengths[w]:>8.0f}" for w in WINDOWS))
+    for thread, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]:
+        print(f"{thread[:48]:<48} " + "  ".join(
+            f"{1000 * c[w] / lengths[w]:>8.1f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
     return 0
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import classify, tally, txn_phase
+from benchmarks.broker_threads import by_window, classify, end_txns, tally, txn_phase, window
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -42,3 +42,28 @@ def test_only_the_txn_phase_is_counted() -> None:
     assert tally([inside, before], lo, hi) == {"pulsar-io-1": {"commit": 1}}
     with pytest.raises(SystemExit, match="no txn phase"):
         txn_phase(events[:2])
+
+
+def test_samples_are_placed_around_the_end_txns() -> None:
+    events = [{"ev": "ready", "t0_epoch_ms": 1_000_000},
+              {"ev": "op", "op": "new_txn", "start_us": 0, "end_us": 1_000, "ok": True},
+              {"ev": "op", "op": "commit", "start_us": 100_000, "end_us": 110_000, "ok": True},
+              {"ev": "op", "op": "abort", "start_us": 200_000, "end_us": 201_000, "ok": True},
+              {"ev": "op", "op": "commit", "start_us": 300_000, "end_us": None, "ok": False}]  # never answered
+    ends = end_txns(events)
+    assert ends == [(1_000_100, 1_000_110), (1_000_200, 1_000_201)]
+    answers = [b for _, b in ends]
+    assert [window(t, ends, answers) for t in (1_000_050, 1_000_105, 1_000_110, 1_000_114.9, 1_000_115,
+                                               1_000_119.9, 1_000_120, 1_000_159.9, 1_000_160, 1_000_202)] == [
+        "rest", "during", "0-5 ms", "0-5 ms", "5-10 ms", "5-10 ms", "10-50 ms", "10-50 ms", "rest", "0-5 ms"]
+    busy = ("org/rocksdb/RocksIterator", "next0Jni")
+    samples = [_sample("metadata-store-event-1-1", "1970-01-01T00:16:40.112Z", busy),  # 2 ms after the first answer
+               _sample("metadata-store-event-1-1", "1970-01-01T00:16:40.113Z", busy),
+               _sample("metadata-store-event-1-1", "1970-01-01T00:16:40.113Z", ("jdk/internal/misc/Unsafe", "park")),
+               _sample("pulsar-io-24-1", "1970-01-01T00:16:40.105Z", busy),  # during the first
+               _sample("pulsar-io-24-1", "1970-01-01T00:16:40.300Z", busy)]  # after the phase: not counted
+    lengths, per = by_window(samples, ends, 1_000_000, 1_000_250)
+    # during: 10 ms + 1 ms; 0-5 ms: 5 + 5; 5-10 ms: 5 + 5; 10-50 ms: 40 + 39 (the phase ends 49 ms
+    # after the second answer); the rest: 250 less those
+    assert lengths == {"during": 11.0, "0-5 ms": 10.0, "5-10 ms": 10.0, "10-50 ms": 79.0, "rest": 140.0}
+    assert per == {"metadata-store-event-1-1": {"0-5 ms": 2}, "pulsar-io-24-1": {"during": 1}}
