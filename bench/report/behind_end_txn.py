@@ -30,7 +30,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow.parquet as pq
 
@@ -217,3 +217,33 @@ def _soon(model: Modes, broker: Modes) -> str:
             f"answer ({model.soon} in the model): p50 / p99 {_us(broker.soon_p50_us)} / {_us(broker.soon_p99_us)} "
             f"µs at the broker and {_us(model.soon_p50_us)}{_error(model.soon_p50_us, broker.soon_p50_us)} / "
             f"{_us(model.soon_p99_us)}{_error(model.soon_p99_us, broker.soon_p99_us)} in the model")
+
+
+ModesOf = tuple[str, Modes | None, Modes | None]  # (what, the model's, the broker's)
+SECTION_COLUMNS = ["behind (n): broker", "behind p50: broker", "behind p50: model", "soon (n): broker",
+                   "soon p50: broker", "soon p50: model", "rest p50: broker", "rest p50: model"]
+
+
+def section(kinds: Sequence[ModesOf], row_cls: Callable[..., Any]) -> tuple[str, list[str], list[Any], str] | None:
+    """The report section of a validation's requests around the client's end-txns: per design and
+    kind of request (``kinds``: e.g. ("v5 publish (plain)", model, broker)), how many of the
+    broker's were behind an end-txn and the two runs' medians of those, of those sent soon after
+    an end-txn's answer, and of the rest (µs). None when no kind has both runs."""
+    rows = []
+    for what, m, b in kinds:
+        if m is None or b is None:
+            continue
+        design, label = what.split(" ", 1)
+        rows.append(row_cls(f"Around END_TXNs {design}", label, "µs", {
+            "behind (n): broker": b.behind, "behind p50: broker": b.behind_p50_us, "behind p50: model": m.behind_p50_us,
+            "soon (n): broker": b.soon, "soon p50: broker": b.soon_p50_us, "soon p50: model": m.soon_p50_us,
+            "rest p50: broker": b.rest_p50_us, "rest p50: model": m.rest_p50_us}, None, "n/a"))
+    if not rows:
+        return None
+    note = ("The requests of the runs at the trace's pace in three kinds: behind = those that overlapped one of the "
+            "client's end-txns (for the end-txns: another end-txn); soon = of the others, those sent within "
+            f"{SOON_AFTER_US // 1000} ms after an end-txn's answer (the end-txns are not split so); rest = the "
+            "others, soon included. The broker's counts, then each kind's median in µs in the broker's run and the "
+            "model's (bench/report/behind_end_txn.py). At the broker a v5 publish is slower for about 10 ms "
+            "after an END_TXN's answer, where v4's is not (datasets/validation/README.md, session 42).")
+    return "Requests around the client's END_TXNs, model vs broker", SECTION_COLUMNS, rows, note

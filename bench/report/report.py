@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from bench.replay import registry
 from bench.report.abtest import Comparison, compare
+from bench.report.behind_end_txn import section as around_end_txns
 from bench.report.headline import (ab_headline, capacity_line, context_line, headline, held_against_broker, mark_saturated,
                                    render_text, saturated_runs, scenario_findings)
 from bench.report.headline import render_markdown as render_headline_md
@@ -514,6 +515,9 @@ def _write_report(sets: list[dict[str, Any]], outdir: Path, title: str, scenario
     if validation is not None:
         v, vsection = validation
         sections.append(vsection)
+        around = around_end_txns(v.request_kinds(), Row)
+        if around is not None:
+            sections.append(around)
         summary["validation"] = v.to_json()
         missed = v.missed()
         extra.append(f"**Model vs broker, against the goals**: {v.tally()}" + (f"; missed: {', '.join(f'{c.design} {c.metric}' for c in missed[:4])}"

@@ -483,6 +483,17 @@ class Validation:
     # kinds: those that overlapped another end-txn (a crowd, as every trace's last instant) or not
     end_txn_modes: tuple[tuple[str, Modes | None, Modes | None], ...] = ()
 
+    def request_kinds(self) -> list[tuple[str, Modes | None, Modes | None]]:
+        """Every request kind split around the client's end-txns, as (what, the model's, the
+        broker's), for :func:`bench.report.behind_end_txn.section`."""
+        designs = dict.fromkeys([d for d, *_ in self.new_txn_modes] + [d for d, *_ in self.end_txn_modes])
+        out: list[tuple[str, Modes | None, Modes | None]] = []
+        for design in designs:
+            out += [(f"{design} new-txn", m, b) for d, m, b in self.new_txn_modes if d == design]
+            out += [(f"{design} publish ({k})", m, b) for d, k, m, b in self.publish_modes if d == design]
+            out += [(f"{design} end-txn", m, b) for d, m, b in self.end_txn_modes if d == design]
+        return out
+
     def broker_state_note(self) -> str:
         if self.broker_state is None:
             return "the broker's state before its runs was not recorded"

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.replay.results import result_dir
-from bench.report.behind_end_txn import SOON_AFTER_US, Modes, crowd_modes, end_spans, modes, new_txn_spans, note, publish_spans
+from bench.report.behind_end_txn import (SECTION_COLUMNS, SOON_AFTER_US, Modes, crowd_modes, end_spans, modes, new_txn_spans,
+                                         note, publish_spans, section)
 
 
 def _row(opened: int | None, answered: int | None, asked: int | None = None, ended: int | None = None) -> dict[str, Any]:
@@ -182,3 +183,23 @@ def test_replay_keeps_each_publish_s_span_when_asked(tmp_path: Path) -> None:
         assert all(r["answered_ts_us"] > r["issued_ts_us"] for r in mine)  # every publish takes modelled time
         spans = publish_spans(tmp_path / "kept", cfg.label, cfg.engine)
         assert spans is not None and len(spans[True]) + len(spans[False]) == len(mine)
+
+
+def test_the_report_section_gives_each_kind_in_both_runs() -> None:
+    from bench.report.rows import Row
+
+    model = Modes(10, 4, 4_000, 2_000, soon=3, soon_p50_us=2_100, soon_p99_us=2_500)
+    broker = Modes(10, 5, 9_000, 2_200, soon=2, soon_p50_us=3_800, soon_p99_us=5_000)
+    crowd = Modes(6, 2, 30_000, 12_000)  # end-txns: not split by when they were sent
+    got = section([("v5 publish (plain)", model, broker), ("v5 end-txn", crowd, crowd), ("v4 new-txn", None, broker)],
+                  Row)
+    assert got is not None
+    title, columns, rows, note = got
+    assert columns == SECTION_COLUMNS and "within 10 ms after an end-txn's answer" in note
+    assert [(r.section, r.metric) for r in rows] == [("Around END_TXNs v5", "publish (plain)"),
+                                                      ("Around END_TXNs v5", "end-txn")]  # v4's model run kept none
+    assert rows[0].values == {"behind (n): broker": 5, "behind p50: broker": 9_000, "behind p50: model": 4_000,
+                              "soon (n): broker": 2, "soon p50: broker": 3_800, "soon p50: model": 2_100,
+                              "rest p50: broker": 2_200, "rest p50: model": 2_000}
+    assert rows[1].values["soon (n): broker"] is None and rows[1].values["rest p50: model"] == 12_000
+    assert section([("v5 new-txn", None, None)], Row) is None

@@ -294,6 +294,7 @@ def test_a_missed_publish_row_gives_each_kind_of_publish_in_both_runs(tmp_path: 
             "2,000 (+0%)") in md
     kept = doc["publish_modes"]["v5"]
     assert kept["plain"]["model"]["behind_end_txn"] == 3 and kept["txn"] == {"model": None, "broker": None}
+    assert "Requests around the client's END_TXNs, model vs broker" in md  # every kind, missed or not
 
 
 def test_a_missed_end_txn_row_gives_the_end_txns_in_a_crowd_and_alone_in_both_runs(tmp_path: Path) -> None:
