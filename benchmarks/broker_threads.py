@@ -124,29 +124,41 @@ def end_txns(events: Iterable[dict[str, Any]]) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def window(t_ms: float, ends: list[tuple[float, float]], answers: list[float]) -> str:
-    """Which of :data:`WINDOWS` instant ``t_ms`` falls in (``answers``: the ends' answers, sorted);
-    an END_TXN runs from its asking up to its answer."""
-    if any(a <= t_ms < b for a, b in ends):
-        return "during"
-    i = bisect.bisect_right(answers, t_ms)
-    if i:
-        after = t_ms - answers[i - 1]
-        for limit, name in _AFTER:
-            if after < limit:
-                return name
-    return "rest"
+class Windows:
+    """Which of :data:`WINDOWS` an instant falls in, given a run's END_TXNs (each from its asking
+    up to its answer), by bisection: the union of their spans, and their answers, sorted."""
+
+    def __init__(self, ends: list[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for a, b in sorted(ends):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self._starts = [a for a, _ in merged]
+        self._stops = [b for _, b in merged]
+        self._answers = sorted(b for _, b in ends)
+
+    def of(self, t_ms: float) -> str:
+        i = bisect.bisect_right(self._starts, t_ms)
+        if i and t_ms < self._stops[i - 1]:
+            return "during"
+        j = bisect.bisect_right(self._answers, t_ms)
+        if j:
+            after = t_ms - self._answers[j - 1]
+            for limit, name in _AFTER:
+                if after < limit:
+                    return name
+        return "rest"
 
 
 def by_window(samples: Iterable[dict[str, Any]], ends: list[tuple[float, float]], lo_ms: float, hi_ms: float,
               step_us: int = 100) -> tuple[dict[str, float], dict[str, Counter[str]]]:
     """(each window's length in ms over [lo_ms, hi_ms), measured on a grid of ``step_us``; per
     thread, its working samples in each window)."""
-    answers = sorted(b for _, b in ends)
-    length: Counter[str] = Counter()
+    windows = Windows(ends)
     lo_us, hi_us = round(lo_ms * 1000), round(hi_ms * 1000)
-    for t_us in range(lo_us, hi_us, step_us):
-        length[window(t_us / 1000, ends, answers)] += 1
+    length = Counter(windows.of(t_us / 1000) for t_us in range(lo_us, hi_us, step_us))
     lengths = {w: length[w] * step_us / 1000 for w in WINDOWS}
     out: dict[str, Counter[str]] = defaultdict(Counter)
     for s in samples:
@@ -154,7 +166,7 @@ def by_window(samples: Iterable[dict[str, Any]], ends: list[tuple[float, float]]
         t = _epoch_ms(v["startTime"])
         if not lo_ms <= t <= hi_ms or classify(v["stackTrace"]["frames"] if v.get("stackTrace") else []) == "waiting":
             continue
-        out[_thread(v)][window(t, ends, answers)] += 1
+        out[_thread(v)][windows.of(t)] += 1
     return lengths, out
 
 

@@ -248,8 +248,7 @@ class Broker:
         the write to the connection's IO thread (``ServerCnx``), so it goes once the batch of
         commands that thread runs then is done (Netty's ``FlushConsolidationHandler`` in
         ``PulsarChannelInitializer``). None when neither holds it: at once."""
-        part = self._partitions.get(ledger)
-        free = ready_us if part is None else part.tb.lock_free_at(ready_us)
+        free = self._lock_free_at(ledger, ready_us)
         done = self._meter.batch_done_at("metadata", IO_THREAD, free)
         if done is None:
             return None if free == ready_us else free
@@ -262,15 +261,19 @@ class Broker:
         holds that lock (the apply of a commit) and the thread, with every command behind it,
         waits too (Java Flight Recorder caught it on the IO threads: datasets/validation/README.md,
         session 42). Returns the wait, holding the thread for it; 0 when the lock is free."""
-        part = self._partitions.get(ledger)
         now = self._now_us()
-        free = now if part is None else part.tb.lock_free_at(now)
+        free = self._lock_free_at(ledger, now)
         if free <= now:
             return 0
-        assert part is not None
-        part.tb.stats["lock_waits_on_send"] += 1
+        self._partitions[ledger].tb.stats["lock_waits_on_send"] += 1
         self._meter.hold("metadata", IO_THREAD, free)
         return free - now
+
+    def _lock_free_at(self, ledger: str, at_us: int) -> int:
+        """When ``ledger``'s buffer lock, taken at ``at_us``, is got (``at_us`` for a ledger this
+        broker does not hold)."""
+        part = self._partitions.get(ledger)
+        return at_us if part is None else part.tb.lock_free_at(at_us)
 
     def _too_big(self, topic: str, msg: str | None, size: int) -> MessageTooBig:
         return MessageTooBig(

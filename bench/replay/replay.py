@@ -460,22 +460,18 @@ class Replayer:
         issued_us = self.sched.now_us()
         self.series.count("publish")
         io_us = None if self._wall or txn_id is None else self.broker.last_publish_io_us
-        if io_us is not None and self.broker.receipts_wait():
-            # a txn send takes its buffer's lock on the connection's thread (Broker.send_lock_wait),
-            # then where its add completes, before its receipt, which goes as a plain one's does:
-            # each known once the send gets there, so looked up then
-            hop = self.broker.last_publish_hop_us
-            self._receipts_pending += 1
-            self.sched.call_later(io_us, self._txn_send_at_io, e.msg, e.txn, issued_us, took_us - hop, hop,
-                                  self.broker.last_publish_ledger)
-        elif not self._wall and txn_id is None and self.broker.receipts_wait():
+        if not self._wall and (txn_id is None or io_us is not None) and self.broker.receipts_wait():
             # the receipt goes after whatever batch the connection's thread runs when it is
-            # written (Broker.receipt_leaves_at): known once every command that reaches the
-            # thread before then is booked, so looked up then
+            # written (Broker.receipt_leaves_at), and a txn send first takes its buffer's lock on
+            # that thread (Broker.send_lock_wait): each known once the send gets there, so looked
+            # up then
             hop = self.broker.last_publish_hop_us
+            ledger = self.broker.last_publish_ledger
             self._receipts_pending += 1
-            self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop,
-                                  self.broker.last_publish_ledger)
+            if io_us is None:
+                self.sched.call_later(took_us - hop, self._receipt, e.msg, issued_us, took_us - hop, hop, ledger)
+            else:
+                self.sched.call_later(io_us, self._txn_send_at_io, e.msg, e.txn, issued_us, took_us - hop, hop, ledger)
         else:
             self._publish_answered(e.msg, e.txn, issued_us, took_us)
         self.msgs[e.msg] = _Msg(mid, e.key, self.subs_per_topic.get(e.topic, 0))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import by_window, classify, end_txns, tally, txn_phase, window
+from benchmarks.broker_threads import Windows, by_window, classify, end_txns, tally, txn_phase
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -52,10 +52,11 @@ def test_samples_are_placed_around_the_end_txns() -> None:
               {"ev": "op", "op": "commit", "start_us": 300_000, "end_us": None, "ok": False}]  # never answered
     ends = end_txns(events)
     assert ends == [(1_000_100, 1_000_110), (1_000_200, 1_000_201)]
-    answers = [b for _, b in ends]
-    assert [window(t, ends, answers) for t in (1_000_050, 1_000_105, 1_000_110, 1_000_114.9, 1_000_115,
+    assert [Windows(ends).of(t) for t in (1_000_050, 1_000_105, 1_000_110, 1_000_114.9, 1_000_115,
                                                1_000_119.9, 1_000_120, 1_000_159.9, 1_000_160, 1_000_202)] == [
         "rest", "during", "0-5 ms", "0-5 ms", "5-10 ms", "5-10 ms", "10-50 ms", "10-50 ms", "rest", "0-5 ms"]
+    overlapping = Windows([(0.0, 10.0), (5.0, 20.0)])  # the second asked before the first was answered
+    assert [overlapping.of(t) for t in (12.0, 19.9, 20.0, 31.0)] == ["during", "during", "0-5 ms", "10-50 ms"]
     busy = ("org/rocksdb/RocksIterator", "next0Jni")
     samples = [_sample("metadata-store-event-1-1", "1970-01-01T00:16:40.112Z", busy),  # 2 ms after the first answer
                _sample("metadata-store-event-1-1", "1970-01-01T00:16:40.113Z", busy),
