@@ -23,7 +23,9 @@ kept figure can split them: the runs record the publish Summary's count, not its
 ``consumer.deliver`` is scaled with ``rpc``, as a calibration takes them equal. Every other kind
 and the resources stay as they were. The kinds as they were are recorded: a structural
 ``calibrate --refit`` fits from the calibration's own records, so it restores them first and
-applies the scale again after (:func:`unscaled`, :func:`rescaled`). The saturated v4 rate is held
+applies the scale again after (:func:`unscaled`, :func:`rescaled`). ``--hops-from`` on a profile
+fitted before also starts from them: its scale replaces the one recorded, where scaling the
+scaled kinds again would compound the two. The saturated v4 rate is held
 by the host's cores (``bench.calibrate.rates_fit``), not by these latencies, so ``--rates-from``
 needs no second pass.
 """
@@ -98,6 +100,8 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     missing = [k for k in KINDS if k not in profile.operations]
     if missing:
         raise ConfigError(f"calibrate --hops-from: {profile.name} has no {', '.join(missing)} to scale")
+    # from the calibration's own kinds: a profile fitted before is scaled afresh, not twice
+    profile = unscaled(profile)
     distinct("--hops-from", folders)
     kept = [k for f in folders for k in kept_publishes(f, qualified=len(folders) > 1)]
     where = ", ".join(str(f) for f in folders)

@@ -51,8 +51,9 @@ def test_scaled_multiplies_every_point_of_the_publish_kinds_only() -> None:
 
 def test_the_fitted_scale_gives_the_model_the_brokers_plain_publish(tmp_path: Path) -> None:
     generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
-    # a broker a fifth quicker on a plain publish than the profile's model of it, on two days
-    model = hops_fit.model_p50(LatencyProfile.load(DEFAULT), tmp_path / "small600.parquet")
+    # a broker a fifth quicker on a plain publish than the model of the profile's calibration (its
+    # hops as measured, before the scale it was shipped with), on two days
+    model = hops_fit.model_p50(hops_fit.unscaled(LatencyProfile.load(DEFAULT)), tmp_path / "small600.parquet")
     _kept(tmp_path / "monday", "small600", round(model * 0.78))
     _kept(tmp_path / "tuesday", "small600", round(model * 0.82))
     out = tmp_path / "fitted.json"
@@ -68,6 +69,13 @@ def test_the_fitted_scale_gives_the_model_the_brokers_plain_publish(tmp_path: Pa
     assert model * 0.75 <= got <= model * 0.85
     assert prof.provenance["kinds"]["rpc"]["scaled"]["by"] == record["scale"]
     assert prof.resources == LatencyProfile.load(DEFAULT).resources
+    # fitted again, the fitted profile gives the same scale and kinds: not scaled twice
+    again = tmp_path / "again.json"
+    assert main(["calibrate", "--refit", str(out), "--hops-from", str(tmp_path / "monday"),
+                 "--hops-from", str(tmp_path / "tuesday"), "--out", str(again)]) == 0
+    twice = LatencyProfile.load(again)
+    assert twice.provenance["extra"]["pulsar.hops_fit"]["scale"] == record["scale"]
+    assert {k: twice.operations[k] for k in hops_fit.KINDS} == {k: prof.operations[k] for k in hops_fit.KINDS}
 
 
 def test_hops_from_goes_with_refit_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
