@@ -755,6 +755,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("calibrate --hops-from and --rates-from: fit one, then refit its output with the other")
     if args.core and not args.rates_from:
         raise ConfigError("calibrate --core pins a core cost of the --rates-from fit: it goes with --rates-from")
+    if args.coordinator_only:
+        from bench.calibrate.calibrate import refit_coordinator
+
+        if not args.refit or kept or args.store_probe or args.redis or args.kafka or args.pulsar:
+            raise ConfigError("calibrate --coordinator-only goes with --refit PROFILE alone: it fits the coordinator "
+                              "kinds of PROFILE again and keeps the rest")
+        profile = refit_coordinator(args.refit, args.out, command,
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print("\n".join(summary_lines(profile)))
+        return 0
     if kept:
         from bench.calibrate.hops_fit import with_hops
         from bench.calibrate.rates_fit import with_rates
@@ -1094,6 +1104,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kept_fit(p, "--hops-from", "scale PROFILE's rpc, consumer.deliver and ledger.append (one factor, their "
                   "shape kept) to the v4 plain publish p50 the broker answered at, as", "hops_fit",
                   "every other kind and the resources stay")
+    p.add_argument("--coordinator-only", action="store_true",
+                   help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5) again, by this "
+                        "version's model, to the txn probes' new-txn PROFILE recorded; every other kind, the resources "
+                        "and the kept fits stay (bench/calibrate/coordinator_fit.py)")
     p.add_argument("--store-probe", action="store_true",
                    help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
                         "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")

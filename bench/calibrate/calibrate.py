@@ -486,6 +486,40 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     return hops_fit.rescaled(fitted.derived(provenance=prov)).save(out)
 
 
+def refit_coordinator(path: str, out: str, command: str,
+                      progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+    """The profile at ``path`` with only the coordinator requests' handling fitted again
+    (:func:`_coordinator_kinds`, by the current model, to the probes' new-txn it recorded); every
+    other kind and the resources kept, the kept fits after it too (``--rates-from``,
+    ``--hops-from``), where a structural :func:`refit` fits the resources again and needs them
+    run again. Its note takes the place of the one before, saying when and by what command."""
+    from bench.calibrate import coordinator_fit, hops_fit
+    from engine.clock import coordinator_kind
+
+    profile = LatencyProfile.load(path)
+    if not coordinator_fit.observed(profile):
+        raise ConfigError(f"calibrate --refit {path} --coordinator-only: the profile records no txn probes' "
+                          "new-txn (provenance.extra[\"pulsar.client_observed_us\"]); measure one with --pulsar")
+    progress("measuring the coordinator requests' handling from the probes' new-txn")
+    # on the calibration's own hops, as refit fits them before a hops fit scales those again
+    on_own, note = coordinator_fit.fit(hops_fit.unscaled(profile))
+    kinds = [coordinator_kind(d) for d in coordinator_fit.DESIGNS]
+    fitted = profile.derived(operations={**profile.operations, **{k: on_own.operations[k] for k in kinds}},
+                             provenance={**profile.provenance, "kinds": {
+                                 **dict(profile.provenance.get("kinds") or {}),
+                                 **{k: v for k, v in (on_own.provenance.get("kinds") or {}).items() if k in kinds}}})
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = f"{COORDINATOR_NOTE}(re-fitted {when} by `{command}`) {note}"
+    notes = str(profile.provenance.get("notes", ""))
+    start = notes.find(COORDINATOR_NOTE)
+    # the note runs up to the next fit's, which a refit writes right after it (the resources')
+    end = notes.find("; " + RESOURCES_NOTE, start) if start >= 0 else -1
+    notes = (notes[:start] + text + notes[end:] if end >= 0 else
+             notes[:start] + text if start >= 0 else (notes + "; " if notes else "") + text)
+    prov = {**fitted.provenance, "notes": notes, "coordinator_refitted": {"at": when, "command": command}}
+    return fitted.derived(provenance=prov).save(out)
+
+
 def summary_lines(profile: LatencyProfile) -> list[str]:
     lines = [f"profile {profile.name} -> {profile.path} (sha256 {profile.sha256[:12]})"]
     for kind, d in profile.operations.items():

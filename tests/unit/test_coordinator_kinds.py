@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import coordinator_fit
+from bench.calibrate import coordinator_fit, hops_fit
 from bench.calibrate.calibrate_pulsar import write_trace
+from bench.cli import EXIT_USAGE, main
 from engine.broker import BrokerConfig
 from engine.clock import Distribution, LatencyModel
 from engine.dispatcher import DispatchMode
 from engine.memledger import MemoryLedgerFactory
-from engine.profile import LatencyProfile
+from engine.profile import LatencyProfile, resolve
 from engine.scripted import ScriptedClient
 from legacy_v4 import v4_engine
 from metadata_v5.engine import V5Engine
@@ -121,6 +122,60 @@ def test_the_fit_takes_the_probes_measured_txns_over_the_whole_runs(tmp_path: Pa
     older = LatencyProfile("o", {"samples": samples, "extra": {"pulsar.client_observed_us": whole}}, base.operations, {})
     fitted, note = coordinator_fit.fit(older)
     assert fitted.operations["coordinator.v5"] == Distribution.constant(9_000) and "both over the whole run" in note
+
+
+def test_a_whole_runs_tail_is_not_fitted_and_the_measured_txns_is(tmp_path: Path) -> None:
+    """Over the whole runs the kind stops at its p90: their p99 is not the request's handling (the
+    first txns' set-up); over the measured txns the p99 is fitted as the rest."""
+    samples = 20
+    base = LatencyProfile.constants()
+    without = coordinator_fit.model_new_txn(base, write_trace(tmp_path / "t.parquet", samples), 0)
+    extra_us = {"p50": 200, "p90": 300, "p99": 20_000}
+    seen = {d: {"new_txn_us": {f"{q}_us": without[d][q] + extra_us[q] for q in coordinator_fit.QUANTILES}}
+            for d in ("v4", "v5")}
+    whole = LatencyProfile("w", {"samples": samples, "extra": {"pulsar.client_observed_us": seen}}, base.operations, {})
+    fitted, note = coordinator_fit.fit(whole)
+    assert fitted.operations["coordinator.v5"] == Distribution(((0.5, 200), (0.9, 300), (0.99, 300)))
+    assert "p99 is its p90" in note
+    measured = LatencyProfile("m", {"samples": samples, "extra": {"pulsar.client_observed_us": seen,
+                                                                  "pulsar.client_measured_us": seen}},
+                              base.operations, {})
+    fitted, _ = coordinator_fit.fit(measured)
+    assert fitted.operations["coordinator.v5"] == Distribution(((0.5, 200), (0.9, 300), (0.99, 20_000)))
+
+
+def test_a_coordinator_only_refit_fits_those_kinds_on_the_calibrations_hops_and_keeps_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``calibrate --refit PROFILE --coordinator-only``: the default's coordinator kinds fitted
+    again, on its hops as calibrated (before the hops fit's scale, as a structural refit fits
+    them), every other kind, the resources and the other fits' notes as they were."""
+    default = str(resolve("pulsar-standalone-5.0.0-M1"))
+    source = LatencyProfile.load(default)
+    out = tmp_path / "coord.json"
+    assert main(["calibrate", "--refit", default, "--coordinator-only", "--out", str(out)]) == 0
+    got = LatencyProfile.load(out)
+    kinds = ("coordinator.v4", "coordinator.v5")
+    v5 = dict(got.operations["coordinator.v5"].points)
+    assert v5[0.99] == v5[0.9]  # fitted over whole runs: no tail (23,752 µs before 2026-11-29)
+    on_scaled, _ = coordinator_fit.fit(source)
+    assert got.operations["coordinator.v5"] != on_scaled.operations["coordinator.v5"]
+    assert got.operations["coordinator.v5"] == coordinator_fit.fit(hops_fit.unscaled(source))[0].operations["coordinator.v5"]
+    assert {k: d for k, d in got.operations.items() if k not in kinds} == \
+        {k: d for k, d in source.operations.items() if k not in kinds}
+    assert got.resources == source.resources
+    before, after = str(source.provenance["notes"]), str(got.provenance["notes"])
+    cut = before.index("coordinator.v4/v5: ")
+    assert after.count("coordinator.v4/v5: ") == 1 and after.startswith(before[:cut])
+    assert after.endswith(before[before.index("; resources", cut):])  # the resources' and later fits' notes
+    assert "re-fitted" in after[cut:after.index("; resources", cut)]
+    assert got.provenance["coordinator_refitted"]["at"] and \
+        got.provenance["coordinator_refitted"]["command"].startswith("txnbench calibrate")
+    for bad in (["calibrate", "--coordinator-only", "--out", str(tmp_path / "x.json")],
+                ["calibrate", "--refit", default, "--coordinator-only", "--hops-from", str(tmp_path),
+                 "--out", str(tmp_path / "x.json")]):
+        assert main(bad) == EXIT_USAGE
+        assert "--coordinator-only goes with --refit PROFILE alone" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_the_txn_probes_figures_leave_out_the_warm_up_txns(tmp_path: Path) -> None:
