@@ -489,7 +489,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
 def refit_coordinator(path: str, out: str, command: str,
                       progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
     """The profile at ``path`` with only the coordinator requests' handling fitted again
-    (:func:`_coordinator_kinds`, by the current model, to the probes' new-txn it recorded); every
+    (``coordinator_fit.fit``, by the current model, to the probes' new-txn it recorded); every
     other kind and the resources kept, the kept fits after it too (``--rates-from``,
     ``--hops-from``), where a structural :func:`refit` fits the resources again and needs them
     run again. Its note takes the place of the one before, saying when and by what command."""

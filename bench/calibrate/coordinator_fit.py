@@ -99,8 +99,8 @@ def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
     with tempfile.TemporaryDirectory(prefix="txnbench-coordinator-fit-") as tmp:
         trace = write_trace(Path(tmp) / "probe.parquet", samples)
         without = model_new_txn(profile.derived(operations={**profile.operations, **zero}), trace, history)
-        kinds = {coordinator_kind(d): _residual(seen[d], without[d], tail=measured) if d in seen else zero[coordinator_kind(d)]
-                 for d in DESIGNS}
+        kinds = {coordinator_kind(d): _residual(seen[d], without[d], tail=measured) if d in seen
+                 else zero[coordinator_kind(d)] for d in DESIGNS}
         fitted = profile.derived(operations={**profile.operations, **kinds})
         got = model_new_txn(fitted, trace, history)
     parts = []
