@@ -24,6 +24,13 @@ the store's event thread was found to be the broker's busiest for 10 ms after ea
 (datasets/validation/README.md, session 42)::
 
     .venv/bin/python -m benchmarks.broker_threads --pulsar-dir DIR --trace datasets/validation/omb-slow-2000.parquet --after-end-txn
+
+Sample counts are not core shares (a few threads a period, above). ``--after-end-txn --cpu`` reads
+each broker thread's CPU time instead, every half millisecond while the run goes (the first field
+of ``/proc/PID/task/TID/schedstat``: ns on a CPU), and prints the share of a core each thread
+worked in each window (:func:`cpu_by_window`). That is how the store's event thread was measured
+at 42-67 % of a core for 10 ms after each v5 answer, and the client's IO thread at 36-63 % during
+an END_TXN (datasets/validation/README.md, session 43).
 """
 
 from __future__ import annotations
@@ -33,9 +40,12 @@ import bisect
 import json
 import re
 import shutil
+import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -170,6 +180,72 @@ def by_window(samples: Iterable[dict[str, Any]], ends: list[tuple[float, float]]
     return lengths, out
 
 
+# CPU time samples: (epoch ms, per thread id its ns on a CPU so far)
+CpuSample = tuple[float, dict[str, int]]
+CPU_PERIOD_S = 0.0005
+# the threads --cpu reads (name prefixes): reading all of a broker's 170 every half millisecond
+# would take a core of the two; these are the store's, the connections', the bookie's, the managed
+# ledgers', the transaction components', the broker's own client's, the JIT's and the GC's
+CPU_THREADS = ("metadata-store", "pulsar-io", "BookieJournal", "ForceWrite", "bookie-io", "BookKeeperClien",
+               "bookkeeper-ml", "pulsar-ordered", "pulsar-transact", "pulsar-txn", "broker-client", "scalable-segmen",
+               "SyncThread", "rocksdb:high", "C1 ", "C2 ", "GC Thread")
+
+
+def cpu_by_window(samples: list[CpuSample], names: dict[str, str], ends: list[tuple[float, float]],
+                  lo_ms: float, hi_ms: float) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(each window's length in ms over [lo_ms, hi_ms]; per thread name, the ms it worked on a CPU
+    in each window). Between two samples, each thread's CPU time and the interval's length go to
+    the window of the interval's midpoint; threads of one name (``names``: id -> name) add up."""
+    windows = Windows(ends)
+    lengths: dict[str, float] = {w: 0.0 for w in WINDOWS}
+    per: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (t0, a), (t1, b) in zip(samples, samples[1:]):
+        mid = (t0 + t1) / 2
+        if not lo_ms <= mid <= hi_ms:
+            continue
+        w = windows.of(mid)
+        lengths[w] += t1 - t0
+        for tid, ns in b.items():
+            if tid in a and ns > a[tid]:
+                per[names.get(tid, tid)][w] += (ns - a[tid]) / 1e6
+    return lengths, {n: dict(c) for n, c in per.items()}
+
+
+def _thread_names(pid: str) -> dict[str, str]:
+    """The broker's threads: id -> name (the kernel's 15 characters, numbers left out)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out[tid] = re.sub(r"[-#]?\d+$", "", Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+        except OSError:
+            continue  # ended meanwhile
+    return out
+
+
+def _sample_cpu(pid: str, tids: Iterable[str], into: list[CpuSample], stop: threading.Event) -> None:
+    """Append a :data:`CpuSample` of ``tids`` every :data:`CPU_PERIOD_S` until ``stop``."""
+    files = {}
+    for tid in tids:
+        try:
+            files[tid] = open(f"/proc/{pid}/task/{tid}/schedstat", "rb", buffering=0)
+        except OSError:
+            continue
+    try:
+        while not stop.is_set():
+            row = {}
+            for tid, f in list(files.items()):
+                try:
+                    f.seek(0)
+                    row[tid] = int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    files.pop(tid).close()  # the thread ended
+            into.append((time.time() * 1000, row))
+            time.sleep(CPU_PERIOD_S)
+    finally:
+        for f in files.values():
+            f.close()
+
+
 def running_broker(d: Path, prog: str) -> tuple[str, str, str]:
     """The broker of ``scripts/pulsar.sh start DIR``: its pid, service URL and admin URL."""
     try:
@@ -206,8 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--after-end-txn", action="store_true",
                     help="replay at the trace's pace and show each thread's working samples per second around "
                          "the END_TXNs: during one, 0-5, 5-10, 10-50 ms after the latest answer, the rest")
+    ap.add_argument("--cpu", action="store_true",
+                    help="with --after-end-txn: the CPU time (schedstat, every 0.5 ms) of the broker's threads in "
+                         "CPU_THREADS instead of the flight recording's samples: the share of a core each worked in "
+                         "each window")
     args = ap.parse_args(argv)
+    if args.cpu and not args.after_end_txn:
+        ap.error("--cpu goes with --after-end-txn")
     pid, url, admin = running_broker(args.pulsar_dir, "broker_threads")
+    if args.cpu:
+        return _cpu_windows(args, pid, url, admin)
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
         tmp = Path(tmp_s)
         recording = tmp / "broker.jfr"
@@ -257,6 +341,39 @@ def _print_windows(args: argparse.Namespace, events: list[dict[str, Any]], ends:
     for thread, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]:
         print(f"{thread[:48]:<48} " + "  ".join(
             f"{1000 * c[w] / lengths[w]:>8.1f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
+    return 0
+
+
+def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> int:
+    names = {tid: n for tid, n in _thread_names(pid).items() if n.startswith(CPU_THREADS)}
+    samples: list[CpuSample] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_cpu, args=(pid, list(names), samples, stop), daemon=True)
+    with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
+        tmp = Path(tmp_s)
+        sampler.start()
+        try:
+            subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine",
+                            args.design, "--target", url, "--admin-url", admin, "--pacing", "trace",
+                            "--out", str(tmp / "run"), "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        finally:
+            stop.set()
+            sampler.join()
+        run_events = [json.loads(line) for line in
+                      (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines()]
+    lo, hi = txn_phase(run_events)
+    ends = end_txns(run_events)
+    lengths, per = cpu_by_window(samples, names, ends, lo, hi)
+    print(f"{args.trace.name}, {args.design}, at the trace's pace: txn phase {hi - lo:.0f} ms, {len(ends)} END_TXNs, "
+          f"{len(samples)} CPU samples; the share of a core each broker thread worked in each window (ms of it)")
+    print(f"{'thread':<48} " + "  ".join(f"{w:>8}" for w in WINDOWS))
+    print(f"{'':<48} " + "  ".join(f"{lengths[w]:>8.0f}" for w in WINDOWS))
+    for thread, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]:
+        print(f"{thread[:48]:<48} " + "  ".join(
+            f"{c.get(w, 0.0) / lengths[w]:>8.3f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
+    total = {w: sum(c.get(w, 0.0) for c in per.values()) for w in WINDOWS}
+    print(f"{'(the threads read, together)':<48} " + "  ".join(
+        f"{total[w] / lengths[w]:>8.3f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
     return 0
 
 

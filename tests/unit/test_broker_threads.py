@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import Windows, by_window, classify, end_txns, tally, txn_phase
+from benchmarks.broker_threads import Windows, by_window, classify, cpu_by_window, end_txns, tally, txn_phase
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -68,3 +68,22 @@ def test_samples_are_placed_around_the_end_txns() -> None:
     # after the second answer); the rest: 250 less those
     assert lengths == {"during": 11.0, "0-5 ms": 10.0, "5-10 ms": 10.0, "10-50 ms": 79.0, "rest": 140.0}
     assert per == {"metadata-store-event-1-1": {"0-5 ms": 2}, "pulsar-io-24-1": {"during": 1}}
+
+
+def test_cpu_time_goes_to_the_window_of_each_intervals_midpoint() -> None:
+    """``--cpu``: between two readings, each thread's CPU time and the interval's length go to the
+    window its midpoint is in; threads of one name add up; a thread first read later counts from
+    its first reading; the txn phase bounds it."""
+    ends = [(100.0, 110.0)]  # one END_TXN, asked at 100 ms, answered at 110
+    ms = 1_000_000  # ns
+    samples = [(98.0, {"1": 0, "2": 0}),
+               (102.0, {"1": 1 * ms, "2": 4 * ms}),          # midpoint 100: during
+               (108.0, {"1": 4 * ms, "2": 4 * ms}),          # 105: during
+               (112.0, {"1": 4 * ms, "2": 6 * ms, "3": 0}),  # 110: 0-5 ms after the answer
+               (118.0, {"1": 7 * ms, "2": 6 * ms, "3": 2 * ms}),  # 115: 5-10 ms
+               (400.0, {"1": 9 * ms, "2": 6 * ms, "3": 2 * ms})]  # 259: past the phase, not counted
+    names = {"1": "metadata-store-event", "2": "pulsar-io", "3": "pulsar-io"}
+    lengths, per = cpu_by_window(samples, names, ends, 90.0, 200.0)
+    assert lengths == {"during": 10.0, "0-5 ms": 4.0, "5-10 ms": 6.0, "10-50 ms": 0.0, "rest": 0.0}
+    assert per == {"metadata-store-event": {"during": 4.0, "5-10 ms": 3.0},
+                   "pulsar-io": {"during": 4.0, "0-5 ms": 2.0, "5-10 ms": 2.0}}
