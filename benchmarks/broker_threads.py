@@ -29,8 +29,8 @@ Sample counts are not core shares (a few threads a period, above). ``--after-end
 each broker thread's CPU time instead, every half millisecond while the run goes (the first field
 of ``/proc/PID/task/TID/schedstat``: ns on a CPU), and prints the share of a core each thread
 worked in each window (:func:`cpu_by_window`). That is how the store's event thread was measured
-at 42-67 % of a core for 10 ms after each v5 answer, and the client's IO thread at 36-63 % during
-an END_TXN (datasets/validation/README.md, session 43).
+at a third to two thirds of a core for 10 ms after each v5 answer, and the client's IO thread at
+36-63 % of one during an END_TXN (datasets/validation/README.md, session 43).
 """
 
 from __future__ import annotations
