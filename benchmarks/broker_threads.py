@@ -38,9 +38,9 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import re
 import shutil
-import os
 import subprocess
 import sys
 import tempfile
