@@ -49,7 +49,7 @@ import time
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from bench.pulsar.cpu import txn_phase as run_txn_phase
 
@@ -298,15 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["jcmd", pid, "JFR.start", "name=txnbench-threads", f"settings={_settings(tmp)}"],
                        check=True, capture_output=True)
         try:
-            subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine",
-                            args.design, "--target", url, "--admin-url", admin, "--pacing",
-                            "trace" if args.after_end_txn else "asap", "--out", str(tmp / "run"), "--no-progress"],
-                           check=True, stdout=subprocess.DEVNULL)
+            run_events = _replay(args, url, admin, tmp / "run", "trace" if args.after_end_txn else "asap")
         finally:
             subprocess.run(["jcmd", pid, "JFR.stop", "name=txnbench-threads", f"filename={recording}"],
                            check=True, capture_output=True)
-        run_events = [json.loads(line) for line in
-                      (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines()]
         lo, hi = txn_phase(run_events)
         printed = subprocess.run(["jfr", "print", "--json", "--events", "jdk.ExecutionSample,jdk.NativeMethodSample",
                                   str(recording)], check=True, capture_output=True, text=True).stdout
@@ -336,12 +331,27 @@ def _print_windows(args: argparse.Namespace, events: list[dict[str, Any]], ends:
     lengths, per = by_window(events, ends, lo, hi)
     print(f"{args.trace.name}, {args.design}, at the trace's pace: txn phase {hi - lo:.0f} ms, {len(ends)} END_TXNs; "
           "broker threads' working samples per second of each window (ms of it)")
+    _window_table(lengths, sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top], 1000, ".1f")
+    return 0
+
+
+def _replay(args: argparse.Namespace, url: str, admin: str, out: Path, pacing: str) -> list[dict[str, Any]]:
+    """Replay ``--trace`` through the broker (one design, at ``pacing``) into ``out``: the trace
+    client's events."""
+    subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine", args.design,
+                    "--target", url, "--admin-url", admin, "--pacing", pacing, "--out", str(out), "--no-progress"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return [json.loads(line) for line in (out / f"pulsar-events-{args.design}.jsonl").read_text().splitlines()]
+
+
+def _window_table(lengths: dict[str, float], rows: Sequence[tuple[str, Mapping[str, float]]], per_ms: float,
+                  fmt: str) -> None:
+    """The windows' lengths (ms), then each row's amount per ms of each window times ``per_ms``."""
     print(f"{'thread':<48} " + "  ".join(f"{w:>8}" for w in WINDOWS))
     print(f"{'':<48} " + "  ".join(f"{lengths[w]:>8.0f}" for w in WINDOWS))
-    for thread, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]:
-        print(f"{thread[:48]:<48} " + "  ".join(
-            f"{1000 * c[w] / lengths[w]:>8.1f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
-    return 0
+    for name, c in rows:
+        print(f"{name[:48]:<48} " + "  ".join(
+            f"{per_ms * c.get(w, 0) / lengths[w]:>8{fmt}}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
 
 
 def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> int:
@@ -350,30 +360,20 @@ def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> in
     stop = threading.Event()
     sampler = threading.Thread(target=_sample_cpu, args=(pid, list(names), samples, stop), daemon=True)
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
-        tmp = Path(tmp_s)
         sampler.start()
         try:
-            subprocess.run([str(ROOT / "scripts" / "txnbench"), "replay", "--trace", str(args.trace), "--engine",
-                            args.design, "--target", url, "--admin-url", admin, "--pacing", "trace",
-                            "--out", str(tmp / "run"), "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+            run_events = _replay(args, url, admin, Path(tmp_s) / "run", "trace")
         finally:
             stop.set()
             sampler.join()
-        run_events = [json.loads(line) for line in
-                      (tmp / "run" / f"pulsar-events-{args.design}.jsonl").read_text().splitlines()]
     lo, hi = txn_phase(run_events)
     ends = end_txns(run_events)
     lengths, per = cpu_by_window(samples, names, ends, lo, hi)
     print(f"{args.trace.name}, {args.design}, at the trace's pace: txn phase {hi - lo:.0f} ms, {len(ends)} END_TXNs, "
           f"{len(samples)} CPU samples; the share of a core each broker thread worked in each window (ms of it)")
-    print(f"{'thread':<48} " + "  ".join(f"{w:>8}" for w in WINDOWS))
-    print(f"{'':<48} " + "  ".join(f"{lengths[w]:>8.0f}" for w in WINDOWS))
-    for thread, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]:
-        print(f"{thread[:48]:<48} " + "  ".join(
-            f"{c.get(w, 0.0) / lengths[w]:>8.3f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
     total = {w: sum(c.get(w, 0.0) for c in per.values()) for w in WINDOWS}
-    print(f"{'(the threads read, together)':<48} " + "  ".join(
-        f"{total[w] / lengths[w]:>8.3f}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
+    rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]
+    _window_table(lengths, [*rows, ("(the threads read, together)", total)], 1, ".3f")
     return 0
 
 
