@@ -1,6 +1,7 @@
-"""What the fits to kept validations share (``calibrate --refit PROFILE --rates-from DIR`` and
-``--hops-from DIR``: :mod:`bench.calibrate.rates_fit`, :mod:`bench.calibrate.hops_fit`): the
-folders they read, and the profile they write with the fit's record."""
+"""What the fits to kept validations share (``calibrate --refit PROFILE --rates-from DIR``,
+``--hops-from DIR`` and ``--walk-from DIR``: :mod:`bench.calibrate.rates_fit`,
+:mod:`bench.calibrate.hops_fit`, :mod:`bench.calibrate.walk_fit`): the folders they read, the
+model's replay of a kept set's saturation rows, and the profile they write with the fit's record."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
@@ -43,6 +45,37 @@ def validations(flag: str, folder: Path, qualified: bool,
             raise ConfigError(f"calibrate {flag} {folder}: {f.name}: its trace {trace} is missing")
         found.append((f"{folder.name}/{f.stem}" if qualified else f.stem, trace, v))
     return found
+
+
+def saturated_replay(profile: LatencyProfile, resources: dict[str, ResourceSpec], trace: Path, repeat: dict[str, int],
+                     design: str, into: Path, history: int = 0, listeners: int = 0) -> tuple[float, dict[str, float]]:
+    """The model's committed rate of ``design`` replaying a kept set's saturation rows (``trace``,
+    ``repeat[design]`` times over, as the broker ran them) as fast as possible, and its billed
+    calls of each kind per committed txn. v5's store starts from ``history`` txns before and
+    ``listeners`` listeners, as the broker's run did (``V5Options.history``)."""
+    from bench.pulsar.validate_run import model_configs, saturation_traces
+    from bench.replay.measure import committed_rate
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+    from bench.trace.tracestats import summarize
+
+    rows = saturation_traces(trace, into, {design: repeat.get(design, 1)})[design]
+    latency = profile.to_latency_model(1).with_resources(resources)
+    cfg = next(c for c in model_configs(latency, profile, trace=rows) if c.engine == design)
+    if design == "v5":
+        cfg = cfg.with_history(history, summarize(rows).ops_per_txn, listeners)
+    result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(rows))
+    t = result.txns
+    rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
+                          for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))
+    committed = max(1, sum(1 for o in t["outcome"] if o == "committed"))
+    per_txn = {k.removeprefix("billed."): v / committed for k, v in result.counts.items() if k.startswith("billed.")}
+    return rate or 0.0, per_txn
+
+
+def scratch(tmp: str, name: str) -> Path:
+    """Where a set's saturation traces are written for a replay (a qualified name's folder flattened)."""
+    return Path(tmp) / name.replace("/", "--")
 
 
 def refitted(fit: Fit, key: str, path: str, folders: Sequence[str], out: str, command: str,

@@ -57,7 +57,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.calibrate.kept_fit import distinct, refitted, validations
+from bench.calibrate.kept_fit import distinct, refitted, saturated_replay, scratch, validations
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -109,30 +109,6 @@ def kept_runs(folder: Path, qualified: bool = False) -> list[KeptRun]:
         raise ConfigError(f"calibrate --rates-from {folder}: no validation there records the broker's v4 runs at "
                           "saturation and the machine's busy cores over them (broker_saturation_cpu)")
     return runs
-
-
-def _replay(profile: LatencyProfile, resources: dict[str, ResourceSpec], run: KeptRun, design: str,
-            into: Path) -> tuple[float, dict[str, float]]:
-    """The model's committed rate of ``design`` replaying ``run``'s saturation rows as fast as
-    possible, and its billed calls of each kind per committed txn."""
-    from bench.pulsar.validate_run import model_configs, saturation_traces
-    from bench.replay.measure import committed_rate
-    from bench.replay.replay import Replayer
-    from bench.trace.trace import read_events
-    from bench.trace.tracestats import summarize
-
-    trace = saturation_traces(run.trace, into, {design: run.repeat.get(design, 1)})[design]
-    latency = profile.to_latency_model(1).with_resources(resources)
-    cfg = next(c for c in model_configs(latency, profile, trace=trace) if c.engine == design)
-    if design == "v5":
-        cfg = cfg.with_history(run.v5_history, summarize(trace).ops_per_txn, run.v5_listeners)
-    result = Replayer(dataclasses.replace(cfg, pacing="asap")).run(read_events(trace))
-    t = result.txns
-    rate = committed_rate({"outcome": o, "end_ts_us": e, "opened_ts_us": s}
-                          for o, e, s in zip(t["outcome"], t["end_ts_us"], t["opened_ts_us"]))
-    committed = max(1, sum(1 for o in t["outcome"] if o == "committed"))
-    per_txn = {k.removeprefix("billed."): v / committed for k, v in result.counts.items() if k.startswith("billed.")}
-    return rate or 0.0, per_txn
 
 
 def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
@@ -190,12 +166,13 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
             """The model's rates of ``design`` on every run's trace, and their squared log error
             against the broker's medians."""
-            rates = {run.name: _replay(prof, res, run, design, _scratch(tmp, run))[0] for run in runs}
+            rates = {run.name: saturated_replay(prof, res, run.trace, run.repeat, design, scratch(tmp, run.name),
+                                                run.v5_history, run.v5_listeners)[0] for run in runs}
             return rates, sum(math.log(rates[r.name] / statistics.median(r.rates[design])) ** 2 if rates[r.name]
                               else math.inf for r in runs)
 
         for run in runs:
-            per_kind = _replay(profile, unbound, run, "v4", _scratch(tmp, run))[1]
+            per_kind = saturated_replay(profile, unbound, run.trace, run.repeat, "v4", scratch(tmp, run.name))[1]
             per_txn = [per_kind.get(k, 0.0) for k in KINDS]
             left = run.core_us_per_txn - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items())
             if left <= 0:
@@ -266,11 +243,6 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
             + "; ".join(f"{n}: model v4 {c['model']['v4']:,.0f}, v5 {c['model']['v5']:,.1f}, broker "
                         f"{c['broker']['v4']:,.0f}, {c['broker']['v5']:,.1f} committed txn/s" for n, c in checks.items()))
     return profile.derived(resources=resources), record, note
-
-
-def _scratch(tmp: str, run: KeptRun) -> Path:
-    """Where ``run``'s saturation traces are written for a replay (a qualified name's folder flattened)."""
-    return Path(tmp) / run.name.replace("/", "--")
 
 
 def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:

@@ -42,7 +42,7 @@ import math
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.trace.trace import TraceWriter, trace_metadata
 from bench.trace.tracestats import summarize
@@ -228,24 +228,8 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
                 errors[k] = sum(math.log(g / r) ** 2 if g > 0 else math.inf for g, (_, r) in zip(got, runs))
             return errors[k]
 
-        # the walk's cost that best gives the broker's rates at all the runs' histories:
-        # doubled from 500 until two doublings past the best did not improve on it (a small walk
-        # moves the rates less than the replays' own steps do), then refined around the best by
-        # halving steps
-        k, best = 500, 0
-        while k <= 1_000_000:
-            if error(k) < error(best):
-                best = k
-            elif k >= 4 * max(best, 500):
-                break
-            k *= 2
-        step = max(best // 4, 125)
-        while step >= max(best // 64, 30):
-            for near in (best - step, best + step):
-                if near >= 0 and error(near) < error(best):
-                    best = near
-            step //= 2
-        keys_us = best
+        # the walk's cost that best gives the broker's rates at all the runs' histories
+        keys_us = search_walk(error)
     service = service_for(keys_us)
     metadata = _metadata(service)
     # v4 writes nothing to the store: its rate is the bookie search's at the chosen concurrency
@@ -277,6 +261,26 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
                  "v5's rates at the runs' histories: at " + "/".join(f"{h:,}" for h, _ in runs) + " txns before, broker "
                  + "/".join(f"{r:.1f}" for _, r in runs) + ", model " + "/".join(f"{r:.1f}" for r in each) + " txn/s")
     return {"bookie": bookie, "metadata": metadata}, keys_us, note
+
+
+def search_walk(error: Callable[[int], float]) -> int:
+    """The walk's cost (µs per thousand keys) of least ``error``, from 0: doubled from 500 until
+    two doublings past the best did not improve on it (a small walk moves the rates less than the
+    replays' own steps do), then refined around the best by halving steps."""
+    k, best = 500, 0
+    while k <= 1_000_000:
+        if error(k) < error(best):
+            best = k
+        elif k >= 4 * max(best, 500):
+            break
+        k *= 2
+    step = max(best // 4, 125)
+    while step >= max(best // 64, 30):
+        for near in (best - step, best + step):
+            if near >= 0 and error(near) < error(best):
+                best = near
+        step //= 2
+    return best
 
 
 def _metadata(service: int) -> ResourceSpec:
