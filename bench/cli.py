@@ -749,10 +749,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     command = _command_line("calibrate")
     if args.store_probe and not args.refit:
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
-    # fits to kept validations, without measuring (bench/calibrate/hops_fit.py, rates_fit.py)
-    kept = [(flag, dirs) for flag, dirs in (("--hops-from", args.hops_from), ("--rates-from", args.rates_from)) if dirs]
+    # fits to kept validations, without measuring (bench/calibrate/hops_fit.py, rates_fit.py, walk_fit.py)
+    kept = [(flag, dirs) for flag, dirs in (("--hops-from", args.hops_from), ("--rates-from", args.rates_from),
+                                            ("--walk-from", args.walk_from)) if dirs]
     if len(kept) > 1:
-        raise ConfigError("calibrate --hops-from and --rates-from: fit one, then refit its output with the other")
+        raise ConfigError(f"calibrate {' and '.join(flag for flag, _ in kept)}: fit one, then refit its output with "
+                          "the other")
     if args.core and not args.rates_from:
         raise ConfigError("calibrate --core pins a core cost of the --rates-from fit: it goes with --rates-from")
     if args.coordinator_only:
@@ -768,6 +770,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if kept:
         from bench.calibrate.hops_fit import with_hops
         from bench.calibrate.rates_fit import with_rates
+        from bench.calibrate.walk_fit import with_walk
 
         flag, dirs = kept[0]
         if not args.refit or args.store_probe:
@@ -780,6 +783,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
         if flag == "--hops-from":
             profile = with_hops(args.refit, dirs, args.out, command, progress=progress, name=args.name)
+        elif flag == "--walk-from":
+            profile = with_walk(args.refit, dirs, args.out, command, progress=progress, name=args.name)
         else:
             profile = with_rates(args.refit, dirs, args.out, command, progress=progress, name=args.name,
                                  pinned=_pinned_cores(args.core or []))
@@ -1103,6 +1108,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "at US µs, unscaled, and fit the other kinds to what is left; repeatable")
     _add_kept_fit(p, "--hops-from", "scale PROFILE's rpc, consumer.deliver and ledger.append (one factor, their "
                   "shape kept) to the v4 plain publish p50 the broker answered at, as", "hops_fit",
+                  "every other kind and the resources stay")
+    _add_kept_fit(p, "--walk-from", "fit PROFILE's listing walk (meta.list_keys, µs per thousand keys) to the "
+                  "broker's v5 runs at saturation, each from the txns it started from, that", "walk_fit",
                   "every other kind and the resources stay")
     p.add_argument("--coordinator-only", action="store_true",
                    help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5) again, by this "
