@@ -757,6 +757,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "the other")
     if args.core and not args.rates_from:
         raise ConfigError("calibrate --core pins a core cost of the --rates-from fit: it goes with --rates-from")
+    if args.by_process and not args.rates_from:
+        raise ConfigError("calibrate --by-process splits the --rates-from fit by process: it goes with --rates-from")
     if args.coordinator_only:
         from bench.calibrate.calibrate import refit_coordinator
 
@@ -787,7 +789,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             profile = with_walk(args.refit, dirs, args.out, command, progress=progress, name=args.name)
         else:
             profile = with_rates(args.refit, dirs, args.out, command, progress=progress, name=args.name,
-                                 pinned=_pinned_cores(args.core or []))
+                                 pinned=_pinned_cores(args.core or []), by_process=args.by_process)
         print("\n".join(summary_lines(profile)))
         return 0
     if args.refit:
@@ -1106,6 +1108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--core", action="append", default=None, metavar="KIND=US",
                    help="with --rates-from: pin KIND's core time per call (rpc, rpc.broker or consumer.deliver) "
                         "at US µs, unscaled, and fit the other kinds to what is left; repeatable")
+    p.add_argument("--by-process", action="store_true",
+                   help="with --rates-from: fit the broker's process and the rest of the machine (the trace client) "
+                        "apart, each by the kinds that work in it (rpc.broker and dispatch.entry in the broker alone), "
+                        "from the broker's busy cores the validations recorded beside the machine's")
     _add_kept_fit(p, "--hops-from", "scale PROFILE's rpc, consumer.deliver and ledger.append (one factor, their "
                   "shape kept) to the v4 plain publish p50 the broker answered at, as", "hops_fit",
                   "every other kind and the resources stay")

@@ -36,6 +36,14 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   many-participants, 11.4 on small and omb, so fitted freely it loses to the hops. Pinned from
   ``benchmarks.txn_cpu`` (50 µs, with ``rpc.broker`` at 100), the v4 END_TXN crowd was met on
   more sets but the v5/v4 ratio on fewer, so the default does not price it (session 39);
+- **by process** (``--by-process``): the runs record the broker process's busy cores beside the
+  machine's, so the least squares can fit each process by the kinds that work in it, a kind's
+  cost then the sum of its sides: the broker's time by every kind, the rest of the machine's
+  (the trace client's JVM) by :data:`CLIENT_KINDS`. ``rpc.broker`` works in the broker alone,
+  and the machine-wide fit gives it more than the broker's process had (258 µs, 3.2 calls a txn
+  on omb, where the process was busy 416 core-µs a txn); fitted by process it is 151 before
+  the scale. The model's v4 rates then fit worse, so the default does not take it
+  (``datasets/validation/README.md``, session 44);
 - **bookie**: then the concurrency among :data:`BOOKIE_CONCURRENCY` (none: no bound) whose model
   v4 rates are nearest the broker's medians, the smaller on a tie within 1 %;
 - **v5** is not fitted: its rate is bound by its metadata store's threads (the ``metadata``
@@ -68,6 +76,10 @@ from engine.profile import LatencyProfile
 # subscription's dispatcher passes (delivered, or acked past as a marker). An append's work
 # goes with the request that makes it (the counts per message move together in every trace).
 KINDS = ("rpc", "rpc.broker", "consumer.deliver", "dispatch.entry")
+# Kinds that work in the trace client's process too: a request is sent and its answer read there,
+# a pushed message received. The broker's own client (rpc.broker) and its dispatcher work only
+# in the broker's.
+CLIENT_KINDS = ("rpc", "consumer.deliver")
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
 BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
 SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5
@@ -84,11 +96,20 @@ class KeptRun:
     cores: int
     v5_history: int
     v5_listeners: int
+    broker_cores: list[float] | None = None  # the broker process's, over each v4 run (None: not recorded)
 
     @property
     def core_us_per_txn(self) -> float:
         """The median over the v4 runs of a core's µs per committed txn."""
         return statistics.median(b * 1e6 / r for b, r in zip(self.busy_cores, self.rates["v4"]) if r)
+
+    def process_core_us_per_txn(self) -> tuple[float, float]:
+        """The same split by process: the broker's (its process's busy cores) and the rest of the
+        machine's (the trace client's JVM, above all), each the median over the v4 runs."""
+        assert self.broker_cores is not None
+        runs = [(b, m, r) for b, m, r in zip(self.broker_cores, self.busy_cores, self.rates["v4"]) if r]
+        return (statistics.median(b * 1e6 / r for b, _, r in runs),
+                statistics.median((m - b) * 1e6 / r for b, m, r in runs))
 
 
 def _saturated(v: dict[str, Any]) -> bool:
@@ -103,12 +124,19 @@ def kept_runs(folder: Path, qualified: bool = False) -> list[KeptRun]:
     runs = [KeptRun(name, trace, {d: int(n) for d, n in (v.get("saturation_repeat") or {}).items()},
                     v["broker_saturation_runs"], [c["machine_busy_cores"] for c in v["broker_saturation_cpu"]["v4"]],
                     int(v.get("cores", CORES)), int((v.get("model_v5_history") or {}).get("asap", 0)),
-                    int((v.get("model_v5_listeners") or {}).get("asap", 0)))
+                    int((v.get("model_v5_listeners") or {}).get("asap", 0)),
+                    _broker_cores(v["broker_saturation_cpu"]["v4"]))
             for name, trace, v in validations("--rates-from", folder, qualified, _saturated)]
     if not runs:
         raise ConfigError(f"calibrate --rates-from {folder}: no validation there records the broker's v4 runs at "
                           "saturation and the machine's busy cores over them (broker_saturation_cpu)")
     return runs
+
+
+def _broker_cores(runs: list[dict[str, Any]]) -> list[float] | None:
+    """The broker process's busy cores over each v4 run, or None unless every run recorded them."""
+    cores = [c.get("broker_cores") for c in runs]
+    return [float(c) for c in cores if c is not None] if all(c is not None for c in cores) else None
 
 
 def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
@@ -138,10 +166,11 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
 
 def fit(profile: LatencyProfile, folders: Sequence[Path],
         progress: Callable[[str], None] = lambda s: None,
-        pinned: Mapping[str, int] | None = None) -> tuple[LatencyProfile, dict[str, Any], str]:
+        pinned: Mapping[str, int] | None = None, by_process: bool = False) -> tuple[LatencyProfile, dict[str, Any], str]:
     """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders`` (module
-    doc), the kinds in ``pinned`` costing what it gives; also the fit's record
-    (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
+    doc), the kinds in ``pinned`` costing what it gives; ``by_process``: the least squares fits
+    the broker's process and the rest of the machine apart, each by the kinds that work in it.
+    Also the fit's record (``provenance.extra["pulsar.rates_fit"]``) and a note in words."""
     distinct("--rates-from", folders)
     pinned = dict(pinned or {})
     bad = [f"{kind}={us}" for kind, us in pinned.items() if kind not in KINDS or us < 0]
@@ -161,6 +190,20 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
                               "cores": cores, "kinds": list(KINDS), "traces": {}}
     if pinned:
         record["core_us_pinned"] = pinned
+    # by process: each process's core time is fitted by the kinds that work in it, and a kind's
+    # cost is the sum of its sides
+    split = by_process
+    lacking = [run.name for run in runs if run.broker_cores is None]
+    if split and lacking:
+        raise ConfigError(f"calibrate --rates-from --by-process: {', '.join(lacking)} did not record the broker "
+                          "process's busy cores over each v4 run (broker_saturation_cpu ... broker_cores)")
+    two_sided = [k for k in pinned if k in CLIENT_KINDS]
+    if split and two_sided:
+        raise ConfigError(f"calibrate --core {', '.join(two_sided)} --by-process: {', '.join(two_sided)} works in "
+                          "both processes: pin a kind of the broker's alone "
+                          f"({', '.join(k for k in KINDS if k not in CLIENT_KINDS)})")
+    columns = [(k, "broker") for k in free] + ([(k, "client") for k in free if k in CLIENT_KINDS] if split else [])
+    record["fitted_by_process"] = split
     rows, targets = [], []
     with tempfile.TemporaryDirectory(prefix="txnbench-rates-fit-") as tmp:
         def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
@@ -174,22 +217,43 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         for run in runs:
             per_kind = saturated_replay(profile, unbound, run.trace, run.repeat, "v4", scratch(tmp, run.name))[1]
             per_txn = [per_kind.get(k, 0.0) for k in KINDS]
-            left = run.core_us_per_txn - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items())
-            if left <= 0:
-                raise ConfigError(f"calibrate --core {', '.join(f'{k}={v}' for k, v in pinned.items())}: the pinned "
-                                  f"costs alone exceed {run.name}'s "
-                                  f"{run.core_us_per_txn:,.0f} core-µs per committed txn")
-            rows.append([per_kind.get(k, 0.0) for k in free])
-            targets.append(left)
+            # (side, its core-µs per committed txn): the broker's process and the rest, or the machine's
+            sides = (list(zip(("broker", "client"), run.process_core_us_per_txn())) if split
+                     else [("broker", run.core_us_per_txn)])
+            for side, us in sides:
+                left = us - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items() if side == "broker")
+                where = f" in the {side} process" if split else ""
+                if left <= 0 and pinned and side == "broker":
+                    raise ConfigError(f"calibrate --core {', '.join(f'{k}={v}' for k, v in pinned.items())}: the pinned "
+                                      f"costs alone exceed {run.name}'s {us:,.0f} core-µs per committed txn{where}")
+                if left <= 0:
+                    raise ConfigError(f"calibrate --rates-from: {run.name}'s runs leave no core time per committed "
+                                      f"txn{where} ({us:,.0f} µs) to fit")
+                rows.append([per_kind.get(kind, 0.0) if on == side else 0.0 for kind, on in columns])
+                targets.append(left)
             record["traces"][run.name] = {"core_us_per_txn": round(run.core_us_per_txn, 1),
                                           "calls_per_txn": {k: round(x, 2) for k, x in zip(KINDS, per_txn)},
                                           "broker_runs": run.rates, "busy_cores": run.busy_cores}
-            progress(f"rates fit: {run.name}: {run.core_us_per_txn:,.0f} core-µs per committed v4 txn on the broker's "
-                     f"runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
-        shape = {k: c for k, c in zip(free, nnls(rows, targets)) if round(c) > 0}
+            if split:
+                record["traces"][run.name].update(broker_cores=run.broker_cores, core_us_per_txn_by_process={
+                    side: round(us, 1) for side, us in sides})
+            progress(f"rates fit: {run.name}: " + (", ".join(f"{us:,.0f} core-µs per committed v4 txn in the {side}"
+                                                             + (" process" if side == "broker" else "'s")
+                                                             for side, us in sides) if split else
+                                                   f"{run.core_us_per_txn:,.0f} core-µs per committed v4 txn")
+                     + f" on the broker's runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
+        solved = nnls(rows, targets)
+        sided: dict[str, dict[str, int]] = {}
+        for (kind, side), c in zip(columns, solved):
+            if round(c) > 0:
+                sided.setdefault(side, {})[kind] = round(c)
+        summed = {kind: sum(c for (of, _), c in zip(columns, solved) if of == kind) for kind in free}
+        shape = {kind: c for kind, c in summed.items() if round(c) > 0}
         if not shape:
             raise ConfigError(f"calibrate --rates-from {where}: no non-negative core costs fit the runs there")
         record["core_us_least_squares"] = {k: round(c) for k, c in shape.items()}
+        if split:
+            record["core_us_least_squares_by_process"] = sided
         fixed = {k: v for k, v in pinned.items() if v > 0}  # a kind pinned at 0 works on no core
         progress(f"rates fit: core µs per call by least squares {record['core_us_least_squares']} on {cores} cores")
 
@@ -236,13 +300,24 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
             + ", ".join(f"{v} µs" for v in costs.values())
             + " on one (inside its latency)"
             + (f" ({', '.join(f'{k} {v} µs' for k, v in pinned.items())} pinned by --core)" if pinned else "")
-            + ", from the machine's busy cores over the broker's v4 runs ("
-            + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items())
+            + (", from the busy cores of the broker's process and of the rest of the machine over the broker's v4 runs, "
+               "each fitted by the kinds that work in it ("
+               + "; ".join(f"{n} {t['core_us_per_txn_by_process']['broker']:,.0f} and "
+                           f"{t['core_us_per_txn_by_process']['client']:,.0f} core-µs per committed txn"
+                           for n, t in record["traces"].items())
+               + "; by least squares, the broker's " + _costs(sided.get("broker", {})) + ", the client's "
+               + _costs(sided.get("client", {})) if split else
+               ", from the machine's busy cores over the broker's v4 runs ("
+               + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items()))
             + f") and scaled to their rates; bookie {'unbounded' if chosen['bookie'] is None else 'x' + str(chosen['bookie'])}"
               f" with them, the concurrency whose model v4 rates are nearest the broker's medians; v5 not fitted: "
             + "; ".join(f"{n}: model v4 {c['model']['v4']:,.0f}, v5 {c['model']['v5']:,.1f}, broker "
                         f"{c['broker']['v4']:,.0f}, {c['broker']['v5']:,.1f} committed txn/s" for n, c in checks.items()))
     return profile.derived(resources=resources), record, note
+
+
+def _costs(costs: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v} µs" for k, v in costs.items()) or "none"
 
 
 def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
@@ -255,10 +330,10 @@ def _bookie(profile: LatencyProfile, concurrency: int) -> ResourceSpec:
 
 def with_rates(path: str, folders: Sequence[str], out: str, command: str,
                progress: Callable[[str], None] = lambda s: None, name: str | None = None,
-               pinned: Mapping[str, int] | None = None) -> LatencyProfile:
+               pinned: Mapping[str, int] | None = None, by_process: bool = False) -> LatencyProfile:
     """The profile at ``path`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders``
-    (:func:`fit`, ``pinned`` kinds' costs given), every operation and the other resources as they
-    were, named ``name`` (by default as it was); the notes and ``provenance.extra["pulsar.rates_fit"]``
-    say when, from what and by what command."""
-    return refitted(functools.partial(fit, pinned=pinned), "pulsar.rates_fit", path, folders, out, command,
-                    progress, name)
+    (:func:`fit`, ``pinned`` kinds' costs given, ``by_process`` or over the machine), every
+    operation and the other resources as they were, named ``name`` (by default as it was); the
+    notes and ``provenance.extra["pulsar.rates_fit"]`` say when, from what and by what command."""
+    return refitted(functools.partial(fit, pinned=pinned, by_process=by_process), "pulsar.rates_fit", path, folders,
+                    out, command, progress, name)

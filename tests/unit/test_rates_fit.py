@@ -148,3 +148,37 @@ def test_a_bad_pinned_core_is_refused_naming_it(tmp_path: Path, capsys: pytest.C
 def test_core_goes_with_rates_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--refit", DEFAULT, "--core", "rpc=1", "--out", str(tmp_path / "x.json")]) == EXIT_USAGE
     assert "calibrate --core pins a core cost of the --rates-from fit" in capsys.readouterr().err
+
+
+def test_by_process_the_broker_and_the_client_are_each_fitted_by_the_kinds_that_work_in_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    generate(load_profile("small"), 600, 1, tmp_path / "small600.parquet")
+    kept = _kept(tmp_path / "kept", "small600", [280.0, 300.0, 320.0], [1.9, 1.9, 1.9])
+    out = tmp_path / "x.json"
+    # a run without the broker process's cores cannot be split
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"), "--by-process",
+                 "--out", str(out)]) == EXIT_USAGE
+    assert "small600 did not record the broker process's busy cores" in capsys.readouterr().err
+    v = json.loads(kept.read_text())
+    v["broker_saturation_cpu"]["v4"] = [{"machine_busy_cores": 1.9, "broker_cores": b} for b in (0.7, 0.8, 0.9)]
+    kept.write_text(json.dumps(v))
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"), "--by-process",
+                 "--core", "rpc=5", "--out", str(out)]) == EXIT_USAGE
+    assert "rpc works in both processes" in capsys.readouterr().err and not out.exists()
+    assert main(["calibrate", "--refit", DEFAULT, "--rates-from", str(tmp_path / "kept"), "--by-process",
+                 "--out", str(out)]) == 0
+    record = LatencyProfile.load(out).provenance["extra"]["pulsar.rates_fit"]
+    trace = record["traces"]["small600"]
+    # each process's core time per committed txn, the median over the runs
+    assert trace["core_us_per_txn_by_process"] == {"broker": pytest.approx(0.8e6 / 300, abs=0.1),
+                                                    "client": pytest.approx(1.1e6 / 300, abs=0.1)}
+    sides = record["core_us_least_squares_by_process"]
+    assert set(sides["client"]) <= set(rates_fit.CLIENT_KINDS)
+    for side, costs in sides.items():  # one trace: each process's time is met by its own kinds
+        assert sum(trace["calls_per_txn"][k] * c for k, c in costs.items()) == pytest.approx(
+            trace["core_us_per_txn_by_process"][side], rel=0.02)
+    for kind, cost in record["core_us_least_squares"].items():  # a kind's cost is its sides' (each rounded)
+        assert cost == pytest.approx(sides.get("broker", {}).get(kind, 0) + sides.get("client", {}).get(kind, 0), abs=1)
+    assert record["fitted_by_process"] is True
+    assert main(["calibrate", "--refit", DEFAULT, "--by-process", "--out", str(out)]) == EXIT_USAGE
+    assert "calibrate --by-process splits the --rates-from fit by process" in capsys.readouterr().err
