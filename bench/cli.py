@@ -622,13 +622,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if args.rejudge or args.trace or args.target or args.calibrate or args.fresh_broker:
             raise ConfigError("validate --rejudge-kept judges the packed sets it finds: not with --rejudge, --trace, "
                               "--target, --calibrate or --fresh-broker")
-        say_summary(rejudge_kept(args.rejudge_kept, args.out, args.latency_profile, force=args.force, progress=print),
+        say_summary(rejudge_kept(args.rejudge_kept, args.out, args.latency_profile, force=args.force, progress=print,
+                                 latency_seed=args.latency_seed),
                     args.out)
         return 0
     if args.rejudge:
         if args.target or args.calibrate or args.fresh_broker:
             raise ConfigError("validate --rejudge runs no broker: not with --target, --calibrate or --fresh-broker")
-        doc = rejudge(args.rejudge, args.out, args.latency_profile, force=args.force, trace=args.trace, progress=print)
+        doc = rejudge(args.rejudge, args.out, args.latency_profile, force=args.force, trace=args.trace, progress=print,
+                      latency_seed=args.latency_seed)
         _say_validation(doc, args.out)
         return 0
     if not args.trace or not args.target:
@@ -644,7 +646,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     doc = run_validate(args.trace, target, args.out, args.latency_profile, force=args.force, progress=print,
                        saturation=not args.no_saturation, saturation_runs=args.saturation_runs,
                        fresh_broker=args.fresh_broker, warm_up=args.warm_up, saturation_repeat=args.saturation_repeat,
-                       warm_up_txns=warm_up_txns, warm_up_jit=_warm_up_jit(args), calibration=calibration)
+                       warm_up_txns=warm_up_txns, warm_up_jit=_warm_up_jit(args), calibration=calibration,
+                       latency_seed=args.latency_seed)
     _say_validation(doc, args.out)
     return 0
 
@@ -996,6 +999,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most this long waiting for deliveries after the last row (default 30000)")
     p.add_argument("--latency-profile", default=None, metavar="FILE",
                    help="the model's latency profile, a file or a shipped name (datasets/latency/; default: pulsar-standalone-5.0.0-M1)")
+    p.add_argument("--latency-seed", type=int, default=None, metavar="N",
+                   help="seed of the model's latency draws (default: the trace's seed, as the broker set recorded it); "
+                        "the report and validation.json say which")
     p.add_argument("--no-saturation", action="store_true",
                    help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",

@@ -66,10 +66,11 @@ def summary(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[str], None] | None = None, latency_seed: int | None = None) -> dict[str, Any]:
     """Every packed broker set under ``folder`` judged again with ``profile`` (by default the
-    project's) into ``out/SET/TRACE``; :func:`summary` of them, also ``out/summary.json``.
-    Nothing is left in ``out`` if one fails."""
+    project's) into ``out/SET/TRACE``, the model's draws seeded ``latency_seed`` (by default each
+    set's own); :func:`summary` of them, also ``out/summary.json``. Nothing is left in ``out`` if
+    one fails."""
     from bench.pulsar.validate_run import rejudge
     from bench.replay.output import check_out, staged_dir
 
@@ -79,7 +80,7 @@ def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None
     with staged_dir(out, force=force) as tmp:
         docs = []
         for i, (name, archive, trace) in enumerate(sets, 1):
-            doc = rejudge(archive, tmp / name, profile, trace=trace)
+            doc = rejudge(archive, tmp / name, profile, trace=trace, latency_seed=latency_seed)
             docs.append((name, doc))
             say(f"[{i}/{len(sets)}] {name}: {doc['tally']}")
         result = summary(docs)

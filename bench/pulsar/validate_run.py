@@ -312,7 +312,8 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
                  saturation: bool = True, saturation_runs: int = SATURATION_RUNS,
                  fresh_broker: bool = False, warm_up: int = WARM_UP_RUNS,
                  saturation_repeat: int | None = None, warm_up_txns: dict[str, int] | None = None,
-                 warm_up_jit: float | None = None, calibration: SessionCalibration | None = None) -> dict[str, Any]:
+                 warm_up_jit: float | None = None, calibration: SessionCalibration | None = None,
+                 latency_seed: int | None = None) -> dict[str, Any]:
     """Run the result sets (``saturation=False``: no asap runs, the section says so), compute the
     section, write the report; returns validation.json. ``fresh_broker``: restart the broker
     ``target.pulsar_dir`` names with its data wiped first; ``warm_up``, ``warm_up_txns``, ``warm_up_jit``: discarded
@@ -321,7 +322,8 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     rows, ``None``: per design, from the last warm-up run (:func:`warm_up_broker`). ``calibration``:
     the model's profile is measured on this broker first (after the restart, which it does), in
     ``--out``'s ``profile.json``, and its saturation trace runs again after the broker's measured
-    runs (validation.json's ``calibration``)."""
+    runs (validation.json's ``calibration``). ``latency_seed``: the seed of the model's latency
+    draws (by default the trace's own); validation.json records it as ``latency_seed``."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
     from bench.replay.output import check_out, shown_path, staged_dir
     from bench.pulsar.run import pulsar_replay
@@ -336,7 +338,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
         require_broker_dir(target.pulsar_dir)
     check_out(out, force=force)
     validate(trace)  # a bad trace, a missing profile or an unreachable broker: refused before anything runs
-    seed = int(trace_metadata(trace).get("seed") or 0)
+    seed = int(trace_metadata(trace).get("seed") or 0) if latency_seed is None else latency_seed
     prof = model_profile(profile)
     probe(target)
     with staged_dir(out, force=force) as tmp:
@@ -357,7 +359,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
         asap = asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown) if saturation else []
-        recorded: dict[str, Any] = {"profile_note": note}
+        recorded: dict[str, Any] = {"profile_note": note, "latency_seed": seed}
         if calibration is not None:
             recorded["calibration"] = calibration.recheck(say)
         return judge(trace, tmp, prof, latency, recorded, traces if saturation else None, asap, sorted(tmp.glob("broker*")),
@@ -410,12 +412,14 @@ ARCHIVES = (".tar.xz", ".tar.gz", ".tgz", ".tar")  # an earlier --out packed (da
 
 
 def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = None, *, force: bool = False,
-            trace: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            trace: str | Path | None = None, progress: Callable[[str], None] | None = None,
+            latency_seed: int | None = None) -> dict[str, Any]:
     """Judge the model (``profile``, by default the project's default) again against the broker
     runs an earlier ``validate`` kept in ``earlier`` (its ``--out``, or that directory packed as a
     tar archive, unpacked into ``out/broker-runs``), without a broker: the model's sets, the report
     and validation.json go to ``out``; the broker's sets are read where they are. ``trace``: where
     the trace the broker ran is now (by default the path its broker set recorded), of as many rows.
+    ``latency_seed``: the seed of the model's draws (by default the one its broker set recorded).
     What a change to the model or its profile needs, measured on the same runs."""
     import tarfile
 
@@ -458,7 +462,7 @@ def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = N
             if has != int(rows):
                 raise ConfigError(f"validate --rejudge {src}: --trace {path} has {has:,} rows, the trace its broker "
                                   f"ran {int(rows):,}")
-        seed = int(manifest.get("seed") or 0)
+        seed = int(manifest.get("seed") or 0) if latency_seed is None else latency_seed
         prof = model_profile(profile)
         runs = sorted(p for p in base.glob("broker*") if (p / "manifest.json").exists() and p.is_dir())
         asap = sorted((p for p in runs if p.name.startswith("broker-asap")),
@@ -468,5 +472,6 @@ def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = N
         if asap:
             repeat = {d: int(n) for d, n in (before.get("saturation_repeat") or {}).items()} or {d: 1 for d in DESIGNS}
             traces = saturation_traces(path, tmp, repeat, say)
-        recorded = {"profile_note": note, "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
+        recorded = {"profile_note": note, "latency_seed": seed,
+                    "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
         return judge(path, tmp, prof, latency, recorded, traces, asap, runs, shown, say, broker=base / "broker")

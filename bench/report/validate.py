@@ -606,11 +606,14 @@ def _model_listeners_note(listeners: tuple[int | None, int | None]) -> str:
 
 
 def profile_note(model: dict[str, Any]) -> str:
-    """Which latencies the model ran with, from its manifest (calib's profile record, if any)."""
+    """Which latencies the model ran with, from its manifest (calib's profile record, if any),
+    and the seed of its draws."""
     for run in model["manifest"].get("runs", {}).values():
         prof = run.get("latency_profile") or run.get("config", {}).get("latency_profile")
         if isinstance(prof, dict) and prof.get("name"):
-            return f"latency profile {prof['name']} ({prof.get('path', '?')}, sha256 {str(prof.get('sha256', '?'))[:12]})"
+            seed = f", latency seed {prof['seed']}" if prof.get("seed") is not None else ""
+            return (f"latency profile {prof['name']} ({prof.get('path', '?')}, sha256 "
+                    f"{str(prof.get('sha256', '?'))[:12]}{seed})")
     note = model["manifest"].get("validate", {}).get("profile_note")
     return str(note) if note else "today's hand-written constants (engine/clock.py DEFAULT_LATENCIES_US)"
 

@@ -101,6 +101,16 @@ def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pyt
     totals = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (totals["sets"], totals["met"], totals["judged"]) == (1, met, judged)
     assert f"1 kept sets: {met} of {judged} judged rows meet the goals" in capsys.readouterr().out
+    # the model's draws are seeded by the trace unless told: another seed draws other latencies
+    seed = int(json.loads((tmp_path / "out" / "jit-idle-1" / "small-slow-2000" / "broker-runs" / "small-slow-2000"
+                           / "broker" / "manifest.json").read_text())["seed"])
+    assert again["profile"].endswith(f", latency seed {seed})")
+    assert main(["validate", "--rejudge-kept", str(folder), "--latency-seed", str(seed + 6),
+                 "--out", str(tmp_path / "other")]) == 0
+    other = json.loads((tmp_path / "other" / "jit-idle-1" / "small-slow-2000" / "validation.json").read_text())
+    assert other["profile"].endswith(f", latency seed {seed + 6})")
+    latency = lambda doc: [c["model"] for c in doc["checks"] if c["section"] == "Latency"]  # noqa: E731
+    assert latency(other) != latency(again)
 
 
 def test_what_is_not_a_kept_folder_is_refused_and_nothing_is_written(tmp_path: Path,
