@@ -616,12 +616,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from engine.errors import ConfigError
 
+    if args.latency_seeds and not args.rejudge_kept:
+        raise ConfigError("validate --latency-seeds judges the kept sets once per seed: it goes with --rejudge-kept")
+    if args.latency_seeds and args.latency_seed is not None:
+        raise ConfigError("validate --latency-seed and --latency-seeds: give one")
     if args.rejudge_kept:
-        from bench.pulsar.rejudge_kept import rejudge_kept, say_summary
+        from bench.pulsar.rejudge_kept import parse_seeds, rejudge_kept, rejudge_seeds, say_seeds, say_summary
 
         if args.rejudge or args.trace or args.target or args.calibrate or args.fresh_broker:
             raise ConfigError("validate --rejudge-kept judges the packed sets it finds: not with --rejudge, --trace, "
                               "--target, --calibrate or --fresh-broker")
+        if args.latency_seeds:
+            say_seeds(rejudge_seeds(args.rejudge_kept, args.out, parse_seeds(args.latency_seeds), args.latency_profile,
+                                    force=args.force, progress=print), args.out)
+            return 0
         say_summary(rejudge_kept(args.rejudge_kept, args.out, args.latency_profile, force=args.force, progress=print,
                                  latency_seed=args.latency_seed),
                     args.out)
@@ -1002,6 +1010,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-seed", type=int, default=None, metavar="N",
                    help="seed of the model's latency draws (default: the trace's seed, as the broker set recorded it); "
                         "the report and validation.json say which")
+    p.add_argument("--latency-seeds", default=None, metavar="A-B",
+                   help="with --rejudge-kept: judge the kept sets once per seed (A-B, or A,B,...), each into "
+                        "OUT/seed-N, and give the rows' spread over them (the draws alone move a record by several rows)")
     p.add_argument("--no-saturation", action="store_true",
                    help="leave out the broker's as-fast-as-possible runs (no throughput-at-saturation figure)")
     p.add_argument("--saturation-runs", type=_int_in(1, 20), default=3, metavar="N",

@@ -1,5 +1,5 @@
 """Every kept broker set judged again at once: ``txnbench validate --rejudge-kept DIR --out OUT
-[--latency-profile P]``.
+[--latency-profile P] [--latency-seed N | --latency-seeds A-B]``.
 
 ``datasets/validation/`` keeps each fresh-broker set's broker runs packed beside its judgement
 (``SET/broker-runs/TRACE.tar.xz``, the trace ``TRACE.parquet`` in the folder above). A change to
@@ -9,7 +9,8 @@ met over every set, the v5/v4 ratio's verdicts, the rows a goal judges beside wh
 spread leaves reachable (:class:`bench.report.kept.GoalRows`), the rows missed most and those with
 the most room, printed and written to ``OUT/summary.json`` in the form the report keeps them
 (``bench.report.kept``: the compare's "Held against a real broker"), which with the default profile
-it reproduces.
+it reproduces. The model's latency draws move the record by several rows (validation/README.md,
+session 44), so ``--latency-seeds`` judges them once per seed and gives the spread.
 """
 
 from __future__ import annotations
@@ -86,6 +87,65 @@ def rejudge_kept(folder: str | Path, out: str | Path, profile: str | Path | None
         result = summary(docs)
         (tmp / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``--latency-seeds``: ``A-B`` (every seed from A to B) or ``A,B,...``; two at least, each once."""
+    try:
+        if "-" in spec and "," not in spec:
+            lo, hi = (int(x) for x in spec.split("-", 1))
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(x) for x in spec.split(",")]
+    except ValueError:
+        seeds = []
+    if len(seeds) < 2 or len(set(seeds)) < len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"validate --latency-seeds {spec!r}: expected A-B or A,B,... (two seeds at least, "
+                          "each once, >= 0)")
+    return seeds
+
+
+def rejudge_seeds(folder: str | Path, out: str | Path, seeds: list[int], profile: str | Path | None = None, *,
+                  force: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """:func:`rejudge_kept` once per seed of the model's latency draws, each into ``out/seed-N``;
+    every seed's summary and the spread over them (the rows, the ratio's sets and the rows a goal
+    judges: mean, least and most), also ``out/summary.json``. A record's rows move with the draws
+    alone, so two profiles are compared over the same seeds. Nothing is left in ``out`` if one
+    fails."""
+    import statistics
+
+    from bench.replay.output import check_out, staged_dir
+
+    say = progress or (lambda _line: None)
+    check_out(out, force=force)
+    kept_archives(Path(folder))  # refused before anything runs
+    with staged_dir(out, force=force) as tmp:
+        each: dict[str, dict[str, Any]] = {}
+        for seed in seeds:
+            each[str(seed)] = result = rejudge_kept(folder, tmp / f"seed-{seed}", profile, latency_seed=seed)
+            say(f"seed {seed}: {result['met']} of {result['judged']} rows, the ratio on {result['ratio_met']} of "
+                f"{len(result['ratio'])}")
+
+        def spread(values: list[int]) -> dict[str, float]:
+            return {"mean": round(statistics.mean(values), 1), "min": min(values), "max": max(values)}
+
+        doc = {"seeds": each, "over_seeds": {
+            "seeds": seeds, "judged": next(iter(each.values()))["judged"],
+            "met": spread([r["met"] for r in each.values()]),
+            "ratio_met": spread([r["ratio_met"] for r in each.values()]),
+            "goal_rows_met": spread([r["goal_rows"]["met"] for r in each.values() if r.get("goal_rows")])}}
+        (tmp / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def say_seeds(doc: dict[str, Any], out: str | Path, show: Callable[[str], None] = print) -> None:
+    """The spread over the seeds in a line or two."""
+    over = doc["over_seeds"]
+    seeds = ", ".join(str(s) for s in over["seeds"])
+    show(f"over latency seeds {seeds}: {over['met']['mean']} of {over['judged']} judged rows meet the goals on "
+         f"average ({over['met']['min']}-{over['met']['max']}); the v5/v4 ratio within its goal on "
+         f"{over['ratio_met']['mean']} sets ({over['ratio_met']['min']}-{over['ratio_met']['max']})")
+    show(f"each seed's sets under {Path(out)}/seed-N; the totals in {Path(out) / 'summary.json'}")
 
 
 def say_summary(result: dict[str, Any], out: str | Path, show: Callable[[str], None] = print) -> None:

@@ -105,12 +105,45 @@ def test_a_kept_set_judged_again_gives_its_kept_rows(tmp_path: Path, capsys: pyt
     seed = int(json.loads((tmp_path / "out" / "jit-idle-1" / "small-slow-2000" / "broker-runs" / "small-slow-2000"
                            / "broker" / "manifest.json").read_text())["seed"])
     assert again["profile"].endswith(f", latency seed {seed})")
-    assert main(["validate", "--rejudge-kept", str(folder), "--latency-seed", str(seed + 6),
-                 "--out", str(tmp_path / "other")]) == 0
-    other = json.loads((tmp_path / "other" / "jit-idle-1" / "small-slow-2000" / "validation.json").read_text())
-    assert other["profile"].endswith(f", latency seed {seed + 6})")
+    # once per seed: the trace's own gives the same judgement, another draws other latencies
+    assert main(["validate", "--rejudge-kept", str(folder), "--latency-seeds", f"{seed},{seed + 6}",
+                 "--out", str(tmp_path / "seeds")]) == 0
+    by_seed = {s: json.loads((tmp_path / "seeds" / f"seed-{s}" / "jit-idle-1" / "small-slow-2000"
+                              / "validation.json").read_text()) for s in (seed, seed + 6)}
+    assert by_seed[seed]["checks"] == again["checks"]
+    assert by_seed[seed + 6]["profile"].endswith(f", latency seed {seed + 6})")
     latency = lambda doc: [c["model"] for c in doc["checks"] if c["section"] == "Latency"]  # noqa: E731
-    assert latency(other) != latency(again)
+    assert latency(by_seed[seed + 6]) != latency(again)
+    over = json.loads((tmp_path / "seeds" / "summary.json").read_text())
+    rows = [over["seeds"][str(s)]["met"] for s in (seed, seed + 6)]
+    mean = round(sum(rows) / 2, 1)
+    assert rows[0] == met and over["over_seeds"]["met"] == {"mean": mean, "min": min(rows), "max": max(rows)}
+    assert (f"over latency seeds {seed}, {seed + 6}: {mean} of {judged} judged rows meet the goals on average "
+            f"({min(rows)}-{max(rows)})") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("spec", "ok"), [("1-3", [1, 2, 3]), ("4,1", [4, 1]), ("3", None), ("2-2", None),
+                                          ("a-b", None), ("1,1", None), ("-1,2", None)])
+def test_latency_seeds_are_a_range_or_a_list_of_two_at_least(spec: str, ok: list[int] | None) -> None:
+    from bench.pulsar.rejudge_kept import parse_seeds
+
+    if ok is None:
+        with pytest.raises(ConfigError, match="expected A-B or A,B"):
+            parse_seeds(spec)
+    else:
+        assert parse_seeds(spec) == ok
+
+
+def test_latency_seeds_go_with_rejudge_kept_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import EXIT_USAGE, main
+
+    assert main(["validate", "--rejudge", str(tmp_path), "--latency-seeds", "1-2", "--out", str(tmp_path / "o")]) \
+        == EXIT_USAGE
+    assert "--latency-seeds judges the kept sets once per seed: it goes with --rejudge-kept" in capsys.readouterr().err
+    assert main(["validate", "--rejudge-kept", str(tmp_path), "--latency-seeds", "1-2", "--latency-seed", "3",
+                 "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert "--latency-seed and --latency-seeds: give one" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_what_is_not_a_kept_folder_is_refused_and_nothing_is_written(tmp_path: Path,
