@@ -222,13 +222,13 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
                      else [("broker", run.core_us_per_txn)])
             for side, us in sides:
                 left = us - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items() if side == "broker")
-                where = f" in the {side} process" if split else ""
+                in_side = f" in the {side} process" if split else ""
                 if left <= 0 and pinned and side == "broker":
                     raise ConfigError(f"calibrate --core {', '.join(f'{k}={v}' for k, v in pinned.items())}: the pinned "
-                                      f"costs alone exceed {run.name}'s {us:,.0f} core-µs per committed txn{where}")
+                                      f"costs alone exceed {run.name}'s {us:,.0f} core-µs per committed txn{in_side}")
                 if left <= 0:
                     raise ConfigError(f"calibrate --rates-from: {run.name}'s runs leave no core time per committed "
-                                      f"txn{where} ({us:,.0f} µs) to fit")
+                                      f"txn{in_side} ({us:,.0f} µs) to fit")
                 rows.append([per_kind.get(kind, 0.0) if on == side else 0.0 for kind, on in columns])
                 targets.append(left)
             record["traces"][run.name] = {"core_us_per_txn": round(run.core_us_per_txn, 1),

@@ -180,5 +180,6 @@ def test_by_process_the_broker_and_the_client_are_each_fitted_by_the_kinds_that_
     for kind, cost in record["core_us_least_squares"].items():  # a kind's cost is its sides' (each rounded)
         assert cost == pytest.approx(sides.get("broker", {}).get(kind, 0) + sides.get("client", {}).get(kind, 0), abs=1)
     assert record["fitted_by_process"] is True
+    assert f"kept in {tmp_path / 'kept'} (bench/calibrate/rates_fit.py)" in LatencyProfile.load(out).provenance["notes"]
     assert main(["calibrate", "--refit", DEFAULT, "--by-process", "--out", str(out)]) == EXIT_USAGE
     assert "calibrate --by-process splits the --rates-from fit by process" in capsys.readouterr().err
