@@ -81,7 +81,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     also the fit's record (``provenance.extra["pulsar.walk_fit"]``) and a note in words."""
     distinct("--walk-from", folders)
     metadata = profile.resources.get("metadata")
-    if metadata is None or WALK not in (metadata.kinds or ()):
+    if metadata is None or (metadata.kinds is not None and WALK not in metadata.kinds):  # None: every kind
         raise ConfigError(f"calibrate --walk-from: {profile.name} has no metadata resource whose threads a "
                           f"listing's walk ({WALK}) holds: fit its resources first (calibrate --pulsar, or --refit)")
     sets = [s for f in folders for s in kept_sets(f, qualified=len(folders) > 1)]
