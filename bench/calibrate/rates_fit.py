@@ -166,7 +166,8 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
 
 def fit(profile: LatencyProfile, folders: Sequence[Path],
         progress: Callable[[str], None] = lambda s: None,
-        pinned: Mapping[str, int] | None = None, by_process: bool = False) -> tuple[LatencyProfile, dict[str, Any], str]:
+        pinned: Mapping[str, int] | None = None,
+        by_process: bool = False) -> tuple[LatencyProfile, dict[str, Any], str]:
     """``profile`` with ``cpu`` and ``bookie`` fitted to the validations in ``folders`` (module
     doc), the kinds in ``pinned`` costing what it gives; ``by_process``: the least squares fits
     the broker's process and the rest of the machine apart, each by the kinds that work in it.
@@ -192,18 +193,17 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         record["core_us_pinned"] = pinned
     # by process: each process's core time is fitted by the kinds that work in it, and a kind's
     # cost is the sum of its sides
-    split = by_process
     lacking = [run.name for run in runs if run.broker_cores is None]
-    if split and lacking:
+    if by_process and lacking:
         raise ConfigError(f"calibrate --rates-from --by-process: {', '.join(lacking)} did not record the broker "
                           "process's busy cores over each v4 run (broker_saturation_cpu ... broker_cores)")
     two_sided = [k for k in pinned if k in CLIENT_KINDS]
-    if split and two_sided:
+    if by_process and two_sided:
         raise ConfigError(f"calibrate --core {', '.join(two_sided)} --by-process: {', '.join(two_sided)} works in "
                           "both processes: pin a kind of the broker's alone "
                           f"({', '.join(k for k in KINDS if k not in CLIENT_KINDS)})")
-    columns = [(k, "broker") for k in free] + ([(k, "client") for k in free if k in CLIENT_KINDS] if split else [])
-    record["fitted_by_process"] = split
+    columns = [(k, "broker") for k in free] + ([(k, "client") for k in free if k in CLIENT_KINDS] if by_process else [])
+    record["fitted_by_process"] = by_process
     rows, targets = [], []
     with tempfile.TemporaryDirectory(prefix="txnbench-rates-fit-") as tmp:
         def error(prof: LatencyProfile, res: dict[str, ResourceSpec], design: str) -> tuple[dict[str, float], float]:
@@ -218,11 +218,11 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
             per_kind = saturated_replay(profile, unbound, run.trace, run.repeat, "v4", scratch(tmp, run.name))[1]
             per_txn = [per_kind.get(k, 0.0) for k in KINDS]
             # (side, its core-µs per committed txn): the broker's process and the rest, or the machine's
-            sides = (list(zip(("broker", "client"), run.process_core_us_per_txn())) if split
+            sides = (list(zip(("broker", "client"), run.process_core_us_per_txn())) if by_process
                      else [("broker", run.core_us_per_txn)])
             for side, us in sides:
                 left = us - sum(per_kind.get(k, 0.0) * v for k, v in pinned.items() if side == "broker")
-                in_side = f" in the {side} process" if split else ""
+                in_side = f" in the {side} process" if by_process else ""
                 if left <= 0 and pinned and side == "broker":
                     raise ConfigError(f"calibrate --core {', '.join(f'{k}={v}' for k, v in pinned.items())}: the pinned "
                                       f"costs alone exceed {run.name}'s {us:,.0f} core-µs per committed txn{in_side}")
@@ -234,12 +234,12 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
             record["traces"][run.name] = {"core_us_per_txn": round(run.core_us_per_txn, 1),
                                           "calls_per_txn": {k: round(x, 2) for k, x in zip(KINDS, per_txn)},
                                           "broker_runs": run.rates, "busy_cores": run.busy_cores}
-            if split:
+            if by_process:
                 record["traces"][run.name].update(broker_cores=run.broker_cores, core_us_per_txn_by_process={
                     side: round(us, 1) for side, us in sides})
             progress(f"rates fit: {run.name}: " + (", ".join(f"{us:,.0f} core-µs per committed v4 txn in the {side}"
                                                              + (" process" if side == "broker" else "'s")
-                                                             for side, us in sides) if split else
+                                                             for side, us in sides) if by_process else
                                                    f"{run.core_us_per_txn:,.0f} core-µs per committed v4 txn")
                      + f" on the broker's runs, calls per txn {dict(zip(KINDS, (round(x, 1) for x in per_txn)))}")
         solved = nnls(rows, targets)
@@ -252,7 +252,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         if not shape:
             raise ConfigError(f"calibrate --rates-from {where}: no non-negative core costs fit the runs there")
         record["core_us_least_squares"] = {k: round(c) for k, c in shape.items()}
-        if split:
+        if by_process:
             record["core_us_least_squares_by_process"] = sided
         fixed = {k: v for k, v in pinned.items() if v > 0}  # a kind pinned at 0 works on no core
         progress(f"rates fit: core µs per call by least squares {record['core_us_least_squares']} on {cores} cores")
@@ -306,7 +306,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
                            f"{t['core_us_per_txn_by_process']['client']:,.0f} core-µs per committed txn"
                            for n, t in record["traces"].items())
                + "; by least squares, the broker's " + _costs(sided.get("broker", {})) + ", the client's "
-               + _costs(sided.get("client", {})) if split else
+               + _costs(sided.get("client", {})) if by_process else
                ", from the machine's busy cores over the broker's v4 runs ("
                + "; ".join(f"{n} {t['core_us_per_txn']:,.0f} core-µs per committed txn" for n, t in record["traces"].items()))
             + f") and scaled to their rates; bookie {'unbounded' if chosen['bookie'] is None else 'x' + str(chosen['bookie'])}"

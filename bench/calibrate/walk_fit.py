@@ -92,9 +92,9 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
     errors: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="txnbench-walk-fit-") as tmp:
         def model(k: int, s: KeptV5) -> list[float]:
-            walked = profile.derived(operations={**profile.operations, WALK: Distribution.constant(k)})
             for h, _ in s.runs:
                 if (k, s.name, h) not in rates:
+                    walked = profile.derived(operations={**profile.operations, WALK: Distribution.constant(k)})
                     rates[k, s.name, h] = saturated_replay(walked, dict(walked.resources), s.trace, s.repeat, "v5",
                                                            scratch(tmp, s.name), h, s.listeners)[0]
             return [rates[k, s.name, h] for h, _ in s.runs]

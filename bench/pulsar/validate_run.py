@@ -323,7 +323,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
     the model's profile is measured on this broker first (after the restart, which it does), in
     ``--out``'s ``profile.json``, and its saturation trace runs again after the broker's measured
     runs (validation.json's ``calibration``). ``latency_seed``: the seed of the model's latency
-    draws (by default the trace's own); validation.json records it as ``latency_seed``."""
+    draws (by default the trace's own; the profile note in validation.json says which)."""
     from bench.pulsar.client import fresh_broker as restart_fresh, require_broker_dir
     from bench.replay.output import check_out, shown_path, staged_dir
     from bench.pulsar.run import pulsar_replay
@@ -359,7 +359,7 @@ def run_validate(trace: str | Path, target: Any, out: str | Path, profile: str |
             say(f"broker {label} (trace pacing): {run['events']} rows in {run['wall_seconds']} s, "
                 f"{run['rates'].get('committed_txns_per_s')} committed txn/s")
         asap = asap_runs(traces, target, tmp, saturation_runs, say, extra_manifest=state, shown=shown) if saturation else []
-        recorded: dict[str, Any] = {"profile_note": note, "latency_seed": seed}
+        recorded: dict[str, Any] = {"profile_note": note}
         if calibration is not None:
             recorded["calibration"] = calibration.recheck(say)
         return judge(trace, tmp, prof, latency, recorded, traces if saturation else None, asap, sorted(tmp.glob("broker*")),
@@ -472,6 +472,5 @@ def rejudge(earlier: str | Path, out: str | Path, profile: str | Path | None = N
         if asap:
             repeat = {d: int(n) for d, n in (before.get("saturation_repeat") or {}).items()} or {d: 1 for d in DESIGNS}
             traces = saturation_traces(path, tmp, repeat, say)
-        recorded = {"profile_note": note, "latency_seed": seed,
-                    "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
+        recorded = {"profile_note": note, "rejudged": {"from": str(src), "profile_before": before.get("profile")}}
         return judge(path, tmp, prof, latency, recorded, traces, asap, runs, shown, say, broker=base / "broker")
