@@ -59,6 +59,7 @@ SEED = 1
 RUNS = 3  # per design: a saturated broker's rate moves from run to run; the median is fitted
 WRITES = frozenset({"meta.write", "meta.cas"})
 WALK = "meta.list_keys"  # a listing's walk over the keys under its prefix, per thousand keys
+FITTED = ("bookie", "metadata")  # the resources :func:`fit` gives; a profile's others stay as they are
 
 
 def write_trace(path: Path, events: int = EVENTS) -> Path:
@@ -168,7 +169,10 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
     by = traces if isinstance(traces, dict) else {"v4": traces, "v5": traces}
     trace = by["v4"]
     r4, r5 = rates["v4"], rates["v5"]
-    bookie_at = lambda c: {"bookie": ResourceSpec(None, c, shared=True)}  # noqa: E731
+    # the resources this fit does not fit (the cores a kept fit gave: rates_fit) work in every
+    # replay, as they will in the profile it writes
+    others = {k: v for k, v in profile.resources.items() if k not in FITTED}
+    bookie_at = lambda c: {**others, "bookie": ResourceSpec(None, c, shared=True)}  # noqa: E731
     tried: dict[int, float] = {}
     c = 1
     while True:  # the model's v4 rate grows with the concurrency: the first at or past the broker's
@@ -201,8 +205,8 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
 
     def v5_at(k: int, service: int, history: int) -> float:
         if (k, service, history) not in replayed:
-            replayed[k, service, history] = model_rates(with_keys(k), {"bookie": bookie, "metadata": _metadata(service)},
-                                                        by["v5"], ("v5",), history, ops)["v5"]
+            resources = {**others, "bookie": bookie, "metadata": _metadata(service)}
+            replayed[k, service, history] = model_rates(with_keys(k), resources, by["v5"], ("v5",), history, ops)["v5"]
         return replayed[k, service, history]
 
     def service_for(k: int) -> int:
@@ -253,6 +257,8 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
             f"v5 {r5:.1f} txn/s on the broker, {got['v5']:.1f} in the model; RocksdbMetadataStore commits a write on "
             "the caller's thread: the client connection's IO thread and the store's notification thread write side "
             "by side; reads run beside the writes, as storeGet takes no transaction)")
+    if others:
+        note += "; " + ", ".join(sorted(others)) + " as the profile had it, in every replay of this fit"
     if runs:
         each = [v5_at(keys_us, service, h) for h, _ in runs]
         note += (f"; v5's store starting from the broker's history of its median run ({at:,} txns); a listing's walk "

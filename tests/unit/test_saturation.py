@@ -99,6 +99,21 @@ def test_the_fit_recovers_resources_from_the_rates_they_give(trace: Path) -> Non
     assert isinstance(LatencyModel().with_resources(fitted).resources["bookie"], ResourceSpec)
 
 
+def test_the_fit_replays_with_the_profiles_other_resources_as_its_profile_will(trace: Path) -> None:
+    """The cores a kept fit gave (bench.calibrate.rates_fit) stay in the profile a refit writes, so
+    its bookie and store are fitted with them working: else the rates it fitted are not its model's."""
+    cpu = ResourceSpec.cores({"rpc": 300}, 1)  # one core that binds v4's rate below the bookie's
+    profile = _broker_reads().derived(resources={"cpu": cpu})
+    truth = {"cpu": cpu, "bookie": ResourceSpec(None, 3, shared=True),
+             "metadata": ResourceSpec(800, 1, shared=False, kinds=saturation.WRITES)}
+    rates = saturation.model_rates(profile, truth, trace)
+    assert rates["v4"] < saturation.model_rates(profile, {k: truth[k] for k in ("bookie", "metadata")}, trace)["v4"]
+    fitted, _, note = saturation.fit(profile, rates, trace)
+    assert fitted["bookie"] == truth["bookie"] and "cpu" not in fitted
+    assert fitted["metadata"].service_us == pytest.approx(800, rel=0.03)
+    assert "; cpu as the profile had it, in every replay of this fit" in note
+
+
 def test_the_headline_says_when_a_run_saturated_the_profiles_resources() -> None:
     from bench.report.headline import capacity_line
 
