@@ -454,10 +454,12 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     (``provenance.extra["pulsar.client_observed_us"]``), then the resources to the broker's
     saturated rates (``provenance.extra["pulsar.saturation"]``). What a change to the model's
     structure needs, without measuring the broker again. The measured operations stay; the notes
-    say when and by what command the resources were re-fitted. ``store_probe``: first time the
+    say when and by what command the resources were re-fitted. The fits made after the calibration
+    keep what the refit does not fit again (the cores work in its replays) and their notes, each
+    saying what the refit replaced (:mod:`bench.calibrate.later_fits`). ``store_probe``: first time the
     emulated scan's GETs with the broker's classes on this machine (no broker needed:
     :func:`with_scan_get`), for a profile measured before calibrate did."""
-    from bench.calibrate import hops_fit
+    from bench.calibrate import hops_fit, later_fits
     from bench.calibrate.saturation import with_resources
 
     profile = LatencyProfile.load(path)
@@ -465,6 +467,9 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     if not isinstance(sat, dict) or "committed_txns_per_s" not in sat:
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
+    # the fits after the calibration's own keep their notes, after the ones this refit writes again
+    head, later = later_fits.split(str(profile.provenance.get("notes", "")))
+    profile = profile.derived(provenance={**profile.provenance, "notes": head})
     if store_probe:
         from bench.calibrate.store_probe import measure
 
@@ -480,8 +485,10 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     cut = 0 if notes.startswith("resources") else notes.rfind("; resources")
     kept = notes if cut < 0 else notes[:cut]
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    prov["notes"] = (kept + "; " if kept else "") + (
-        f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}")
+    prov["notes"] = "; ".join([*([kept] if kept else []), (
+        f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}"),
+        *later_fits.kept(later, dict(prov.get("extra", {})), fitted, when)])
+    prov["extra"] = later_fits.marked(dict(prov.get("extra", {})), fitted, when)
     prov["refitted"] = {"at": when, "command": command}
     return hops_fit.rescaled(fitted.derived(provenance=prov)).save(out)
 

@@ -45,6 +45,8 @@ from engine.profile import LatencyProfile
 # what a plain publish is made of (engine/broker.py publish), and the consumer's hop, which a
 # calibration takes equal to rpc (bench.calibrate.calibrate._rpc)
 KINDS = ("rpc", "consumer.deliver", "ledger.append")
+NOTE = f"{' and '.join(KINDS)} scaled x"  # how its note begins (bench.calibrate.later_fits)
+AGAIN = f"{', '.join(KINDS)} scaled x"  # how the note of its scale applied again after a refit begins
 ROW = "publish (plain) p50"  # bench.report.validate's row, the broker's figure the fit matches
 SCALES = tuple(round(0.5 + 0.025 * i, 3) for i in range(41))  # 0.5 to 1.5
 
@@ -121,7 +123,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
                               "scale": scale, "broker_p50_us": broker, "model_p50_us": models[scale], "scan": scan,
                               "was": {k: [list(p) for p in profile.operations[k].points] for k in KINDS}}
     off = sorted((models[scale][n] - b) / b for n, b in broker.items())
-    note = (f"{' and '.join(KINDS)} scaled x{scale} to the v4 plain publish p50 the broker answered at in "
+    note = (f"{NOTE}{scale} to the v4 plain publish p50 the broker answered at in "
             f"{len(kept)} kept validations in {where} (bench/calibrate/hops_fit.py): the model's then "
             f"{off[0]:+.0%} to {off[-1]:+.0%} off the broker's")
     fitted = scaled(profile, scale)
@@ -150,7 +152,7 @@ def rescaled(profile: LatencyProfile) -> LatencyProfile:
     prov = dict(profile.provenance)
     prov["extra"] = {**prov["extra"], "pulsar.hops_fit": {
         **record, "was": {k: [list(p) for p in profile.operations[k].points] for k in KINDS}}}
-    prov["notes"] = str(prov.get("notes", "")) + (f"; {', '.join(KINDS)} scaled x{scale} again after the refit, as "
+    prov["notes"] = str(prov.get("notes", "")) + (f"; {AGAIN}{scale} again after the refit, as "
                                                   "the hops fit recorded (calibrate --hops-from to fit it again)")
     return scaled(profile, scale).derived(provenance=prov)
 

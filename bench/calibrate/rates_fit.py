@@ -80,6 +80,7 @@ KINDS = ("rpc", "rpc.broker", "consumer.deliver", "dispatch.entry")
 # a pushed message received. The broker's own client (rpc.broker) and its dispatcher work only
 # in the broker's.
 CLIENT_KINDS = ("rpc", "consumer.deliver")
+NOTE = "resources fitted to the broker's runs at saturation kept in"  # how its note begins (bench.calibrate.later_fits)
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
 BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
 SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5
@@ -295,7 +296,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
                                 "broker": {**broker, "ratio": round(broker["v5"] / broker["v4"], 4)
                                            if broker.get("v4") and "v5" in broker else None}}
         record["check"] = checks
-    note = (f"resources fitted to the broker's runs at saturation kept in {where} "
+    note = (f"{NOTE} {where} "
             f"(bench/calibrate/rates_fit.py): cpu, the host's {cores} cores, each call of {', '.join(costs)} working "
             + ", ".join(f"{v} µs" for v in costs.values())
             + " on one (inside its latency)"

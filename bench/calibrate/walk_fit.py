@@ -42,6 +42,8 @@ from engine.clock import Distribution
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
+NOTE = f"{WALK} (a listing's walk, µs per thousand keys it passes) fitted to"  # how its note begins (later_fits)
+
 
 @dataclasses.dataclass(frozen=True)
 class KeptV5:
@@ -116,8 +118,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         "scan": [{"walk": k, "error": round(e, 4)} for k, e in sorted(errors.items())],
         "sets": {s.name: {"txns_before": [h for h, _ in s.runs], "broker": [r for _, r in s.runs],
                           "model": [round(m, 1) for m in got[s.name]], "listeners": s.listeners} for s in sets}}
-    note = (f"{WALK} (a listing's walk, µs per thousand keys it passes) fitted to the broker's v5 runs at saturation "
-            f"kept in {where} (bench/calibrate/walk_fit.py): {best:,}"
+    note = (f"{NOTE} the broker's v5 runs at saturation kept in {where} (bench/calibrate/walk_fit.py): {best:,}"
             + (f" (was {was:,})" if was is not None else "")
             + ", each run replayed from the txns its coordinator had created before it; "
             + "; ".join(f"{n}: at " + "/".join(f"{h:,}" for h in x["txns_before"]) + " txns before, broker "

@@ -244,10 +244,56 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
     assert rpc_note.startswith(markers[0]) and notes.count(markers[0][2:]) == 1
     assert notes.startswith(kept + rpc_note + "; coordinator.v4/v5: " + handling_note + "; resources (re-fitted ")
     assert notes.count("coordinator.v4/v5: ") == 1
-    assert notes.endswith("): the new fit")
+    # the fits made after the calibration (the notify probe's kind, the kept runs' cores and hops) keep
+    # their notes after the refit's, as they were: this fit replaced neither the bookie nor the walk
+    later = old_notes[old_notes.index("; meta.notify ["):]
+    assert "; resources fitted to the broker's runs at saturation kept in" in later and "scaled x" in later
+    assert notes.endswith("): the new fit" + later)
     assert notes.count("resources (re-fitted") == 1
     assert got.provenance["refitted"]["command"].startswith("txnbench calibrate") and got.provenance["refitted"]["at"]
     assert "777 µs" in capsys.readouterr().out
+
+
+def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fits made after the calibration (the notify probe's kind, the kept runs' cores, hops and
+    walk) keep their notes and records, each said where the refit replaced what it gave; the cores
+    stay; the hops' scale is applied again with one note however often the profile is re-fitted."""
+    from bench.calibrate import saturation, walk_fit
+    from engine.clock import Distribution, ResourceSpec
+
+    def fit(profile: LatencyProfile, rates: dict[str, float], measured: dict[str, object]) -> tuple[LatencyProfile, str]:
+        return profile.derived(resources={**profile.resources, "bookie": ResourceSpec(None, 5, shared=True)},
+                               operations={**profile.operations, "meta.list_keys": Distribution.constant(3_000)}), "refit"
+
+    monkeypatch.setattr(saturation, "with_resources", fit)
+    shipped = LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json")
+    walk = f"{walk_fit.NOTE} the broker's v5 runs at saturation kept in there (bench/calibrate/walk_fit.py): 2,000"
+    prov = {**shipped.provenance, "notes": shipped.provenance["notes"] + "; " + walk,
+            "extra": {**shipped.provenance["extra"], "pulsar.walk_fit": {"walk_us_per_thousand": 2_000}}}
+    source = shipped.derived(provenance=prov, operations={**shipped.operations,
+                                                          "meta.list_keys": Distribution.constant(2_000)})
+    old = source.provenance["notes"]
+    notify = old[old.index("meta.notify ["):old.index("; resources fitted to the broker's runs at saturation kept in")]
+    rates = old[old.index("resources fitted to the broker's runs at saturation kept in"):old.index("; rpc and consumer")]
+    hops = old[old.index("rpc and consumer.deliver and ledger.append scaled x"):old.index("; " + walk)]
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--refit", str(source.save(tmp_path / "in.json").path), "--out", str(out)]) == 0
+    assert main(["calibrate", "--refit", str(out), "--out", str(out)]) == 0  # twice: the notes do not grow
+    got = LatencyProfile.load(out)
+    notes, extra = got.provenance["notes"], got.provenance["extra"]
+    when = got.provenance["refitted"]["at"]
+    assert got.resources["cpu"] == shipped.resources["cpu"] and got.resources["bookie"].concurrency == 5
+    assert notes.count(notify) == notes.count(hops) == notes.count(rates) == notes.count("resources (re-fitted") == 1
+    assert notes.index("resources (re-fitted") < notes.index(notify) < notes.index(rates) < notes.index(hops)
+    assert f"{rates} [its cpu kept by the refit of {when}, which fitted the bookie again" in notes
+    assert f"{walk} [replaced by the refit of {when}, which fitted the walk again" in notes
+    assert notes.count("[its cpu kept by the refit") == notes.count("[replaced by the refit") == 1
+    assert notes.count("again after the refit") == 1 and notes.endswith("(calibrate --hops-from to fit it again)")
+    assert extra["pulsar.rates_fit"]["replaced"] == {"at": when, "what": ["bookie"]}
+    assert extra["pulsar.walk_fit"] == {"walk_us_per_thousand": 2_000,
+                                        "replaced": {"at": when, "what": ["meta.list_keys"]}}
+    assert extra["pulsar.rates_fit"]["from"] == shipped.provenance["extra"]["pulsar.rates_fit"]["from"]
 
 
 def test_refit_needs_recorded_rates_and_measures_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
