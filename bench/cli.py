@@ -760,9 +760,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     command = _command_line("calibrate")
     if args.store_probe and not args.refit:
         raise ConfigError("calibrate --store-probe goes with --refit (--pulsar always runs the store probe)")
-    # fits to kept validations, without measuring (bench/calibrate/hops_fit.py, rates_fit.py, walk_fit.py)
+    # fits to kept validations, without measuring (bench/calibrate/hops_fit.py, rates_fit.py, walk_fit.py,
+    # new_txn_fit.py)
     kept = [(flag, dirs) for flag, dirs in (("--hops-from", args.hops_from), ("--rates-from", args.rates_from),
-                                            ("--walk-from", args.walk_from)) if dirs]
+                                            ("--walk-from", args.walk_from), ("--new-txn-from", args.new_txn_from))
+            if dirs]
     if len(kept) > 1:
         raise ConfigError(f"calibrate {' and '.join(flag for flag, _ in kept)}: fit one, then refit its output with "
                           "the other")
@@ -782,6 +784,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     if kept:
         from bench.calibrate.hops_fit import with_hops
+        from bench.calibrate.new_txn_fit import with_new_txn
         from bench.calibrate.rates_fit import with_rates
         from bench.calibrate.walk_fit import with_walk
 
@@ -798,6 +801,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             profile = with_hops(args.refit, dirs, args.out, command, progress=progress, name=args.name)
         elif flag == "--walk-from":
             profile = with_walk(args.refit, dirs, args.out, command, progress=progress, name=args.name)
+        elif flag == "--new-txn-from":
+            profile = with_new_txn(args.refit, dirs, args.out, command, progress=progress, name=args.name)
         else:
             profile = with_rates(args.refit, dirs, args.out, command, progress=progress, name=args.name,
                                  pinned=_pinned_cores(args.core or []), by_process=args.by_process)
@@ -1134,6 +1139,9 @@ def build_parser() -> argparse.ArgumentParser:
                   "every other kind and the resources stay")
     _add_kept_fit(p, "--walk-from", "fit PROFILE's listing walk (meta.list_keys, µs per thousand keys) to the "
                   "broker's v5 runs at saturation, each from the txns it started from, that", "walk_fit",
+                  "every other kind and the resources stay")
+    _add_kept_fit(p, "--new-txn-from", "fit PROFILE's v4 coordinator handling (coordinator.v4: its p50, then a tail "
+                  "above its p90) to the v4 new-txn p50 and p99 the broker answered at, as", "new_txn_fit",
                   "every other kind and the resources stay")
     p.add_argument("--coordinator-only", action="store_true",
                    help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5) again, by this "

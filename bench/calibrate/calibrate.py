@@ -499,8 +499,10 @@ def refit_coordinator(path: str, out: str, command: str,
     (``coordinator_fit.fit``, by the current model, to the probes' new-txn it recorded); every
     other kind and the resources kept, the kept fits after it too (``--rates-from``,
     ``--hops-from``), where a structural :func:`refit` fits the resources again and needs them
-    run again. Its note takes the place of the one before, saying when and by what command."""
-    from bench.calibrate import coordinator_fit, hops_fit
+    run again (a ``--new-txn-from`` fit's ``coordinator.v4`` is replaced, and its note says so:
+    :mod:`bench.calibrate.later_fits`). Its note takes the place of the one before, saying when
+    and by what command."""
+    from bench.calibrate import coordinator_fit, hops_fit, later_fits
     from engine.clock import coordinator_kind
 
     profile = LatencyProfile.load(path)
@@ -517,13 +519,17 @@ def refit_coordinator(path: str, out: str, command: str,
                                  **{k: v for k, v in (on_own.provenance.get("kinds") or {}).items() if k in kinds}}})
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = f"{COORDINATOR_NOTE}(re-fitted {when} by `{command}`) {note}"
-    notes = str(profile.provenance.get("notes", ""))
+    # the later fits' notes stay after the calibration's, each saying what this replaced (a --new-txn-from fit's kind)
+    notes, later = later_fits.split(str(profile.provenance.get("notes", "")))
     start = notes.find(COORDINATOR_NOTE)
     # the note runs up to the next fit's, which a refit writes right after it (the resources')
     end = notes.find("; " + RESOURCES_NOTE, start) if start >= 0 else -1
     notes = (notes[:start] + text + notes[end:] if end >= 0 else
              notes[:start] + text if start >= 0 else (notes + "; " if notes else "") + text)
-    prov = {**fitted.provenance, "notes": notes, "coordinator_refitted": {"at": when, "command": command}}
+    extra = dict(fitted.provenance.get("extra") or {})
+    notes = "; ".join([notes, *later_fits.kept(later, extra, fitted, when)])
+    prov = {**fitted.provenance, "notes": notes, "extra": later_fits.marked(extra, fitted, when),
+            "coordinator_refitted": {"at": when, "command": command}}
     return fitted.derived(provenance=prov).save(out)
 
 

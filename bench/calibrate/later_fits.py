@@ -1,10 +1,11 @@
-"""The notes and records the fits made after a calibration leave in a profile, as a structural
-``calibrate --refit`` keeps them.
+"""The notes and records the fits made after a calibration leave in a profile, as a refit of
+the calibration's own fits keeps them.
 
-A structural refit fits again what the calibration fitted (``rpc``, the coordinator kinds, the
-resources), each writing its note again. The fits to kept validations came after those
-(``--rates-from``, ``--hops-from``, ``--walk-from``; the notify probe's kind, added by hand on
-2026-11-27): their notes follow the calibration's in ``provenance.notes``. The refit keeps them
+A structural ``calibrate --refit`` fits again what the calibration fitted (``rpc``, the
+coordinator kinds, the resources), each writing its note again; ``--coordinator-only`` fits the
+coordinator kinds alone. The fits to kept validations came after those (``--rates-from``,
+``--hops-from``, ``--walk-from``, ``--new-txn-from``; the notify probe's kind, added by hand on
+2026-11-27): their notes follow the calibration's in ``provenance.notes``. A refit keeps them
 and says, in each, what of its values it replaced; their records in ``provenance.extra`` say it
 too (``replaced``). A note's ``; `` is no boundary (notes hold their own), so each is found by
 how it begins.
@@ -12,14 +13,16 @@ how it begins.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
-from bench.calibrate import hops_fit, rates_fit, store_probe, walk_fit
+from bench.calibrate import hops_fit, new_txn_fit, rates_fit, store_probe, walk_fit
 from bench.calibrate.saturation import WALK
+from engine.clock import Distribution
 from engine.profile import LatencyProfile
 
 NOTIFY = store_probe.NOTIFY_KIND + " ["  # its note as added on 2026-11-27 (provenance.extra["pulsar.notify_probe"])
-BEGINNINGS = (NOTIFY, rates_fit.NOTE, hops_fit.NOTE, hops_fit.AGAIN, walk_fit.NOTE)
+BEGINNINGS = (NOTIFY, rates_fit.NOTE, hops_fit.NOTE, hops_fit.AGAIN, walk_fit.NOTE, new_txn_fit.NOTE)
 
 
 def split(notes: str) -> tuple[str, list[str]]:
@@ -41,43 +44,61 @@ def _at(notes: str, beginning: str) -> list[int]:
     return found
 
 
-CPU_KEPT = " [its cpu kept by the refit of "
-WALK_REPLACED = " [replaced by the refit of "
+REPLACED = " [replaced by the refit of "  # how a refit's word on a kept fit's note begins
+
+
+def _bookie(record: dict[str, Any], profile: LatencyProfile) -> bool:
+    bookie = profile.resources.get("bookie")
+    return (bookie.concurrency if bookie is not None else None) == record.get("bookie")  # None: unbounded
+
+
+def _walk(record: dict[str, Any], profile: LatencyProfile) -> bool:
+    return profile.operations.get(WALK) == Distribution.constant(int(record.get("walk_us_per_thousand", -1)))
+
+
+def _handling(record: dict[str, Any], profile: LatencyProfile) -> bool:
+    was = new_txn_fit.handling(int(record.get("p50_us", -1)), int(record.get("p99_us", -1)))
+    return profile.operations.get(new_txn_fit.KIND) == was
+
+
+@dataclasses.dataclass(frozen=True)
+class Later:
+    """A fit to kept validations: its record's key, how its note begins, what of its values a
+    refit may replace, the flag that fits it again, and whether a profile still has what the
+    fit gave (from its record)."""
+    key: str
+    note: str
+    what: str
+    flag: str
+    holds: Callable[[dict[str, Any], LatencyProfile], bool]
+
+
+FITS = (Later("pulsar.rates_fit", rates_fit.NOTE, "bookie", "--rates-from", _bookie),
+        Later("pulsar.walk_fit", walk_fit.NOTE, WALK, "--walk-from", _walk),
+        Later("pulsar.new_txn_fit", new_txn_fit.NOTE, new_txn_fit.KIND, "--new-txn-from", _handling))
 
 
 def replaced(extra: dict[str, Any], after: LatencyProfile) -> dict[str, list[str]]:
-    """Per kept fit's record in ``extra``, what of the values it gave ``after`` no longer has: the
-    rates fit's bookie (``record["bookie"]``, None unbounded), the walk fit's walk."""
-    out: dict[str, list[str]] = {}
-    rates = extra.get("pulsar.rates_fit")
-    if isinstance(rates, dict) and "bookie" in rates:
-        bookie = after.resources.get("bookie")
-        if (bookie.concurrency if bookie is not None else None) != rates["bookie"]:
-            out["pulsar.rates_fit"] = ["bookie"]
-    walk = extra.get("pulsar.walk_fit")
-    if isinstance(walk, dict) and "walk_us_per_thousand" in walk:
-        now = after.operations.get(WALK)
-        if now is None or not now.is_constant or now.points[0][1] != walk["walk_us_per_thousand"]:
-            out["pulsar.walk_fit"] = [WALK]
-    return out
+    """Per kept fit's record in ``extra``, what of the values it gave ``after`` no longer has."""
+    return {f.key: [f.what] for f in FITS if isinstance(extra.get(f.key), dict) and not f.holds(extra[f.key], after)}
 
 
 def kept(later: list[str], extra: dict[str, Any], after: LatencyProfile, when: str) -> list[str]:
-    """The later fits' notes a structural refit at ``when`` keeps in ``after``: each as the fit
-    wrote it, said so where ``after`` no longer has what the fit gave (:func:`replaced`); the hops
-    fit's "scaled again" notes go (the refit applies its scale again and says so)."""
+    """The later fits' notes a refit at ``when`` keeps in ``after``: each as the fit wrote it,
+    said so where ``after`` no longer has what the fit gave (:func:`replaced`; the rates fit's
+    cores stay, its bookie may not); the hops fit's "scaled again" notes go (a structural refit
+    applies its scale again and says so)."""
     gone = replaced(extra, after)
     out = []
     for note in later:
-        note = note.split(CPU_KEPT)[0].split(WALK_REPLACED)[0]  # an earlier refit's word on it
+        note = note.split(REPLACED)[0]  # an earlier refit's word on it
         if note.startswith(hops_fit.AGAIN):
             continue
-        if note.startswith(rates_fit.NOTE) and "pulsar.rates_fit" in gone:
-            note += (f"{CPU_KEPT}{when}, which fitted the bookie again to the calibration's own rates: "
-                     "calibrate --rates-from to fit it to the kept runs again]")
-        elif note.startswith(walk_fit.NOTE) and "pulsar.walk_fit" in gone:
-            note += (f"{WALK_REPLACED}{when}, which fitted the walk again to the calibration's own v5 runs: "
-                     "calibrate --walk-from to fit it to the kept runs again]")
+        fit = next((f for f in FITS if note.startswith(f.note) and f.key in gone), None)
+        if fit is not None:
+            kept_too = ", its cpu kept" if fit.key == "pulsar.rates_fit" else ""
+            note += (f"{REPLACED}{when}: its {fit.what} fitted again to the calibration's own records{kept_too}; "
+                     f"calibrate {fit.flag} to fit it to the kept runs again]")
         out.append(note)
     return out
 
@@ -86,8 +107,8 @@ def marked(extra: dict[str, Any], after: LatencyProfile, when: str) -> dict[str,
     """``extra`` with each kept fit's record saying what of its values ``after`` no longer has
     (``replaced``: when and what), or nothing where it has them all."""
     gone = replaced(extra, after)
-    out = {k: ({x: y for x, y in v.items() if x != "replaced"} if k in ("pulsar.rates_fit", "pulsar.walk_fit")
-               and isinstance(v, dict) else v) for k, v in extra.items()}
+    out = {k: ({x: y for x, y in v.items() if x != "replaced"} if isinstance(v, dict) and any(f.key == k for f in FITS)
+               else v) for k, v in extra.items()}
     for key, what in gone.items():
         out[key] = {**out[key], "replaced": {"at": when, "what": what}}
     return out

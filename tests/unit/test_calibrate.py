@@ -286,9 +286,10 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     assert got.resources["cpu"] == shipped.resources["cpu"] and got.resources["bookie"].concurrency == 5
     assert notes.count(notify) == notes.count(hops) == notes.count(rates) == notes.count("resources (re-fitted") == 1
     assert notes.index("resources (re-fitted") < notes.index(notify) < notes.index(rates) < notes.index(hops)
-    assert f"{rates} [its cpu kept by the refit of {when}, which fitted the bookie again" in notes
-    assert f"{walk} [replaced by the refit of {when}, which fitted the walk again" in notes
-    assert notes.count("[its cpu kept by the refit") == notes.count("[replaced by the refit") == 1
+    assert f"{rates} [replaced by the refit of {when}: its bookie fitted again to the calibration's own records, " \
+           "its cpu kept; calibrate --rates-from to fit it to the kept runs again]" in notes
+    assert f"{walk} [replaced by the refit of {when}: its meta.list_keys fitted again" in notes
+    assert notes.count("[replaced by the refit") == 2
     assert notes.count("again after the refit") == 1 and notes.endswith("(calibrate --hops-from to fit it again)")
     assert extra["pulsar.rates_fit"]["replaced"] == {"at": when, "what": ["bookie"]}
     assert extra["pulsar.walk_fit"] == {"walk_us_per_thousand": 2_000,
