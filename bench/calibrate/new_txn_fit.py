@@ -149,8 +149,7 @@ def fit(profile: LatencyProfile, folders: Sequence[Path],
         "from": [str(f) for f in folders], "kind": KIND, "rows": [f"{DESIGN} {r}" for r in ROWS],
         "p50_us": p50, "p99_us": p99, "was": [list(p) for p in was.points],
         "broker": {name: b for name, _, b in kept},
-        "model": {t.stem: dict(zip(ROWS, got[t])) for t in traces},
-        "scan": [{"p50": a, "p99": b} for a, b in sorted(models)]}
+        "model": {t.stem: dict(zip(ROWS, got[t])) for t in traces}, "replays": len(models) * len(traces)}
     off = {r: sorted((got[t][i] - b[r]) / b[r] for _, t, b in kept) for i, r in enumerate(ROWS)}
     note = (f"{NOTE} p50 and p99 the broker answered at in {len(kept)} kept validations in {where} "
             f"(bench/calibrate/new_txn_fit.py): {p50:,} µs up to its p90, {p99:,} at its p99 (was "
