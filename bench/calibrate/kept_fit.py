@@ -82,13 +82,17 @@ def refitted(fit: Fit, key: str, path: str, folders: Sequence[str], out: str, co
              progress: Progress = lambda s: None, name: str | None = None) -> LatencyProfile:
     """The profile at ``path``, named ``name`` (by default as it was), ``fit`` to the validations
     in ``folders``, saved to ``out``: the fitted profile's provenance, with the notes and
-    ``provenance.extra[key]`` (the fit's record) saying when, from what and by what command."""
+    ``provenance.extra[key]`` (the fit's record) saying when, from what and by what command, in
+    place of the same fit's earlier ones."""
     profile = LatencyProfile.load(path)
     if name:
         profile = dataclasses.replace(profile, name=name)
+    from bench.calibrate.later_fits import without_own
+
     fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov = dict(fitted.provenance)
     prov["extra"] = {**dict(prov.get("extra", {})), key: {**record, "at": when, "command": command}}
-    prov["notes"] = str(prov.get("notes", "")) + f"; {note} (fitted {when} by `{command}`)"
+    # its earlier note, from a fit made before, goes: this one says what it is now
+    prov["notes"] = without_own(str(prov.get("notes", "")), key) + f"; {note} (fitted {when} by `{command}`)"
     return fitted.derived(provenance=prov).save(out)

@@ -78,6 +78,16 @@ FITS = (Later("pulsar.rates_fit", rates_fit.NOTE, "bookie", "--rates-from", _boo
         Later("pulsar.new_txn_fit", new_txn_fit.NOTE, new_txn_fit.KIND, "--new-txn-from", _handling))
 
 
+def without_own(notes: str, key: str) -> str:
+    """``notes`` without the earlier notes of the fit whose record is ``key`` (the hops fit's
+    "scaled again" ones too): a fit made again writes its note anew."""
+    own = {f.key: (f.note,) for f in FITS} | {"pulsar.hops_fit": (hops_fit.NOTE, hops_fit.AGAIN)}
+    if key not in own:
+        return notes
+    head, later = split(notes)
+    return "; ".join(n for n in (head, *[n for n in later if not n.startswith(own[key])]) if n)
+
+
 def replaced(extra: dict[str, Any], after: LatencyProfile) -> dict[str, list[str]]:
     """Per kept fit's record in ``extra``, what of the values it gave ``after`` no longer has."""
     return {f.key: [f.what] for f in FITS if isinstance(extra.get(f.key), dict) and not f.holds(extra[f.key], after)}
