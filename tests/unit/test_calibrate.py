@@ -196,12 +196,20 @@ def test_metadata_ops_in_the_lowest_bucket_spread_over_twice_their_mean_from_the
 
 def _as_calibrated(tmp_path: Path) -> Path:
     """The shipped profile as its calibration made it: its hops before the kept validations scaled
-    them (bench.calibrate.hops_fit), that fit's record gone (the refit tests' source)."""
-    from bench.calibrate import hops_fit
+    them (bench.calibrate.hops_fit), that fit's record gone, and its coordinator.v4 before the
+    kept new-txns' fit (bench.calibrate.new_txn_fit), that fit's record and note gone (the refit
+    tests' source)."""
+    from bench.calibrate import hops_fit, new_txn_fit
+    from engine.clock import Distribution
 
     shipped = hops_fit.unscaled(LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json"))
-    extra = {k: v for k, v in shipped.provenance["extra"].items() if k != "pulsar.hops_fit"}
-    return Path(shipped.derived(provenance={**shipped.provenance, "extra": extra}).save(tmp_path / "calibrated.json").path)
+    extra = {k: v for k, v in shipped.provenance["extra"].items() if k not in ("pulsar.hops_fit", "pulsar.new_txn_fit")}
+    was = Distribution(tuple((q, v) for q, v in shipped.provenance["extra"]["pulsar.new_txn_fit"]["was"]))
+    notes = shipped.provenance["notes"]
+    notes = notes[:notes.index("; " + new_txn_fit.NOTE)]  # the last fit's
+    return Path(shipped.derived(provenance={**shipped.provenance, "extra": extra, "notes": notes},
+                                operations={**shipped.operations, new_txn_fit.KIND: was}
+                                ).save(tmp_path / "calibrated.json").path)
 
 
 def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -256,8 +264,8 @@ def test_refit_fits_the_recorded_rates_again_and_says_when(tmp_path: Path, monke
 
 def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fits made after the calibration (the notify probe's kind, the kept runs' cores, hops and
-    walk) keep their notes and records, each said where the refit replaced what it gave; the cores
+    """The fits made after the calibration (the notify probe's kind, the kept runs' cores, hops,
+    new-txns and walk) keep their notes and records, each said where the refit replaced what it gave; the cores
     stay; the hops' scale is applied again with one note however often the profile is re-fitted."""
     from bench.calibrate import saturation, walk_fit
     from engine.clock import Distribution, ResourceSpec
@@ -276,7 +284,8 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     old = source.provenance["notes"]
     notify = old[old.index("meta.notify ["):old.index("; resources fitted to the broker's runs at saturation kept in")]
     rates = old[old.index("resources fitted to the broker's runs at saturation kept in"):old.index("; rpc and consumer")]
-    hops = old[old.index("rpc and consumer.deliver and ledger.append scaled x"):old.index("; " + walk)]
+    hops = old[old.index("rpc and consumer.deliver and ledger.append scaled x"):old.index("; coordinator.v4 fitted to")]
+    new_txn = old[old.index("coordinator.v4 fitted to the v4 new-txn"):old.index("; " + walk)]
     out = tmp_path / "p.json"
     assert main(["calibrate", "--refit", str(source.save(tmp_path / "in.json").path), "--out", str(out)]) == 0
     assert main(["calibrate", "--refit", str(out), "--out", str(out)]) == 0  # twice: the notes do not grow
@@ -289,7 +298,8 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     assert f"{rates} [replaced by the refit of {when}: its bookie fitted again to the calibration's own records, " \
            "its cpu kept; calibrate --rates-from to fit it to the kept runs again]" in notes
     assert f"{walk} [replaced by the refit of {when}: its meta.list_keys fitted again" in notes
-    assert notes.count("[replaced by the refit") == 2
+    assert f"{new_txn} [replaced by the refit of {when}: its coordinator.v4 fitted again" in notes
+    assert notes.count("[replaced by the refit") == 3
     assert notes.count("again after the refit") == 1 and notes.endswith("(calibrate --hops-from to fit it again)")
     assert extra["pulsar.rates_fit"]["replaced"] == {"at": when, "what": ["bookie"]}
     assert extra["pulsar.walk_fit"] == {"walk_us_per_thousand": 2_000,

@@ -166,7 +166,12 @@ def test_a_coordinator_only_refit_fits_those_kinds_on_the_calibrations_hops_and_
     before, after = str(source.provenance["notes"]), str(got.provenance["notes"])
     cut = before.index("coordinator.v4/v5: ")
     assert after.count("coordinator.v4/v5: ") == 1 and after.startswith(before[:cut])
-    assert after.endswith(before[before.index("; resources", cut):])  # the resources' and later fits' notes
+    # the resources' and later fits' notes; the kept new-txns' fit, whose coordinator.v4 this replaced, says so
+    when = got.provenance["coordinator_refitted"]["at"]
+    assert after.endswith(before[before.index("; resources", cut):] + f" [replaced by the refit of {when}: its "
+                          "coordinator.v4 fitted again to the calibration's own records; calibrate --new-txn-from "
+                          "to fit it to the kept runs again]")
+    assert got.provenance["extra"]["pulsar.new_txn_fit"]["replaced"] == {"at": when, "what": ["coordinator.v4"]}
     assert "re-fitted" in after[cut:after.index("; resources", cut)]
     assert got.provenance["coordinator_refitted"]["at"] and \
         got.provenance["coordinator_refitted"]["command"].startswith("txnbench calibrate")

@@ -53,7 +53,7 @@ def test_the_fitted_handling_gives_the_model_the_brokers_new_txn(tmp_path: Path)
     source = LatencyProfile.load(DEFAULT)
     truth = source.derived(operations={**source.operations, new_txn_fit.KIND: new_txn_fit.handling(400, 3_000)})
     p50, p99 = new_txn_fit.model_new_txn(truth, trace)
-    assert (p50, p99) != new_txn_fit.model_new_txn(source, trace)  # the default bills 0: the fit has work to do
+    assert (p50, p99) != new_txn_fit.model_new_txn(source, trace)  # the default's own fit is not it: work to do
     _kept(tmp_path / "monday", "small600", {"new-txn p50": p50, "new-txn p99": p99})
     _kept(tmp_path / "tuesday", "small600", {"new-txn p50": p50, "new-txn p99": p99})
     out = tmp_path / "fitted.json"
@@ -64,14 +64,19 @@ def test_the_fitted_handling_gives_the_model_the_brokers_new_txn(tmp_path: Path)
     assert abs(record["p50_us"] - 400) <= 2 * new_txn_fit.STEP
     assert abs(record["p99_us"] - 3_000) <= 3_000 * 0.15
     assert got.operations[new_txn_fit.KIND] == new_txn_fit.handling(record["p50_us"], record["p99_us"])
-    assert record["was"] == [[0.5, 0]] and set(record["broker"]) == {"monday/small600", "tuesday/small600"}
+    assert record["was"] == [list(p) for p in source.operations[new_txn_fit.KIND].points]
+    assert set(record["broker"]) == {"monday/small600", "tuesday/small600"}
     fitted = new_txn_fit.model_new_txn(got, trace)
     assert record["model"]["small600"] == {"new-txn p50": fitted[0], "new-txn p99": fitted[1]}
     assert abs(fitted[0] - p50) <= p50 * 0.03
     assert {k: v for k, v in got.operations.items() if k != new_txn_fit.KIND} == \
         {k: v for k, v in source.operations.items() if k != new_txn_fit.KIND}
     assert got.resources == source.resources
-    assert got.provenance["notes"].startswith(source.provenance["notes"] + "; coordinator.v4 fitted to the v4 new-txn")
+    # the default's own fit's note gives way to this one
+    notes = source.provenance["notes"]
+    assert notes.count(new_txn_fit.NOTE) == got.provenance["notes"].count(new_txn_fit.NOTE) == 1
+    assert got.provenance["notes"].startswith(notes[:notes.index("; " + new_txn_fit.NOTE)] + "; " + new_txn_fit.NOTE)
+    assert "in 2 kept validations in " in got.provenance["notes"]
     assert got.provenance["kinds"][new_txn_fit.KIND]["how"] == "new_txn_fit"
 
     # fitting the coordinator kinds again to the calibration's probes replaces it: its note and record say so
