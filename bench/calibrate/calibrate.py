@@ -459,7 +459,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     saying what the refit replaced (:mod:`bench.calibrate.later_fits`). ``store_probe``: first time the
     emulated scan's GETs with the broker's classes on this machine (no broker needed:
     :func:`with_scan_get`), for a profile measured before calibrate did."""
-    from bench.calibrate import hops_fit, later_fits
+    from bench.calibrate import fit_notes, hops_fit, later_fits
     from bench.calibrate.saturation import with_resources
 
     profile = LatencyProfile.load(path)
@@ -468,7 +468,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
         raise ConfigError(f"calibrate --refit {path}: the profile records no broker saturation rates "
                           "(provenance.extra[\"pulsar.saturation\"]); measure one with --pulsar")
     # the fits after the calibration's own keep their notes, after the ones this refit writes again
-    head, later = later_fits.split(str(profile.provenance.get("notes", "")))
+    head, later = fit_notes.split(str(profile.provenance.get("notes", "")))
     profile = profile.derived(provenance={**profile.provenance, "notes": head})
     if store_probe:
         from bench.calibrate.store_probe import measure
@@ -502,7 +502,7 @@ def refit_coordinator(path: str, out: str, command: str,
     run again (a ``--new-txn-from`` fit's ``coordinator.v4`` is replaced, and its note says so:
     :mod:`bench.calibrate.later_fits`). Its note takes the place of the one before, saying when
     and by what command."""
-    from bench.calibrate import coordinator_fit, hops_fit, later_fits
+    from bench.calibrate import coordinator_fit, fit_notes, hops_fit, later_fits
     from engine.clock import coordinator_kind
 
     profile = LatencyProfile.load(path)
@@ -520,7 +520,7 @@ def refit_coordinator(path: str, out: str, command: str,
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = f"{COORDINATOR_NOTE}(re-fitted {when} by `{command}`) {note}"
     # the later fits' notes stay after the calibration's, each saying what this replaced (a --new-txn-from fit's kind)
-    notes, later = later_fits.split(str(profile.provenance.get("notes", "")))
+    notes, later = fit_notes.split(str(profile.provenance.get("notes", "")))
     start = notes.find(COORDINATOR_NOTE)
     # the note runs up to the next fit's, which a refit writes right after it (the resources')
     end = notes.find("; " + RESOURCES_NOTE, start) if start >= 0 else -1

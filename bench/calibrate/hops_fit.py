@@ -37,6 +37,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate import fit_notes
 from bench.calibrate.kept_fit import distinct, refitted, validations
 from engine.clock import Distribution
 from engine.errors import ConfigError
@@ -45,8 +46,8 @@ from engine.profile import LatencyProfile
 # what a plain publish is made of (engine/broker.py publish), and the consumer's hop, which a
 # calibration takes equal to rpc (bench.calibrate.calibrate._rpc)
 KINDS = ("rpc", "consumer.deliver", "ledger.append")
-NOTE = f"{' and '.join(KINDS)} scaled x"  # how its note begins (bench.calibrate.later_fits)
-AGAIN = f"{', '.join(KINDS)} scaled x"  # how the note of its scale applied again after a refit begins
+NOTE = fit_notes.HOPS  # how its note begins
+AGAIN = fit_notes.HOPS_AGAIN  # how the note of its scale applied again after a refit begins
 ROW = "publish (plain) p50"  # bench.report.validate's row, the broker's figure the fit matches
 SCALES = tuple(round(0.5 + 0.025 * i, 3) for i in range(41))  # 0.5 to 1.5
 

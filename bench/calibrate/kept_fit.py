@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate.fit_notes import without_own
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -87,8 +88,6 @@ def refitted(fit: Fit, key: str, path: str, folders: Sequence[str], out: str, co
     profile = LatencyProfile.load(path)
     if name:
         profile = dataclasses.replace(profile, name=name)
-    from bench.calibrate.later_fits import without_own
-
     fitted, record, note = fit(profile, [Path(f) for f in folders], progress)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov = dict(fitted.provenance)

@@ -7,8 +7,7 @@ coordinator kinds alone. The fits to kept validations came after those (``--rate
 ``--hops-from``, ``--walk-from``, ``--new-txn-from``; the notify probe's kind, added by hand on
 2026-11-27): their notes follow the calibration's in ``provenance.notes``. A refit keeps them
 and says, in each, what of its values it replaced; their records in ``provenance.extra`` say it
-too (``replaced``). A note's ``; `` is no boundary (notes hold their own), so each is found by
-how it begins.
+too (``replaced``). Each note is found by how it begins (:mod:`bench.calibrate.fit_notes`).
 """
 
 from __future__ import annotations
@@ -16,33 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from bench.calibrate import hops_fit, new_txn_fit, rates_fit, store_probe, walk_fit
+from bench.calibrate import hops_fit, new_txn_fit, rates_fit, walk_fit
 from bench.calibrate.saturation import WALK
 from engine.clock import Distribution
 from engine.profile import LatencyProfile
-
-NOTIFY = store_probe.NOTIFY_KIND + " ["  # its note as added on 2026-11-27 (provenance.extra["pulsar.notify_probe"])
-BEGINNINGS = (NOTIFY, rates_fit.NOTE, hops_fit.NOTE, hops_fit.AGAIN, walk_fit.NOTE, new_txn_fit.NOTE)
-
-
-def split(notes: str) -> tuple[str, list[str]]:
-    """``notes`` up to the first later fit's note, and each later fit's note in order."""
-    starts = sorted(i for b in BEGINNINGS for i in _at(notes, b))
-    if not starts:
-        return notes, []
-    ends = [s - 2 for s in starts[1:]] + [len(notes)]  # each up to the "; " before the next
-    return notes[:max(0, starts[0] - 2)], [notes[s:e] for s, e in zip(starts, ends)]
-
-
-def _at(notes: str, beginning: str) -> list[int]:
-    """Where the notes that begin with ``beginning`` begin: at the start, or after a ``; ``."""
-    found = [0] if notes.startswith(beginning) else []
-    i = notes.find("; " + beginning)
-    while i >= 0:
-        found.append(i + 2)
-        i = notes.find("; " + beginning, i + 2)
-    return found
-
 
 REPLACED = " [replaced by the refit of "  # how a refit's word on a kept fit's note begins
 
@@ -76,16 +52,6 @@ class Later:
 FITS = (Later("pulsar.rates_fit", rates_fit.NOTE, "bookie", "--rates-from", _bookie),
         Later("pulsar.walk_fit", walk_fit.NOTE, WALK, "--walk-from", _walk),
         Later("pulsar.new_txn_fit", new_txn_fit.NOTE, new_txn_fit.KIND, "--new-txn-from", _handling))
-
-
-def without_own(notes: str, key: str) -> str:
-    """``notes`` without the earlier notes of the fit whose record is ``key`` (the hops fit's
-    "scaled again" ones too): a fit made again writes its note anew."""
-    own = {f.key: (f.note,) for f in FITS} | {"pulsar.hops_fit": (hops_fit.NOTE, hops_fit.AGAIN)}
-    if key not in own:
-        return notes
-    head, later = split(notes)
-    return "; ".join(n for n in (head, *[n for n in later if not n.startswith(own[key])]) if n)
 
 
 def replaced(extra: dict[str, Any], after: LatencyProfile) -> dict[str, list[str]]:

@@ -43,6 +43,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate import fit_notes
 from bench.calibrate.kept_fit import distinct, refitted, validations
 from engine.clock import Distribution, coordinator_kind
 from engine.errors import ConfigError
@@ -55,7 +56,7 @@ STEP = 25  # µs, the grid of both values
 P50_MAX = 3_000  # µs: past a whole new-txn of the brokers'
 P99_MAX = 40_000
 ROUNDS = 2  # of fitting the p50, then the p99, the other held
-NOTE = f"{KIND} fitted to the v4 new-txn"  # how its note begins (bench.calibrate.later_fits)
+NOTE = fit_notes.NEW_TXN  # how its note begins
 
 Progress = Callable[[str], None]
 

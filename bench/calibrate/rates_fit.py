@@ -65,6 +65,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from bench.calibrate import fit_notes
 from bench.calibrate.kept_fit import distinct, refitted, saturated_replay, scratch, validations
 from engine.clock import ResourceSpec
 from engine.errors import ConfigError
@@ -80,7 +81,7 @@ KINDS = ("rpc", "rpc.broker", "consumer.deliver", "dispatch.entry")
 # a pushed message received. The broker's own client (rpc.broker) and its dispatcher work only
 # in the broker's.
 CLIENT_KINDS = ("rpc", "consumer.deliver")
-NOTE = "resources fitted to the broker's runs at saturation kept in"  # how its note begins (bench.calibrate.later_fits)
+NOTE = fit_notes.RATES  # how its note begins
 CORES = 2  # these machines' (../shared/FACTS.md); the validations record theirs as ``cores``
 BOOKIE_CONCURRENCY = (21, 32, 48, 64, 96, 128, None)
 SCALES = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))  # of the least-squares costs: 0.5 to 1.5

@@ -36,13 +36,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.calibrate import fit_notes
 from bench.calibrate.kept_fit import distinct, refitted, saturated_replay, scratch, validations
 from bench.calibrate.saturation import WALK, search_walk
 from engine.clock import Distribution
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
 
-NOTE = f"{WALK} (a listing's walk, µs per thousand keys it passes) fitted to"  # how its note begins (later_fits)
+NOTE = fit_notes.WALK  # how its note begins
 
 
 @dataclasses.dataclass(frozen=True)
