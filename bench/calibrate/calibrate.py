@@ -487,7 +487,7 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     prov["notes"] = "; ".join([*([kept] if kept else []), (
         f"resources (re-fitted {when} by `{command}` to the rates measured at {prov.get('measured_at', '?')}): {note}"),
-        *later_fits.kept(later, dict(prov.get("extra", {})), fitted, when)])
+        *later_fits.kept(later, dict(prov.get("extra", {})), fitted, when, rescaled=True)])
     prov["extra"] = later_fits.marked(dict(prov.get("extra", {})), fitted, when)
     prov["refitted"] = {"at": when, "command": command}
     return hops_fit.rescaled(fitted.derived(provenance=prov)).save(out)

@@ -59,16 +59,17 @@ def replaced(extra: dict[str, Any], after: LatencyProfile) -> dict[str, list[str
     return {f.key: [f.what] for f in FITS if isinstance(extra.get(f.key), dict) and not f.holds(extra[f.key], after)}
 
 
-def kept(later: list[str], extra: dict[str, Any], after: LatencyProfile, when: str) -> list[str]:
+def kept(later: list[str], extra: dict[str, Any], after: LatencyProfile, when: str,
+         rescaled: bool = False) -> list[str]:
     """The later fits' notes a refit at ``when`` keeps in ``after``: each as the fit wrote it,
     said so where ``after`` no longer has what the fit gave (:func:`replaced`; the rates fit's
-    cores stay, its bookie may not); the hops fit's "scaled again" notes go (a structural refit
-    applies its scale again and says so)."""
+    cores stay, its bookie may not). ``rescaled``: the refit applies the hops fit's scale again
+    and says so (``hops_fit.rescaled``), so the earlier "scaled again" notes go."""
     gone = replaced(extra, after)
     out = []
     for note in later:
         note = note.split(REPLACED)[0]  # an earlier refit's word on it
-        if note.startswith(hops_fit.AGAIN):
+        if rescaled and note.startswith(hops_fit.AGAIN):
             continue
         fit = next((f for f in FITS if note.startswith(f.note) and f.key in gone), None)
         if fit is not None:

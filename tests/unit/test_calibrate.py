@@ -305,6 +305,10 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     assert extra["pulsar.walk_fit"] == {"walk_us_per_thousand": 2_000,
                                         "replaced": {"at": when, "what": ["meta.list_keys"]}}
     assert extra["pulsar.rates_fit"]["from"] == shipped.provenance["extra"]["pulsar.rates_fit"]["from"]
+    # fitting the coordinator kinds alone applies no scale again: the refit's "scaled again" note stays
+    coordinated = tmp_path / "coordinated.json"
+    assert main(["calibrate", "--refit", str(out), "--coordinator-only", "--out", str(coordinated)]) == 0
+    assert LatencyProfile.load(coordinated).provenance["notes"].count("again after the refit") == 1
 
 
 def test_refit_needs_recorded_rates_and_measures_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
