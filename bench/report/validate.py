@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from bench.replay.measure import committed_rate, mean_put_us
 from bench.report.model_vs_broker import COUNTS, engine_of
 from bench.report.behind_end_txn import Modes, crowd_modes, end_spans, modes, new_txn_spans, note as modes_note, publish_spans
+from bench.report.miss_causes import cause
 from bench.report.client_events import events
 
 LAG_NOTE_US = 1_000_000  # a broker run this far behind the trace measured an overloaded broker
@@ -964,27 +965,34 @@ def section(v: Validation, row_cls: Callable[..., Any]) -> tuple[str, list[str],
     for c in v.checks:
         if c.verdict == "explained" or (c.why and c.section == "Throughput"):
             notes.append(f"{c.design} {c.metric} ({c.verdict}): {c.why}.")
-    missed: dict[tuple[str, str], list[str]] = {}  # per operation, its missed percentiles
+    missed: dict[tuple[str, str], list[Check]] = {}  # per operation, its missed percentiles
     for c in v.checks:
         if c.section == "Latency" and c.verdict == "missed":
-            label, pct = c.metric.rsplit(" ", 1)
-            missed.setdefault((c.design, label), []).append(f"{pct} {c.why.removeprefix('the model' + chr(39) + 's is ')}")
-    for (design, label), pcts in missed.items():
+            missed.setdefault((c.design, c.metric.rsplit(" ", 1)[0]), []).append(c)
+    for (design, label), checks in missed.items():
         metric = next(m for lab, m in LATENCY_OPS if lab == label)
-        notes.append(f"{design} {label} missed ({'; '.join(pcts)}): the model bills "
+        pcts = "; ".join(f"{c.metric.rsplit(' ', 1)[1]} {c.why.removeprefix('the model' + chr(39) + 's is ')}"
+                         for c in checks)
+        notes.append(f"{design} {label} missed ({pcts}): the model bills "
                      f"{BILLED.get(design, {}).get(metric, 'no modelled cost')}.")
-        kinds = ""
+        what, against = f"{design} {label}", "one of the client's end-txns"
+        split: tuple[Modes | None, Modes | None] = (None, None)
         if metric == "new_txn_us":
-            kinds = next((modes_note(f"{design} new-txn", m, b) for d, m, b in v.new_txn_modes if d == design), "")
+            split = next(((m, b) for d, m, b in v.new_txn_modes if d == design), split)
         elif metric in ("publish_nontxn_us", "publish_txn_us"):
             kind = "plain" if metric == "publish_nontxn_us" else "txn"
-            kinds = next((modes_note(f"{design} publish ({kind})", m, b) for d, k, m, b in v.publish_modes
-                          if d == design and k == kind), "")
+            split = next(((m, b) for d, k, m, b in v.publish_modes if d == design and k == kind), split)
         elif metric == "end_txn_us":
-            kinds = next((modes_note(f"{design} end-txn", m, b, "another of the client's end-txns")
-                          for d, m, b in v.end_txn_modes if d == design), "")
+            split = next(((m, b) for d, m, b in v.end_txn_modes if d == design), split)
+            against = "another of the client's end-txns"
+        kinds = modes_note(what, *split, against)
         if kinds:
             notes.append(kinds)
+        # what the kept validations showed of such a miss, where this run's split shows the same
+        ways = sorted({(c.error or 0) < 0 for c in checks})  # below the broker's, above it, or both
+        why = next(filter(None, (cause(design, metric, below, *split) for below in ways)), "")
+        if why:
+            notes.append(f"Why, likely: {why}.")
     troubled = {d for d, f in failed}
     for c in v.checks:
         if c.verdict == "differs":
