@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.calibrate import fit_notes
-from bench.calibrate.kept_fit import distinct, refitted, validations
+from bench.calibrate.kept_fit import distinct, paced_latency, refitted, validations
 from engine.clock import Distribution
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -87,13 +87,7 @@ def scaled(profile: LatencyProfile, scale: float) -> LatencyProfile:
 
 def model_p50(profile: LatencyProfile, trace: Path) -> int:
     """The model's v4 plain publish p50 (µs) replaying ``trace`` at its pace."""
-    from bench.pulsar.validate_run import model_configs
-    from bench.replay.replay import Replayer
-    from bench.trace.trace import read_events
-
-    latency = profile.to_latency_model(1).with_resources(profile.resources)
-    cfg = next(c for c in model_configs(latency, profile) if c.engine == "v4")
-    return int(Replayer(cfg).run(read_events(trace)).latency["publish_nontxn_us"]["p50_us"])
+    return int(paced_latency(profile, trace, "v4")["publish_nontxn_us"]["p50_us"])
 
 
 def fit(profile: LatencyProfile, folders: Sequence[Path],

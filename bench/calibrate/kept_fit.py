@@ -1,7 +1,8 @@
 """What the fits to kept validations share (``calibrate --refit PROFILE --rates-from DIR``,
-``--hops-from DIR`` and ``--walk-from DIR``: :mod:`bench.calibrate.rates_fit`,
-:mod:`bench.calibrate.hops_fit`, :mod:`bench.calibrate.walk_fit`): the folders they read, the
-model's replay of a kept set's saturation rows, and the profile they write with the fit's record."""
+``--hops-from DIR``, ``--walk-from DIR`` and ``--new-txn-from DIR``: :mod:`bench.calibrate.rates_fit`,
+:mod:`bench.calibrate.hops_fit`, :mod:`bench.calibrate.walk_fit`, :mod:`bench.calibrate.new_txn_fit`):
+the folders they read, the model's replays of a kept set's rows (as fast as possible, or at the
+trace's pace), and the profile they write with the fit's record."""
 
 from __future__ import annotations
 
@@ -72,6 +73,18 @@ def saturated_replay(profile: LatencyProfile, resources: dict[str, ResourceSpec]
     committed = max(1, sum(1 for o in t["outcome"] if o == "committed"))
     per_txn = {k.removeprefix("billed."): v / committed for k, v in result.counts.items() if k.startswith("billed.")}
     return rate or 0.0, per_txn
+
+
+def paced_latency(profile: LatencyProfile, trace: Path, design: str) -> dict[str, Any]:
+    """The model's latency figures of ``design`` (per operation, ``p50_us``...) replaying ``trace``
+    at its pace, as a kept validation's model run did."""
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+
+    latency = profile.to_latency_model(1).with_resources(profile.resources)
+    cfg = next(c for c in model_configs(latency, profile) if c.engine == design)
+    return dict(Replayer(cfg).run(read_events(trace)).latency)
 
 
 def scratch(tmp: str, name: str) -> Path:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.calibrate import fit_notes
-from bench.calibrate.kept_fit import distinct, refitted, validations
+from bench.calibrate.kept_fit import distinct, paced_latency, refitted, validations
 from engine.clock import Distribution, coordinator_kind
 from engine.errors import ConfigError
 from engine.profile import LatencyProfile
@@ -85,13 +85,7 @@ def handling(p50: int, p99: int) -> Distribution:
 
 def model_new_txn(profile: LatencyProfile, trace: Path) -> tuple[int, int]:
     """The model's v4 new-txn p50 and p99 (µs) replaying ``trace`` at its pace."""
-    from bench.pulsar.validate_run import model_configs
-    from bench.replay.replay import Replayer
-    from bench.trace.trace import read_events
-
-    latency = profile.to_latency_model(1).with_resources(profile.resources)
-    cfg = next(c for c in model_configs(latency, profile) if c.engine == DESIGN)
-    lat = Replayer(cfg).run(read_events(trace)).latency["new_txn_us"]
+    lat = paced_latency(profile, trace, DESIGN)["new_txn_us"]
     return int(lat["p50_us"]), int(lat["p99_us"])
 
 
