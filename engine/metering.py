@@ -23,6 +23,7 @@ With ``LatencyModel.resources`` a billed call also goes through its shared resou
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any, Callable
 
 from engine.capacity import IO_THREADS, PER_RUN, AddOrder, Capacity, Resource, run_capacity
@@ -134,8 +135,9 @@ class Meter:
         self._adds: dict[str, AddOrder] = {}  # per ledger (this broker's handles): its appends' order
         self._io_turn = 0  # the IO thread the next task scheduled on the group lands on (next_io_thread)
         self.request = RequestCost(self)
-        if self._run is None:  # nothing queues: every call takes the hot path (an instance attribute)
+        if self._run is None:  # nothing queues: every call takes the hot path (instance attributes)
             self.bill = self._free_bill()  # type: ignore[method-assign]
+            self.book_per_thousand = self._free_book()  # type: ignore[method-assign]
 
     def of(self, kind: str) -> int:
         return self._of(kind)
@@ -306,6 +308,18 @@ class Meter:
         bill.__doc__ = Meter.bill.__doc__
         return bill
 
+    def _free_book(self) -> Callable[..., int]:
+        """:meth:`book_per_thousand` without resources, :meth:`_per_thousand` inlined: nothing
+        queues, so it only counts and prices (a store's notifications are booked on every write)."""
+        of, billed = self._of, self.billed
+
+        def book_per_thousand(kind: str, units: int, resource: str, key: str = "") -> int:
+            billed[kind] += units
+            return (of(kind) * units + 500) // 1000
+
+        book_per_thousand.__doc__ = Meter.book_per_thousand.__doc__
+        return book_per_thousand
+
     def serve(self, resource: str, key: str = "") -> int:
         """A request a resource processes itself (no operation kind: the coordinator handling a
         client request): its wait for a slot plus its service time, added to the open tab; 0
@@ -325,6 +339,8 @@ class Meter:
         thread): its wait, added to the open tab (``in_tab=False``: a continuation's own wait, from
         now, as :meth:`took`); 0 when the resource has no capacity set or nothing was ever booked
         on that instance (v4's IO thread)."""
+        if self._run is None:  # no capacity: asked on every request's way, so before a call
+            return 0
         res = self._booked(resource, key)
         if res is None:
             return 0
@@ -363,7 +379,7 @@ class Meter:
 
     def in_use(self, resource: str, key: str) -> bool:
         """Whether a request was ever booked on resource instance ``key``."""
-        return self._booked(resource, key) is not None
+        return self._run is not None and self._booked(resource, key) is not None
 
     def read_of_last_task(self, resource: str, key: str) -> int | None:
         """When in-order thread ``key`` of ``resource`` read the task of the last call booked on
@@ -393,7 +409,7 @@ class Meter:
         self.billed[kind] += times
         core_us = self._cpu_us.get(kind, 0)
         if not core_us and (self._run is None or resource is None):
-            return of(kind) if times == 1 else sum(of(kind) for _ in range(times))
+            return of(kind) if times == 1 else sum(map(of, repeat(kind, times)))
         res = self._resource(resource, key) if resource is not None and self._run is not None else None
         if res is not None and res.spec.kinds is not None and kind not in res.spec.kinds:
             res = None
@@ -412,7 +428,7 @@ class Meter:
         inside the latency measured with it; each call's own latency is drawn besides."""
         of = self._of
         self.billed[kind] += units
-        took = of(kind) if units == 1 else sum(of(kind) for _ in range(units))
+        took = of(kind) if units == 1 else sum(map(of, repeat(kind, units)))
         core_us = self._cpu_us.get(kind, 0)
         if not core_us or units <= 0:
             return took

@@ -299,6 +299,20 @@ def test_work_booked_on_a_thread_delays_only_what_that_thread_serves_next() -> N
     assert _meter().book_per_thousand("meta.notify", 1_000, "metadata", "event") == 0  # unpriced: nothing to hold
 
 
+def test_without_capacity_work_booked_on_a_thread_is_priced_and_counted_as_with_it() -> None:
+    """A meter without resources books through its own fast path (``Meter._free_book``): the
+    same draws, the same rounding and the same counts as the queued path, and nobody waits."""
+    spread = {"meta.notify": Distribution(((0.0, 1), (0.5, 7), (1.0, 40)))}
+    free = Meter(LatencyModel(distributions=spread), VirtualScheduler())
+    queued = Meter(LatencyModel(distributions=spread, resources={"metadata": ResourceSpec(400, 1)}), VirtualScheduler())
+    units = [1, 999, 3_000, 0, 1_501, 250, 4_000]
+    prices = [m.book_per_thousand("meta.notify", u, "metadata", "event") for m in (free, queued) for u in units]
+    assert prices[:len(units)] == prices[len(units):] and len(set(prices)) > 3  # drawn, not one constant
+    assert free.billed["meta.notify"] == queued.billed["meta.notify"] == sum(units)
+    assert free.behind("metadata", "event", in_tab=False) == 0 and not free.in_use("metadata", "event")
+    assert queued.in_use("metadata", "event")
+
+
 @pytest.mark.parametrize("design", ["v4", "v5"])
 def test_plain_publishes_and_deliveries_wait_for_the_io_thread(design: str) -> None:
     """Under v5 the connection's IO thread makes the txn's store writes (RocksdbMetadataStore on
