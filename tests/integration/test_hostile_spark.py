@@ -18,6 +18,7 @@ from bench.replay.runner import replay_trace
 from bench.scale.spark import spark_replay
 from bench.trace.workloads import Profile, generate
 from engine.errors import BackendUnavailable
+from tests.terminal import popen_with_ctrl_c
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,9 +72,9 @@ def _listening_ports(pid: int) -> set[tuple[str, int]]:
 def test_the_driver_listens_on_loopback_only_and_ctrl_c_is_one_line(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     generate(CRASHY, 400_000, 5, trace)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "replay", "--trace", str(trace), "--engine", "v4",
-                             "--spark", "local[2]", "--no-progress", "--out", str(tmp_path / "out")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = popen_with_ctrl_c([sys.executable, "-m", "bench", "replay", "--trace", str(trace), "--engine", "v4",
+                              "--spark", "local[2]", "--no-progress", "--out", str(tmp_path / "out")],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         listening: set[tuple[str, int]] = set()

@@ -21,6 +21,7 @@ import pytest
 
 from bench.cli import main
 from bench.replay.output import MARKER
+from tests.terminal import popen_with_ctrl_c
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,8 +202,8 @@ def _wait_for_staging(parent: Path, proc: subprocess.Popen[bytes], prefix: str) 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_signals_leave_the_complete_result_or_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "cmp"
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "compare", "--events", "400000", "--no-scenarios",
-                             "--no-progress", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = popen_with_ctrl_c([sys.executable, "-m", "bench", "compare", "--events", "400000", "--no-scenarios",
+                              "--no-progress", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _wait_for_staging(tmp_path, proc, ".cmp.")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
