@@ -40,6 +40,7 @@ public final class TraceClient {
             }
             Backend backend = null;
             try {
+                Reach.check(a.serviceUrl, a.adminUrl);  // in seconds, not after the client's 30-s timeout
                 backend = a.design.equals("v4") ? new V4Backend(a.serviceUrl, a.adminUrl, a.maxInFlight)
                         : new V5Backend(a.serviceUrl, a.adminUrl);
                 if (rows == null) {
