@@ -36,6 +36,7 @@ D12, D13, D16). Line numbers are ``MetadataTransactionBuffer``'s in 5.0.1.
 from __future__ import annotations
 
 from collections import deque
+from contextlib import nullcontext
 from typing import Union
 
 from engine.counters import Counters
@@ -221,7 +222,9 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self._persist_watermark()
         mine = self._records.writes_scan(self._segment, txn)  # deleteWriteOpsForSegmentAndTxn
         self.stats["cleanup_scans"] += 1
-        with self._meter.batch(None):  # the deletes are issued together
+        # the deletes are issued together; on an emulated store each completes on this thread
+        # before the next is issued (RocksdbMetadataStore.storeDelete), so they run one after another
+        with self._meter.batch(None) if self._records.store_native_sequences() else nullcontext():
             self._records.delete_op_each(mine)
         self.stats["op_deletes"] += len(mine)
         if last is not None:

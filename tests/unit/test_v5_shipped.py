@@ -302,6 +302,41 @@ def test_a_new_txn_arriving_during_an_end_txn_waits_for_its_whole_chain_on_an_em
     assert got["b"][1] - got["b"][0] > alone + 8 * 800
 
 
+def test_an_end_txns_event_puts_run_one_after_another_on_an_emulated_store(tmp_path: Path) -> None:
+    """fanOutEvents (L475-508) issues a put per participant without waiting, but on RocksDB each
+    completes on the connection's thread before the loop goes on (putWithSequenceKeysCompat's
+    GET, CAS and create): eight participants cost eight puts one after another, nothing running
+    between them. On a store with native sequence keys the puts are concurrent."""
+    from dataclasses import replace
+
+    from bench.calibrate.saturation import _metadata
+    from bench.pulsar.validate_run import model_configs
+    from bench.replay.replay import Replayer
+    from bench.trace.trace import read_events
+    from engine.profile import LatencyProfile
+    from tests.unit.test_trace import write
+
+    profile = LatencyProfile.constants()
+    latency = profile.to_latency_model(1).with_resources({"metadata": _metadata(800)})
+    emulated = next(c for c in model_configs(latency, profile) if c.engine == "v5")
+
+    def end_txn_us(segments: int, native: bool) -> int:
+        topics = [f"persistent://public/default/t-{i}" for i in range(segments)]
+        rows = [{"ts_us": i, "op": "subscribe", "topic": tp, "subscription": "s"} for i, tp in enumerate(topics)]
+        rows += [{"ts_us": 1_000, "op": "new_txn", "txn": "a"}]
+        rows += [{"ts_us": 10_000 + i, "op": "publish", "topic": tp, "msg": f"m{i}", "size": 1, "txn": "a"}
+                 for i, tp in enumerate(topics)]
+        rows += [{"ts_us": 100_000, "op": "commit", "txn": "a"}]
+        config = replace(emulated, metadata_url="memory://") if native else emulated
+        txns = Replayer(config).run(read_events(write(tmp_path / f"t{segments}{native}.parquet", rows))).txns
+        return txns["end_ts_us"][0] - txns["commit_requested_ts_us"][0]
+
+    lat = LatencyProfile.constants().to_latency_model(1)
+    put = lat.of("meta.read") + lat.of("meta.cas") + lat.of("meta.write")  # the counter's GET and CAS, the create
+    assert end_txn_us(8, native=False) - end_txn_us(1, native=False) >= 7 * put
+    assert end_txn_us(8, native=True) - end_txn_us(1, native=True) < 7 * lat.of("meta.write")  # concurrent
+
+
 def _eight_segment_commit(tmp_path: Path, commit_at_us: int) -> Path:
     """A trace of one txn publishing to eight subscribed topics from 10 ms and committing."""
     from tests.unit.test_trace import write
@@ -448,6 +483,29 @@ def test_each_tail_item_holds_the_buffers_lock_from_its_start_to_its_end() -> No
     assert end - first <= 2_500 < end - first + 100  # found within a step of its start
     assert tb.lock_free_at(end) == end  # free once it ends
     assert s.msgs(T, "sub") == ["p0", "m0"]
+
+
+@pytest.mark.parametrize("url", ["memory://", "memory://?emulated=1"])
+def test_an_applys_deletes_run_one_after_another_on_an_emulated_store(url: str) -> None:
+    """deleteWriteOpsForSegmentAndTxn issues a delete per op record without waiting, but on
+    RocksDB each completes on the calling thread before the next is issued (storeDelete): the
+    apply of a txn with four records on the segment holds the buffer's lock for four deletes one
+    after another; on a native store they are concurrent (with the default latencies a delete
+    is 1.0 ms)."""
+    s = _ready(url=url, mode=DispatchMode.NOTIFY)
+    tb = s.broker.transaction_buffer(T)
+    t = s.new_txn()
+    for i in range(4):
+        s.publish(T, f"m{i}", txn=t)
+    s.run(100_000)
+    start, end = _committed_until_the_apply_locks(s, t, tb)
+    delete = LatencyModel().of("meta.write")
+    if "emulated" in url:
+        assert end - start >= 4 * delete
+    else:
+        assert end - start < 2 * delete + 2_500
+    s.run(100_000)
+    assert s.msgs(T, "sub") == ["p0", "m0", "m1", "m2", "m3"]
 
 
 def _a_txn_sent_to_t(s: System) -> tuple[TransactionBuffer, TxnID, str, str]:
