@@ -127,7 +127,8 @@ def rejudge_seeds(folder: str | Path, out: str | Path, seeds: list[int], profile
                 f"{len(result['ratio'])}")
 
         def spread(values: list[int]) -> dict[str, float]:
-            return {"mean": round(statistics.fmean(values), 1), "min": min(values), "max": max(values)}  # 45.0 even when integral
+            # fmean: 45.0 even when the mean is integral (mean gives 45), as the summary's line prints it
+            return {"mean": round(statistics.fmean(values), 1), "min": min(values), "max": max(values)}
 
         doc = {"seeds": each, "over_seeds": {
             "seeds": seeds, "judged": next(iter(each.values()))["judged"],

@@ -331,7 +331,7 @@ def test_an_end_txns_event_puts_run_one_after_another_on_an_emulated_store(tmp_p
         txns = Replayer(config).run(read_events(write(tmp_path / f"t{segments}{native}.parquet", rows))).txns
         return txns["end_ts_us"][0] - txns["commit_requested_ts_us"][0]
 
-    lat = LatencyProfile.constants().to_latency_model(1)
+    lat = profile.to_latency_model(1)
     put = lat.of("meta.read") + lat.of("meta.cas") + lat.of("meta.write")  # the counter's GET and CAS, the create
     assert end_txn_us(8, native=False) - end_txn_us(1, native=False) >= 7 * put
     assert end_txn_us(8, native=True) - end_txn_us(1, native=True) < 7 * lat.of("meta.write")  # concurrent
