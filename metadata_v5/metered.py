@@ -41,7 +41,7 @@ Calls issued at once by the caller are billed as one batch by the caller's
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
 from engine.ids import TxnID
@@ -77,6 +77,15 @@ class MeteredTxnRecords(TxnRecords):
             yield
         finally:
             self._thread = saved
+
+    def issued_at_once(self) -> AbstractContextManager[object]:
+        """Concurrent calls (the slowest one's time) on a store with native sequence keys. On an
+        emulated one, RocksdbMetadataStore's storeGet/storePut/storeDelete complete on the
+        calling thread before the caller's loop issues the next call, so the calls run one after
+        another in its task and nothing that arrived meanwhile runs between them (an END_TXN's
+        ``fanOutEvents``, L475-508, over ``putWithSequenceKeysCompat``, L725-765; a buffer's
+        ``deleteWriteOpsForSegmentAndTxn``)."""
+        return self._meter.batch(None) if self._native else nullcontext()
 
     def busy_for(self, thread: str) -> int:
         return self._meter.behind(_M, thread, in_tab=False)
@@ -290,7 +299,7 @@ class MeteredTxnRecords(TxnRecords):
     def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
                                state: TxnStatus) -> None:
         """One ``meta.write`` per event (a counter read and CAS before it where the store has no
-        native sequences); the caller's ``meter.batch()`` makes them concurrent."""
+        native sequences); the caller's ``issued_at_once()`` makes them concurrent where they can be."""
         self.put_participant_events_later(participants, txn, state)()
 
     def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
@@ -334,7 +343,8 @@ class MeteredTxnRecords(TxnRecords):
         self._notify(1)
 
     def delete_op_each(self, records: list[OpRecord]) -> None:
-        """One ``meta.write`` per record; the caller's ``meter.batch()`` makes them concurrent."""
+        """One ``meta.write`` per record; the caller's ``issued_at_once()`` makes them concurrent
+        where they can be."""
         self.inner.delete_op_each(records)
         for _ in records:
             self._bill("meta.write", _M, self._thread)

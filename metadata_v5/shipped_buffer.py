@@ -36,7 +36,6 @@ D12, D13, D16). Line numbers are ``MetadataTransactionBuffer``'s in 5.0.1.
 from __future__ import annotations
 
 from collections import deque
-from contextlib import nullcontext
 from typing import Union
 
 from engine.counters import Counters
@@ -222,9 +221,7 @@ class ShippedTransactionBuffer(TransactionBuffer):
         self._persist_watermark()
         mine = self._records.writes_scan(self._segment, txn)  # deleteWriteOpsForSegmentAndTxn
         self.stats["cleanup_scans"] += 1
-        # the deletes are issued together; on an emulated store each completes on this thread
-        # before the next is issued (RocksdbMetadataStore.storeDelete), so they run one after another
-        with self._meter.batch(None) if self._records.store_native_sequences() else nullcontext():
+        with self._records.issued_at_once():  # one after another on an emulated store
             self._records.delete_op_each(mine)
         self.stats["op_deletes"] += len(mine)
         if last is not None:

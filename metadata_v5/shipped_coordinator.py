@@ -27,7 +27,6 @@ D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable
 
 from engine.errors import InvalidTxnState, TxnConflict, TxnNotFound
@@ -152,15 +151,10 @@ class ShippedCoordinator(CoordinatorV5):
 
     def _fan_out_billed(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> Callable[[], None]:
         """``fanOutEvents`` (L475-508) in the open tab, on its thread right after the scan whose
-        records it groups: the puts billed now; the returned call writes them. The loop issues
-        the puts without waiting, but on an emulated store each completes on the caller's thread
-        before the loop goes on (``putWithSequenceKeysCompat``'s GET, CAS and create, L725-765, on
-        RocksdbMetadataStore's synchronous storeGet/storePut), so they run one after another in
-        the chain's task and nothing that arrived meanwhile runs between them; on a store with
-        native sequence keys they are concurrent."""
+        records it groups: the puts billed now, issued without waiting for one another (one after
+        another on an emulated store: ``TxnRecords.issued_at_once``); the returned call writes them."""
         participants = self._participants(ops)
-        native = self._records.store_native_sequences()
-        with self._meter.batch(None) if native else nullcontext():  # concurrent: the slowest one's time
+        with self._records.issued_at_once():
             write = self._records.put_participant_events_later(participants, txn, state)
 
         def publish() -> None:

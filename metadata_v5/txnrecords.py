@@ -109,6 +109,12 @@ class TxnRecords(ABC):
         metered port bills them to (``metadata_v5/metered.py``); nothing here."""
         return nullcontext()
 
+    def issued_at_once(self) -> AbstractContextManager[object]:
+        """The calls inside are issued without waiting for one another (a loop of puts or deletes
+        whose futures are joined after): what the metered port bills as concurrent where the store
+        lets them be (``metadata_v5/metered.py``); nothing here."""
+        return nullcontext()
+
     def busy_for(self, thread: str) -> int:
         """How long broker thread ``thread`` stays busy with the store calls already issued on
         it, in µs (what the metered port books, ``metadata_v5/metered.py``): 0 here."""
