@@ -30,7 +30,10 @@ each broker thread's CPU time instead, every half millisecond while the run goes
 of ``/proc/PID/task/TID/schedstat``: ns on a CPU), and prints the share of a core each thread
 worked in each window (:func:`cpu_by_window`). That is how the store's event thread was measured
 at a third to two thirds of a core for 10 ms after each v5 answer, and the client's IO thread at
-36-63 % of one during an END_TXN (datasets/validation/README.md, session 43).
+36-63 % of one during an END_TXN (datasets/validation/README.md, session 43). It also prints, per
+thread and window, the share it was runnable but waited for a core (schedstat's second field): how
+the v5 requests queued behind an END_TXN were found waiting for a core, not for the IO thread's
+queue (datasets/validation/README.md, session 47).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from bench.pulsar.cpu import txn_phase as run_txn_phase
+from bench.pulsar.cpu import machine_cpu_s, txn_phase as run_txn_phase
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT / "datasets" / "samples" / "small.parquet"
@@ -191,6 +194,11 @@ CPU_THREADS = ("metadata-store", "pulsar-io", "BookieJournal", "ForceWrite", "bo
                "SyncThread", "rocksdb:high", "C1 ", "C2 ", "GC Thread")
 
 
+# the whole machine's busy time in a CpuSample: /proc/stat counts it in ticks of 10 ms, so a window's
+# share is the ticks its intervals met, a rough figure over a short run
+MACHINE = "(the machine)"
+
+
 def cpu_by_window(samples: list[CpuSample], names: dict[str, str], ends: list[tuple[float, float]],
                   lo_ms: float, hi_ms: float) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """(each window's length in ms over [lo_ms, hi_ms]; per thread name, the ms it worked on a CPU
@@ -222,8 +230,12 @@ def _thread_names(pid: str) -> dict[str, str]:
     return out
 
 
-def _sample_cpu(pid: str, tids: Iterable[str], into: list[CpuSample], stop: threading.Event) -> None:
-    """Append a :data:`CpuSample` of ``tids`` every :data:`CPU_PERIOD_S` until ``stop``."""
+def _sample_cpu(pid: str, tids: Iterable[str], into: list[CpuSample], waits: list[CpuSample],
+                stop: threading.Event) -> None:
+    """Append a :data:`CpuSample` of ``tids`` every :data:`CPU_PERIOD_S` until ``stop``: to ``into``
+    their time on a CPU, to ``waits`` their time runnable but waiting for one (schedstat's first
+    two fields: ns on a CPU, ns waiting on a run queue); and in ``into`` the whole machine's busy
+    time as :data:`MACHINE` (``/proc/stat``: the trace client's JVM and the threads not read too)."""
     files = {}
     for tid in tids:
         try:
@@ -232,14 +244,18 @@ def _sample_cpu(pid: str, tids: Iterable[str], into: list[CpuSample], stop: thre
             continue
     try:
         while not stop.is_set():
-            row = {}
+            row, waited = {}, {}
             for tid, f in list(files.items()):
                 try:
                     f.seek(0)
-                    row[tid] = int(f.read().split()[0])
-                except (OSError, ValueError, IndexError):
+                    on_cpu, queued = f.read().split()[:2]
+                    row[tid], waited[tid] = int(on_cpu), int(queued)
+                except (OSError, ValueError):
                     files.pop(tid).close()  # the thread ended
-            into.append((time.time() * 1000, row))
+            row[MACHINE] = round(machine_cpu_s()[0] * 1e9)
+            now = time.time() * 1000
+            into.append((now, row))
+            waits.append((now, waited))
             time.sleep(CPU_PERIOD_S)
     finally:
         for f in files.values():
@@ -284,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the END_TXNs: during one, 0-5, 5-10, 10-50 ms after the latest answer, the rest")
     ap.add_argument("--cpu", action="store_true",
                     help="with --after-end-txn: the CPU time (schedstat, every 0.5 ms) of the broker's threads in "
-                         "CPU_THREADS instead of the flight recording's samples: the share of a core each worked in "
-                         "each window")
+                         "CPU_THREADS instead of the flight recording's samples: the share of a core each worked, "
+                         "and waited for one, in each window")
     args = ap.parse_args(argv)
     if args.cpu and not args.after_end_txn:
         ap.error("--cpu goes with --after-end-txn")
@@ -355,10 +371,12 @@ def _window_table(lengths: dict[str, float], rows: Sequence[tuple[str, Mapping[s
 
 
 def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> int:
-    names = {tid: n for tid, n in _thread_names(pid).items() if n.startswith(CPU_THREADS)}
+    names = {tid: n for tid, n in _thread_names(pid).items() if n.startswith(CPU_THREADS)} | {MACHINE: MACHINE}
     samples: list[CpuSample] = []
+    waits: list[CpuSample] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample_cpu, args=(pid, list(names), samples, stop), daemon=True)
+    tids = [t for t in names if t != MACHINE]
+    sampler = threading.Thread(target=_sample_cpu, args=(pid, tids, samples, waits, stop), daemon=True)
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
         sampler.start()
         try:
@@ -371,9 +389,15 @@ def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> in
     lengths, per = cpu_by_window(samples, names, ends, lo, hi)
     print(f"{args.trace.name}, {args.design}, at the trace's pace: txn phase {hi - lo:.0f} ms, {len(ends)} END_TXNs, "
           f"{len(samples)} CPU samples; the share of a core each broker thread worked in each window (ms of it)")
+    machine = per.pop(MACHINE, {})
     total = {w: sum(c.get(w, 0.0) for c in per.values()) for w in WINDOWS}
     rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]
-    _window_table(lengths, [*rows, ("(the threads read, together)", total)], 1, ".3f")
+    _window_table(lengths, [*rows, ("(the threads read, together)", total),
+                            ("(the machine, all cores: /proc/stat's ticks)", machine)], 1, ".3f")
+    _, waited = cpu_by_window(waits, names, ends, lo, hi)
+    print("\nthe share of each window the same threads were runnable but waited for a core (the run "
+          "queue's wait, schedstat's second field)")
+    _window_table(lengths, [(name, waited.get(name, {})) for name, _ in rows], 1, ".3f")
     return 0
 
 

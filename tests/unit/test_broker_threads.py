@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import Windows, by_window, classify, cpu_by_window, end_txns, tally, txn_phase
+from benchmarks.broker_threads import (MACHINE, CpuSample, Windows, _sample_cpu, by_window, classify, cpu_by_window, end_txns,
+                                       tally, txn_phase)
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -87,3 +91,42 @@ def test_cpu_time_goes_to_the_window_of_each_intervals_midpoint() -> None:
     assert lengths == {"during": 10.0, "0-5 ms": 4.0, "5-10 ms": 6.0, "10-50 ms": 0.0, "rest": 0.0}
     assert per == {"metadata-store-event": {"during": 4.0, "5-10 ms": 3.0},
                    "pulsar-io": {"during": 4.0, "0-5 ms": 2.0, "5-10 ms": 2.0}}
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat"),
+                    reason="needs Linux's per-thread schedstat")
+def test_cpu_readings_hold_each_threads_time_on_a_cpu_and_waiting_for_one() -> None:
+    """``--cpu`` reads both of schedstat's first fields, the same instants in both lists: a thread
+    kept busy meanwhile gains time on a CPU, and neither count goes back; the machine's busy time
+    is read beside them and grows too."""
+    busy_tid, stop_busy = [], threading.Event()
+
+    def spin() -> None:
+        busy_tid.append(str(threading.get_native_id()))
+        while not stop_busy.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    while not busy_tid:
+        time.sleep(0.001)
+    worked: list[CpuSample] = []
+    waited: list[CpuSample] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_cpu, args=(str(os.getpid()), busy_tid, worked, waited, stop))
+    sampler.start()
+    time.sleep(0.05)
+    stop.set()
+    sampler.join()
+    stop_busy.set()
+    spinner.join()
+    (tid,) = busy_tid
+    assert len(worked) == len(waited) >= 2
+    assert [t for t, _ in worked] == [t for t, _ in waited]
+    on_cpu = [row[tid] for _, row in worked]
+    queued = [row[tid] for _, row in waited]
+    assert on_cpu == sorted(on_cpu) and queued == sorted(queued)
+    assert on_cpu[-1] - on_cpu[0] > 1_000_000  # more than 1 ms of its 50 spent spinning
+    machine = [row[MACHINE] for _, row in worked]
+    assert machine == sorted(machine) and machine[-1] > machine[0]  # /proc/stat's ticks: 10 ms each
+    assert all(MACHINE not in row for _, row in waited)
