@@ -33,7 +33,9 @@ at a third to two thirds of a core for 10 ms after each v5 answer, and the clien
 36-63 % of one during an END_TXN (datasets/validation/README.md, session 43). It also prints, per
 thread and window, the share it was runnable but waited for a core (schedstat's second field): how
 the v5 requests queued behind an END_TXN were found waiting for a core, not for the IO thread's
-queue (datasets/validation/README.md, session 47).
+queue (datasets/validation/README.md, session 47); and the same two for the trace client's JVM,
+its threads together, and the machine's busy cores, for what else the broker's threads share the
+cores with.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from bench.pulsar.client import MAIN_CLASS
 from bench.pulsar.cpu import machine_cpu_s, txn_phase as run_txn_phase
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,6 +200,10 @@ CPU_THREADS = ("metadata-store", "pulsar-io", "BookieJournal", "ForceWrite", "bo
 # the whole machine's busy time in a CpuSample: /proc/stat counts it in ticks of 10 ms, so a window's
 # share is the ticks its intervals met, a rough figure over a short run
 MACHINE = "(the machine)"
+# the trace client's JVM, its threads together, read less often than the broker's: it has ~40, and the
+# readings take the cores they measure (every 2 ms they cost a third of a core more)
+CLIENT = "(the trace client's JVM)"
+CLIENT_PERIOD_S = 0.01
 
 
 def cpu_by_window(samples: list[CpuSample], names: dict[str, str], ends: list[tuple[float, float]],
@@ -260,6 +267,53 @@ def _sample_cpu(pid: str, tids: Iterable[str], into: list[CpuSample], waits: lis
     finally:
         for f in files.values():
             f.close()
+
+
+def client_pid(main_class: str = MAIN_CLASS) -> str | None:
+    """The trace client's JVM (the process whose command line holds ``main_class``), or None."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if main_class.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue  # ended meanwhile
+    return None
+
+
+def process_schedstat(pid: str) -> tuple[int, int] | None:
+    """A process's threads together: (ns on a CPU, ns waiting on a run queue), or None once it ended."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    on_cpu = queued = 0
+    for tid in tids:
+        try:
+            a, b = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:2]
+        except (OSError, ValueError):
+            continue  # a thread that ended between the listing and the read
+        on_cpu, queued = on_cpu + int(a), queued + int(b)
+    return on_cpu, queued
+
+
+def _sample_client(into: list[CpuSample], waits: list[CpuSample], stop: threading.Event,
+                   main_class: str = MAIN_CLASS) -> None:
+    """Until ``stop``: once the trace client's JVM has started (:func:`client_pid`), append its
+    threads' time on a CPU and waiting for one, together, as :data:`CLIENT`, every
+    :data:`CLIENT_PERIOD_S` (its threads are many and come and go: each reading lists them)."""
+    pid = None
+    while pid is None and not stop.wait(0.02):
+        pid = client_pid(main_class)
+    while pid is not None and not stop.is_set():
+        read = process_schedstat(pid)
+        if read is None:
+            return
+        now = time.time() * 1000
+        into.append((now, {CLIENT: read[0]}))
+        waits.append((now, {CLIENT: read[1]}))
+        time.sleep(CLIENT_PERIOD_S)
 
 
 def running_broker(d: Path, prog: str) -> tuple[str, str, str]:
@@ -377,13 +431,18 @@ def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> in
     stop = threading.Event()
     tids = [t for t in names if t != MACHINE]
     sampler = threading.Thread(target=_sample_cpu, args=(pid, tids, samples, waits, stop), daemon=True)
+    client: list[CpuSample] = []
+    client_waits: list[CpuSample] = []
+    client_sampler = threading.Thread(target=_sample_client, args=(client, client_waits, stop), daemon=True)
     with tempfile.TemporaryDirectory(prefix="txnbench-threads-") as tmp_s:
         sampler.start()
+        client_sampler.start()
         try:
             run_events = _replay(args, url, admin, Path(tmp_s) / "run", "trace")
         finally:
             stop.set()
             sampler.join()
+            client_sampler.join()
     lo, hi = txn_phase(run_events)
     ends = end_txns(run_events)
     lengths, per = cpu_by_window(samples, names, ends, lo, hi)
@@ -392,12 +451,19 @@ def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> in
     machine = per.pop(MACHINE, {})
     total = {w: sum(c.get(w, 0.0) for c in per.values()) for w in WINDOWS}
     rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]
-    _window_table(lengths, [*rows, ("(the threads read, together)", total),
+    client_lengths, client_per = cpu_by_window(client, {CLIENT: CLIENT}, ends, lo, hi)
+    _, client_waited = cpu_by_window(client_waits, {CLIENT: CLIENT}, ends, lo, hi)
+    # the client is read on its own grid: its share per window is over the time its readings spanned
+    client_share = {w: v * lengths[w] / client_lengths[w] for w, v in client_per.get(CLIENT, {}).items()
+                    if client_lengths[w]}
+    client_wait = {w: v * lengths[w] / client_lengths[w] for w, v in client_waited.get(CLIENT, {}).items()
+                   if client_lengths[w]}
+    _window_table(lengths, [*rows, ("(the threads read, together)", total), (CLIENT, client_share),
                             ("(the machine, all cores: /proc/stat's ticks)", machine)], 1, ".3f")
     _, waited = cpu_by_window(waits, names, ends, lo, hi)
     print("\nthe share of each window the same threads were runnable but waited for a core (the run "
           "queue's wait, schedstat's second field)")
-    _window_table(lengths, [(name, waited.get(name, {})) for name, _ in rows], 1, ".3f")
+    _window_table(lengths, [*((name, waited.get(name, {})) for name, _ in rows), (CLIENT, client_wait)], 1, ".3f")
     return 0
 
 

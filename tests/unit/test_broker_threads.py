@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import (MACHINE, CpuSample, Windows, _sample_cpu, by_window, classify, cpu_by_window, end_txns,
-                                       tally, txn_phase)
+from benchmarks.broker_threads import (CLIENT, MACHINE, CpuSample, Windows, _sample_client, _sample_cpu, by_window,
+                                       classify, client_pid, cpu_by_window, end_txns, tally, txn_phase)
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -130,3 +132,31 @@ def test_cpu_readings_hold_each_threads_time_on_a_cpu_and_waiting_for_one() -> N
     machine = [row[MACHINE] for _, row in worked]
     assert machine == sorted(machine) and machine[-1] > machine[0]  # /proc/stat's ticks: 10 ms each
     assert all(MACHINE not in row for _, row in waited)
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task"), reason="needs Linux's /proc")
+def test_the_client_is_found_by_its_main_class_and_read_with_all_its_threads() -> None:
+    """``--cpu`` finds the trace client's JVM by the main class on its command line, once it has
+    started, and reads its threads' time together: a client that spins gains time on a CPU."""
+    marker = f"txnbench-test-client-{os.getpid()}"
+    worked: list[CpuSample] = []
+    waited: list[CpuSample] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_client, args=(worked, waited, stop, marker))
+    sampler.start()
+    time.sleep(0.05)
+    assert client_pid(marker) is None and not worked  # not started yet: nothing read
+    spin = "import threading, time\nend = time.time() + 0.3\nwhile time.time() < end:\n    pass\n"
+    client = subprocess.Popen([sys.executable, "-c", spin, marker])
+    try:
+        deadline = time.time() + 5
+        while len(worked) < 20 and time.time() < deadline:
+            time.sleep(0.01)
+        assert client_pid(marker) == str(client.pid)
+    finally:
+        stop.set()
+        sampler.join()
+        client.wait()
+    assert len(worked) == len(waited) >= 20
+    on_cpu = [row[CLIENT] for _, row in worked]
+    assert on_cpu == sorted(on_cpu) and on_cpu[-1] > on_cpu[0]
