@@ -44,9 +44,12 @@ class Cause:
 _QUEUED = ("at the broker they wait behind that END_TXN on their connection (with the txns on a second connection "
            "the plain publishes sent during one took 2.1-2.5 ms at the median, on the same one 13.2-16.3), and for "
            "about 10 ms after its answer the metadata store's notification thread, idle otherwise, is the broker's "
-           "busiest, running the END_TXN's applies and reconciles on a core; the model runs that work on no core, so "
-           "what queued behind the END_TXN goes sooner (datasets/validation/README.md, \"A plain receipt waits for "
-           "its buffer's lock\" and \"What follows an END_TXN's answer\")")
+           "busiest, running the END_TXN's applies and reconciles on a core. The two cores are then 1.3-1.4 busy "
+           "(the broker, the trace client's JVM, the JIT), and the connection's thread spends what queued behind "
+           "the END_TXN on a core or waiting for one more than in fdatasync (0.93, 0.76 and 0.31 ms at the median). "
+           "The model runs the store threads' work on no core, so what queued goes sooner "
+           "(datasets/validation/README.md, \"The requests behind a v5 END_TXN wait for a core\", \"A plain "
+           "receipt waits for its buffer's lock\" and \"What follows an END_TXN's answer\")")
 
 CAUSES = (
     Cause("v5", "publish_nontxn_us", True, _behind_faster,
