@@ -426,6 +426,15 @@ def _window_table(lengths: dict[str, float], rows: Sequence[tuple[str, Mapping[s
             f"{per_ms * c.get(w, 0) / lengths[w]:>8{fmt}}" if lengths[w] else f"{'-':>8}" for w in WINDOWS))
 
 
+def _on_grid(readings: list[CpuSample], ends: list[tuple[float, float]], lo: float, hi: float,
+             lengths: dict[str, float]) -> dict[str, float]:
+    """:data:`CLIENT`'s ms per window from its own ``readings``, scaled to the windows' ``lengths``
+    of the broker's readings (the client is read on a grid of its own, less often), so that
+    :func:`_window_table` divides it back into the share of the time its readings spanned."""
+    own, per = cpu_by_window(readings, {CLIENT: CLIENT}, ends, lo, hi)
+    return {w: v * lengths[w] / own[w] for w, v in per.get(CLIENT, {}).items() if own[w]}
+
+
 def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> int:
     names = {tid: n for tid, n in _thread_names(pid).items() if n.startswith(CPU_THREADS)} | {MACHINE: MACHINE}
     samples: list[CpuSample] = []
@@ -453,13 +462,7 @@ def _cpu_windows(args: argparse.Namespace, pid: str, url: str, admin: str) -> in
     machine = per.pop(MACHINE, {})
     total = {w: sum(c.get(w, 0.0) for c in per.values()) for w in WINDOWS}
     rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))[:args.top]
-    client_lengths, client_per = cpu_by_window(client, {CLIENT: CLIENT}, ends, lo, hi)
-    _, client_waited = cpu_by_window(client_waits, {CLIENT: CLIENT}, ends, lo, hi)
-    # the client is read on its own grid: its share per window is over the time its readings spanned
-    client_share = {w: v * lengths[w] / client_lengths[w] for w, v in client_per.get(CLIENT, {}).items()
-                    if client_lengths[w]}
-    client_wait = {w: v * lengths[w] / client_lengths[w] for w, v in client_waited.get(CLIENT, {}).items()
-                   if client_lengths[w]}
+    client_share, client_wait = (_on_grid(readings, ends, lo, hi, lengths) for readings in (client, client_waits))
     _window_table(lengths, [*rows, ("(the threads read, together)", total), (CLIENT, client_share),
                             ("(the machine, all cores: /proc/stat's ticks)", machine)], 1, ".3f")
     _, waited = cpu_by_window(waits, names, ends, lo, hi)

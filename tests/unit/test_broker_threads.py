@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.broker_threads import (CLIENT, MACHINE, CpuSample, Windows, _sample_client, _sample_cpu, by_window,
-                                       classify, client_pid, cpu_by_window, end_txns, tally, txn_phase)
+from benchmarks.broker_threads import (CLIENT, MACHINE, CpuSample, Windows, _on_grid, _sample_client, _sample_cpu,
+                                       by_window, classify, client_pid, cpu_by_window, end_txns, tally, txn_phase)
 
 
 def _frame(type_: str, method: str) -> dict[str, Any]:
@@ -95,11 +95,22 @@ def test_cpu_time_goes_to_the_window_of_each_intervals_midpoint() -> None:
                    "pulsar-io": {"during": 4.0, "0-5 ms": 2.0, "5-10 ms": 2.0}}
 
 
+def test_the_clients_share_is_over_its_own_readings_grid() -> None:
+    """The client is read less often than the broker's threads: its ms per window, scaled to the
+    broker's window lengths, give back the share of the time its own readings spanned."""
+    ends = [(100.0, 110.0)]
+    ms = 1_000_000
+    client = [(98.0, {CLIENT: 0}), (102.0, {CLIENT: 2 * ms}),  # midpoint 100: during, 2 of 4 ms
+              (106.0, {CLIENT: 4 * ms}),                         # 104: during, 2 of 4 ms
+              (114.0, {CLIENT: 4 * ms})]                         # 110: 0-5 ms after, 0 of 8 ms
+    broker_lengths = {"during": 10.0, "0-5 ms": 5.0, "5-10 ms": 5.0, "10-50 ms": 0.0, "rest": 0.0}
+    scaled = _on_grid(client, ends, 90.0, 200.0, broker_lengths)
+    assert {w: v / broker_lengths[w] for w, v in scaled.items()} == {"during": 0.5}
+
+
 SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass\n"
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat"),
-                    reason="needs Linux's per-thread schedstat")
 def test_cpu_readings_hold_each_threads_time_on_a_cpu_and_waiting_for_one() -> None:
     """``--cpu`` reads both of schedstat's first fields, the same instants in both lists: a thread
     kept busy meanwhile gains time on a CPU, and neither count goes back; the machine's busy time
@@ -130,7 +141,6 @@ def test_cpu_readings_hold_each_threads_time_on_a_cpu_and_waiting_for_one() -> N
     assert all(MACHINE not in row for _, row in waited)
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task"), reason="needs Linux's /proc")
 def test_the_client_is_found_by_its_main_class_and_read_with_all_its_threads() -> None:
     """``--cpu`` finds the trace client's JVM by the main class on its command line, once it has
     started, and reads its threads' time together: a client that spins gains time on a CPU."""
