@@ -29,13 +29,15 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   the least squares fits the others to what is left of each run's core time. The per-txn calls
   of the three kinds nearly move together over these traces (rpc 27 per txn on small and omb, 41
   on many-participants; rpc.broker 3.3 and 12.5), so the split between them is weakly fixed by the
-  rates alone. Fitted over ``fresh-default-6/`` to ``-8/``, rpc.broker came out 159 µs (the
-  default's is 258), and the burst of 33 v4 END_TXNs at the end of omb's trace took the model
-  9.3 ms at the median (the default's 13.2), where four brokers answered it at 4.9-7.0
+  rates alone. Fitted over ``fresh-default-6/`` to ``-8/``, rpc.broker came out 159 µs (258
+  fitted freely over ``-6/`` alone), and the burst of 33 v4 END_TXNs at the end of omb's trace
+  took the model 9.3 ms at the median (13.2 at 258), where four brokers answered it at 4.9-7.0
   (datasets/validation/README.md, session 34). ``dispatch.entry`` is alike: 34.7 a txn on
-  many-participants, 11.4 on small and omb, so fitted freely it loses to the hops. Pinned from
-  ``benchmarks.txn_cpu`` (50 µs, with ``rpc.broker`` at 100), the v4 END_TXN crowd was met on
-  more sets but the v5/v4 ratio on fewer, so the default does not price it (session 39);
+  many-participants, 11.4 on small and omb, so fitted freely it loses to the hops. The default
+  pins both from ``benchmarks.txn_cpu`` (``dispatch.entry`` 50 µs, ``rpc.broker`` 100: a txn's
+  further topic, its two hops among its work, cost the broker 200-210 µs) and fits the rest over
+  ``-6/``: the v4 END_TXN crowd is met on more sets, and over four latency seeds the v5/v4 ratio
+  on as many (sessions 39 and 48);
 - **by process** (``--by-process``): the runs record the broker process's busy cores beside the
   machine's, so the least squares can fit each process by the kinds that work in it, a kind's
   cost then the sum of its sides: the broker's time by every kind, the rest of the machine's

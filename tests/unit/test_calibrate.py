@@ -199,14 +199,13 @@ def _as_calibrated(tmp_path: Path) -> Path:
     them (bench.calibrate.hops_fit), that fit's record gone, and its coordinator.v4 before the
     kept new-txns' fit (bench.calibrate.new_txn_fit), that fit's record and note gone (the refit
     tests' source)."""
-    from bench.calibrate import hops_fit, new_txn_fit
+    from bench.calibrate import fit_notes, hops_fit, new_txn_fit
     from engine.clock import Distribution
 
     shipped = hops_fit.unscaled(LatencyProfile.load("datasets/latency/pulsar-standalone-5.0.0-M1.json"))
     extra = {k: v for k, v in shipped.provenance["extra"].items() if k not in ("pulsar.hops_fit", "pulsar.new_txn_fit")}
     was = Distribution(tuple((q, v) for q, v in shipped.provenance["extra"]["pulsar.new_txn_fit"]["was"]))
-    notes = shipped.provenance["notes"]
-    notes = notes[:notes.index("; " + new_txn_fit.NOTE)]  # the last fit's
+    notes = fit_notes.without_own(shipped.provenance["notes"], "pulsar.new_txn_fit")
     return Path(shipped.derived(provenance={**shipped.provenance, "extra": extra, "notes": notes},
                                 operations={**shipped.operations, new_txn_fit.KIND: was}
                                 ).save(tmp_path / "calibrated.json").path)
@@ -267,7 +266,7 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     """The fits made after the calibration (the notify probe's kind, the kept runs' cores, hops,
     new-txns and walk) keep their notes and records, each said where the refit replaced what it gave; the cores
     stay; the hops' scale is applied again with one note however often the profile is re-fitted."""
-    from bench.calibrate import saturation, walk_fit
+    from bench.calibrate import fit_notes, saturation, walk_fit
     from engine.clock import Distribution, ResourceSpec
 
     def fit(profile: LatencyProfile, rates: dict[str, float], measured: dict[str, object]) -> tuple[LatencyProfile, str]:
@@ -282,10 +281,12 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     source = shipped.derived(provenance=prov, operations={**shipped.operations,
                                                           "meta.list_keys": Distribution.constant(2_000)})
     old = source.provenance["notes"]
-    notify = old[old.index("meta.notify ["):old.index("; resources fitted to the broker's runs at saturation kept in")]
-    rates = old[old.index("resources fitted to the broker's runs at saturation kept in"):old.index("; rpc and consumer")]
-    hops = old[old.index("rpc and consumer.deliver and ledger.append scaled x"):old.index("; coordinator.v4 fitted to")]
-    new_txn = old[old.index("coordinator.v4 fitted to the v4 new-txn"):old.index("; " + walk)]
+    later = fit_notes.split(old)[1]  # each later fit's note, in the order the fits were made
+
+    def note(beginning: str) -> str:
+        return next(n for n in later if n.startswith(beginning))
+    notify, rates, hops, new_txn = (note(b) for b in (fit_notes.NOTIFY, fit_notes.RATES, fit_notes.HOPS,
+                                                      fit_notes.NEW_TXN))
     out = tmp_path / "p.json"
     assert main(["calibrate", "--refit", str(source.save(tmp_path / "in.json").path), "--out", str(out)]) == 0
     assert main(["calibrate", "--refit", str(out), "--out", str(out)]) == 0  # twice: the notes do not grow
@@ -294,7 +295,10 @@ def test_a_structural_refit_keeps_the_later_fits_and_says_what_it_replaced(tmp_p
     when = got.provenance["refitted"]["at"]
     assert got.resources["cpu"] == shipped.resources["cpu"] and got.resources["bookie"].concurrency == 5
     assert notes.count(notify) == notes.count(hops) == notes.count(rates) == notes.count("resources (re-fitted") == 1
-    assert notes.index("resources (re-fitted") < notes.index(notify) < notes.index(rates) < notes.index(hops)
+    # the calibration's own notes first, then the later fits' in the order they were made
+    kept_in_order = sorted((notify, rates, hops), key=old.index)
+    assert notes.index("resources (re-fitted") < notes.index(kept_in_order[0]) < notes.index(kept_in_order[1]) \
+        < notes.index(kept_in_order[2])
     assert f"{rates} [replaced by the refit of {when}: its bookie fitted again to the calibration's own records, " \
            "its cpu kept; calibrate --rates-from to fit it to the kept runs again]" in notes
     assert f"{walk} [replaced by the refit of {when}: its meta.list_keys fitted again" in notes

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import coordinator_fit, hops_fit
+from bench.calibrate import coordinator_fit, fit_notes, hops_fit
 from bench.calibrate.calibrate_pulsar import write_trace
 from bench.cli import EXIT_USAGE, main
 from engine.broker import BrokerConfig
@@ -168,9 +168,10 @@ def test_a_coordinator_only_refit_fits_those_kinds_on_the_calibrations_hops_and_
     assert after.count("coordinator.v4/v5: ") == 1 and after.startswith(before[:cut])
     # the resources' and later fits' notes; the kept new-txns' fit, whose coordinator.v4 this replaced, says so
     when = got.provenance["coordinator_refitted"]["at"]
-    assert after.endswith(before[before.index("; resources", cut):] + f" [replaced by the refit of {when}: its "
-                          "coordinator.v4 fitted again to the calibration's own records; calibrate --new-txn-from "
-                          "to fit it to the kept runs again]")
+    new_txn = next(n for n in fit_notes.split(before)[1] if n.startswith(fit_notes.NEW_TXN))
+    said = (f"{new_txn} [replaced by the refit of {when}: its coordinator.v4 fitted again to the calibration's own "
+            "records; calibrate --new-txn-from to fit it to the kept runs again]")
+    assert after.endswith(before[before.index("; resources", cut):].replace(new_txn, said)) and said in after
     assert got.provenance["extra"]["pulsar.new_txn_fit"]["replaced"] == {"at": when, "what": ["coordinator.v4"]}
     assert "re-fitted" in after[cut:after.index("; resources", cut)]
     assert got.provenance["coordinator_refitted"]["at"] and \

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import new_txn_fit
+from bench.calibrate import fit_notes, new_txn_fit
 from bench.cli import EXIT_USAGE, main
 from bench.trace.workloads import generate, load_profile
 from engine.clock import Distribution
@@ -75,7 +75,9 @@ def test_the_fitted_handling_gives_the_model_the_brokers_new_txn(tmp_path: Path)
     # the default's own fit's note gives way to this one
     notes = source.provenance["notes"]
     assert notes.count(new_txn_fit.NOTE) == got.provenance["notes"].count(new_txn_fit.NOTE) == 1
-    assert got.provenance["notes"].startswith(notes[:notes.index("; " + new_txn_fit.NOTE)] + "; " + new_txn_fit.NOTE)
+    # the calibration's and the other later fits' notes as they were, then this fit's
+    others = fit_notes.without_own(notes, "pulsar.new_txn_fit")
+    assert got.provenance["notes"].startswith(others + "; " + new_txn_fit.NOTE)
     assert "in 2 kept validations in " in got.provenance["notes"]
     assert got.provenance["kinds"][new_txn_fit.KIND]["how"] == "new_txn_fit"
 
@@ -86,9 +88,10 @@ def test_the_fitted_handling_gives_the_model_the_brokers_new_txn(tmp_path: Path)
     assert redone.operations[new_txn_fit.KIND] != got.operations[new_txn_fit.KIND]
     when = redone.provenance["coordinator_refitted"]["at"]
     assert redone.provenance["extra"]["pulsar.new_txn_fit"]["replaced"] == {"at": when, "what": [new_txn_fit.KIND]}
-    assert redone.provenance["notes"].endswith(f" [replaced by the refit of {when}: its coordinator.v4 fitted again to "
-                                               "the calibration's own records; calibrate --new-txn-from to fit it to "
-                                               "the kept runs again]")
+    redone_notes = fit_notes.split(redone.provenance["notes"])[1]
+    assert next(n for n in redone_notes if n.startswith(new_txn_fit.NOTE)).endswith(
+        f" [replaced by the refit of {when}: its coordinator.v4 fitted again to the calibration's own records; "
+        "calibrate --new-txn-from to fit it to the kept runs again]")
     assert redone.provenance["notes"].count("coordinator.v4 fitted to the v4 new-txn") == 1
 
 
