@@ -36,8 +36,8 @@ and waits for a free one. The fit, trace by trace over the kept validations:
   many-participants, 11.4 on small and omb, so fitted freely it loses to the hops. The default
   pins both from ``benchmarks.txn_cpu`` (``dispatch.entry`` 50 µs, ``rpc.broker`` 100: a txn's
   further topic, its two hops among its work, cost the broker 200-210 µs) and fits the rest over
-  ``-6/``: the v4 END_TXN crowd is met on more sets, and over four latency seeds the v5/v4 ratio
-  on as many (sessions 39 and 48);
+  ``-6/``: the v4 END_TXN crowd is met on more sets, and over the latency seeds 1-6 the v5/v4
+  ratio on as many on average (sessions 39 and 48);
 - **by process** (``--by-process``): the runs record the broker process's busy cores beside the
   machine's, so the least squares can fit each process by the kinds that work in it, a kind's
   cost then the sum of its sides: the broker's time by every kind, the rest of the machine's
