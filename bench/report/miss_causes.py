@@ -48,9 +48,10 @@ _QUEUED = ("at the broker they wait behind that END_TXN on their connection (wit
            "(the broker, the trace client's JVM, the JIT), and the connection's thread spends what queued behind "
            "the END_TXN on a core or waiting for one more than in fdatasync (0.93, 0.76 and 0.31 ms at the median): "
            "about two store writes at twice their usual time. The model bills them at their usual time, so what "
-           "queued goes sooner. The thread's wait for a core per sync barely grows with the load (579 µs paced, 507 asap), more a "
-           "thread's wake-up than the cores' contention, and putting the store's work, a background load or the "
-           "walks on the model's cores left its answers where they were (datasets/validation/README.md, \"The "
+           "queued goes sooner. The thread's wait for a core per sync barely grows with the load (579 µs paced, "
+           "507 asap), more a thread's wake-up than the cores' contention, and putting the store's work, a "
+           "background load or the walks on the model's cores left its answers where they were "
+           "(datasets/validation/README.md, \"The "
            "END_TXN fan-out's hop cheap on the cores\", \"The requests behind a v5 END_TXN wait for a core\", "
            "\"A plain receipt waits for its buffer's lock\" and \"What follows an END_TXN's answer\")")
 
