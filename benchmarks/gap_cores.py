@@ -14,11 +14,13 @@ tests. With the broker of ``scripts/pulsar.sh start DIR`` running and warmed::
 
 A gap runs from an END_TXN's answer to the answer of a new-txn the client sent while it was in
 flight (both as the trace client timed them). Each gap's window starts 0.3 ms before the first and
-ends 0.2 ms before the second, as session 47's reading did. The table gives, in ms of a core within it:
+ends 0.2 ms before the second, as session 47's reading did. The table gives, in ms of a core
+within it:
 
-- the broker's JIT compiler threads, the store's event thread (``metadata-store-event``, its
-  name cut to ``metadata-store-`` in ``comm``: the one of those that syncs most), the broker's
-  other threads, and other processes (the trace client's JVM, ``perf``);
+- the broker's JIT (its compiler threads and code cache sweeper), the store's event thread
+  (``metadata-store-event``, its name cut to ``metadata-store-`` in ``comm``: the one of those
+  that syncs most), the broker's other threads, and other processes (the trace client's JVM,
+  ``perf``);
 - the connection's IO thread (the ``pulsar-io`` thread that syncs most, or ``--io-thread``) on a
   core, and runnable but waiting for one;
 - the cores idle, of both cores' window.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-JIT = ("C1 CompilerThre", "C2 CompilerThre", "Sweeper thread")  # HotSpot's compiler threads, comm cut to 15
+JIT = ("C1 CompilerThre", "C2 CompilerThre", "Sweeper thread")  # HotSpot's compilers and code cache sweeper, cut to 15
 EVENT = "metadata-store-"  # AbstractMetadataStore's notification executor, cut to 15
 IO = "pulsar-io"
 LEAD_US, TAIL_US = 300, 200  # the window: from before the END_TXN's answer to before the new-txn's
