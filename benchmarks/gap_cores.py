@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-JIT = ("C1 CompilerThre", "C2 CompilerThre", "Sweeper thread")  # HotSpot's compilers and code cache sweeper, cut to 15
+from bench.pulsar.cpu import JIT_THREADS
+
+JIT = (*JIT_THREADS, "Sweeper thread")  # HotSpot's compilers (as the broker runs count them) and code cache sweeper
 EVENT = "metadata-store-"  # AbstractMetadataStore's notification executor, cut to 15
 IO = "pulsar-io"
 LEAD_US, TAIL_US = 300, 200  # the window: from before the END_TXN's answer to before the new-txn's

@@ -52,10 +52,9 @@ _QUEUED = ("at the broker they wait behind that END_TXN on their connection (wit
            "the longer ones holding more of the event thread's work (up to 10.5 ms) and the trace client's "
            "(up to 8.1) while the connection's thread waited for a core (up to 3.5). The model puts neither of "
            "those on its cores; putting the store's calls, a background load or the walks there left its answers "
-           "where they were "
-           "(datasets/validation/README.md, \"The "
-           "END_TXN fan-out's hop cheap on the cores\", \"The requests behind a v5 END_TXN wait for a core\", "
-           "\"A plain receipt waits for its buffer's lock\" and \"What follows an END_TXN's answer\")")
+           "where they were (datasets/validation/README.md, \"The END_TXN fan-out's hop cheap on the cores\", "
+           "\"The requests behind a v5 END_TXN wait for a core\", \"A plain receipt waits for its buffer's lock\" "
+           "and \"What follows an END_TXN's answer\")")
 
 CAUSES = (
     Cause("v5", "publish_nontxn_us", True, _behind_faster,
