@@ -27,6 +27,12 @@ def mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return saturation.write_trace(tmp_path_factory.mktemp("mix") / "mix.parquet", events=800)
 
 
+@pytest.fixture(scope="module")
+def short_mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Half of ``mix``: the walk's fit replays it some 200 times (800 rows took 80 s, 400 take 45)."""
+    return saturation.write_trace(tmp_path_factory.mktemp("short") / "mix.parquet", events=400)
+
+
 def test_asap_pacing_issues_the_rows_one_microsecond_apart_in_order(trace: Path) -> None:
     paced = Replayer(RunConfig(engine="v4")).run(read_events(trace))
     asap = Replayer(RunConfig(engine="v4", pacing="asap")).run(read_events(trace))
@@ -200,7 +206,7 @@ def test_each_designs_rows_as_often_over_as_its_runs_replayed_them(tmp_path: Pat
     assert older["v4"] == older["v5"] and summarize(older["v4"]).txns == once
 
 
-def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mix: Path) -> None:
+def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(short_mix: Path) -> None:
     """Three v5 runs at growing histories (the txns the store held before each) fall in rate as
     each scan walks more counters: the fit finds the walk's cost per thousand keys from the fall,
     and the writes' service time at the median run's history."""
@@ -211,12 +217,12 @@ def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mi
     truth = LatencyProfile(base.name, base.provenance, truth_ops)
     resources = {"bookie": ResourceSpec(None, 2, shared=True), "metadata": saturation._metadata(600)}
     histories = [100, 400, 700]
-    runs = [saturation.model_rates(truth, resources, mix, ("v5",), h)["v5"] for h in histories]
+    runs = [saturation.model_rates(truth, resources, short_mix, ("v5",), h)["v5"] for h in histories]
     assert runs[0] > runs[1] > runs[2]  # the walk slows v5 as the history grows
-    rates = {"v4": saturation.model_rates(truth, resources, mix, ("v4",))["v4"], "v5": runs[1]}
+    rates = {"v4": saturation.model_rates(truth, resources, short_mix, ("v4",))["v4"], "v5": runs[1]}
     record = {"txns_before": {"v4": [1, 2, 3], "v5": [histories[2], histories[0], histories[1]]},
               "runs": {"v5": [runs[2], runs[0], runs[1]]}}  # in the order measured, not by history
-    fitted, keys_us, note = saturation.fit(base, rates, mix, record)
+    fitted, keys_us, note = saturation.fit(base, rates, short_mix, record)
     assert keys_us == pytest.approx(60_000, rel=0.1)
     # the threads serve by arrival, so on this short trace v5's rate moves little with the
     # service time (each txn's chain, not the thread, bounds much of it, its END_TXN's event puts
@@ -225,7 +231,7 @@ def test_the_fit_recovers_a_listings_walk_from_v5s_rates_at_growing_histories(mi
     assert "(400 txns)" in note and "at 100/400/700 txns before" in note
     # with the broker's mean put in those runs, a write holds its thread that long, and the walk is fitted alone
     measured = {**record, "mean_put_us": {"v4": [900.0, 900.0, 900.0], "v5": [590.0, 610.0, 600.0]}}
-    fitted, keys_us, note = saturation.fit(base, rates, mix, measured)
+    fitted, keys_us, note = saturation.fit(base, rates, short_mix, measured)
     assert fitted["metadata"].service_us == 600 and keys_us == pytest.approx(60_000, rel=0.1)
     assert "600 µs each (the median of the broker's mean put" in note
     assert saturation.v5_histories({"txns_before": {"v5": [5, None]}, "runs": {"v5": [1.0, 2.0]}}) == []
