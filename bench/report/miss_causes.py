@@ -51,8 +51,11 @@ _QUEUED = ("at the broker they wait behind that END_TXN on their connection (wit
            "sooner in the model. Gap by gap on a broker whose JIT was quiet, the cores were full in most gaps, "
            "the longer ones holding more of the event thread's work (up to 10.5 ms) and the trace client's "
            "(up to 8.1) while the connection's thread waited for a core (up to 3.5). The model puts neither of "
-           "those on its cores; putting the store's calls, a background load or the walks there left its answers "
-           "where they were (datasets/validation/README.md, \"The END_TXN fan-out's hop cheap on the cores\", "
+           "those on its cores, and its event thread is idle in those gaps, its applies coming after them; putting "
+           "the store's calls, a background load or the walks on the cores, or landing the END_TXN's events at "
+           "their own commits, left its answers where they were (datasets/validation/README.md, \"The model's "
+           "event thread is idle in the gaps behind a v5 END_TXN\", \"The END_TXN fan-out's hop cheap on the "
+           "cores\", "
            "\"The requests behind a v5 END_TXN wait for a core\", \"A plain receipt waits for its buffer's lock\" "
            "and \"What follows an END_TXN's answer\")")
 
