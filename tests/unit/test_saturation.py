@@ -29,7 +29,7 @@ def mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def short_mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Half of ``mix``: the walk's fit replays it some 200 times (800 rows took 80 s, 400 take 45)."""
+    """Half of ``mix``: the walk's fit replays it some 200 times (its test took 86 s on 800 rows, 53 on 400)."""
     return saturation.write_trace(tmp_path_factory.mktemp("short") / "mix.parquet", events=400)
 
 
