@@ -34,6 +34,13 @@ Two costs on the store's notification thread are measured beside it:
   watcher per transaction buffer and pending-ack store it has loaded. ``notify_fit``: µs per
   notification as a base plus a cost per listener, and the notifications a key created or
   deleted under ``/txn/op`` queues; the cost per listener is ``meta.notify`` (:func:`notify_spec`).
+* ``handoff``: the same program puts keys one at a time on the idle store and times each from its
+  call to its return (``put_us``) and to the start of its listener (``listener_us``).
+  ``RocksdbMetadataStore.storePut`` calls ``receivedNotification`` right after its transaction
+  commits, which hands the listeners to the store's executor (``supplyAsync``), so on this
+  fsync-less store ``listener_us`` bounds what a notification adds after its write's commit: the
+  model's ``meta.watch``, which the default still takes from the hand-written constants (500 µs,
+  after a fresh ``meta.write`` draw; validation/README.md, session 49). Recorded, not billed.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ MAIN_CLASS = "txnbench.probe.StoreProbe"
 NOTIFY_CLASS = "txnbench.probe.NotifyProbe"
 LISTENERS = (0, 250, 1_000, 2_000)  # subscribeSequence watchers (a broker after its warm-ups held 1,152)
 NOTIFY_WRITES = 500  # keys created and then deleted under /txn/op per timed round
+HANDOFFS = 4_000  # puts timed one at a time for the hand-off (the first half warm the JIT)
 HISTORIES = (1_000, 4_000)  # txns whose op records the store has held (their counters stay)
 LIVES = (1, 200)  # txns whose op records are still there when the scan runs
 OPS = (1, 10)  # op records per txn (the small and omb mixes have 4.1-4.4, many-participants 10.4)
@@ -66,9 +74,10 @@ NOTE = ("single storeGet calls of an emulated scan (RocksdbMetadataStore, outsid
 def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "java",
             histories: tuple[int, ...] = HISTORIES, lives: tuple[int, ...] = LIVES,
             ops: tuple[int, ...] = OPS, repeats: int = REPEATS,
-            listeners: tuple[int, ...] = LISTENERS, notify_writes: int = NOTIFY_WRITES) -> dict[str, Any]:
+            listeners: tuple[int, ...] = LISTENERS, notify_writes: int = NOTIFY_WRITES,
+            handoffs: int = HANDOFFS) -> dict[str, Any]:
     """Run the probes; what they measured: ``runs`` (one object per (ops, history, live)),
-    ``notify_runs`` (one per listener count) and :func:`summarise`'s figures. Raises
+    ``notify_runs`` (one per listener count), ``handoff`` and :func:`summarise`'s figures. Raises
     BackendUnavailable when the JVM cannot run them (no Java, no jars, a failed run)."""
     from bench.pulsar.client import class_path
 
@@ -79,7 +88,8 @@ def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "ja
                   ",".join(map(str, lives)), "--ops", ",".join(map(str, ops)), "--repeats", str(repeats))
     progress(f"store probe: the notification fan-out ({', '.join(map(str, listeners))} listeners)")
     notify = _probe(java, cp, NOTIFY_CLASS, "--listeners", ",".join(map(str, listeners)),
-                    "--writes", str(notify_writes), "--repeats", str(max(5, repeats // 5)))
+                    "--writes", str(notify_writes), "--repeats", str(max(5, repeats // 5)),
+                    "--handoffs", str(handoffs))
     return summarise(runs, notify)
 
 
@@ -123,7 +133,8 @@ def summarise(runs: list[dict[str, Any]], notify: list[dict[str, Any]] | None = 
         "history": last["history"], "live": last["live"]},
         "walk_us_per_thousand": round(statistics.median(by_ops[one]), 1),
         "walk_us_per_thousand_by_ops": {str(k): round(statistics.median(v), 1) for k, v in sorted(by_ops.items())},
-        "walk_fit": walk_fit(runs), **decode_cost(runs), **notify_cost(notify or [])}
+        "walk_fit": walk_fit(runs), **decode_cost(runs),
+        **notify_cost([line for line in notify or [] if "listeners" in line]), **handoff(notify or [])}
 
 
 def decode_cost(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -146,6 +157,13 @@ def notify_cost(lines: list[dict[str, Any]]) -> dict[str, Any]:
     return {"notify_runs": lines, "notify_fit": {
         "us_per_notification": round(base, 3), "us_per_listener": round(slope, 5), "up_to": hi["listeners"],
         "notifications_per_key": round((lo["notifications"] - 1) / (2 * lo["writes"]), 2)}}  # less the marker's
+
+
+def handoff(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The hand-off pass's line (``handoffs`` puts timed, ``put_us`` and ``listener_us``), as
+    ``handoff``; nothing when the probe did not run it."""
+    found = [line for line in lines if "handoffs" in line]
+    return {"handoff": found[-1]} if found else {}
 
 
 def walk_fit(runs: list[dict[str, Any]]) -> dict[str, float] | None:
@@ -179,6 +197,11 @@ def note(probe: dict[str, Any]) -> str:
         beside.append(f"the notification fan-out {nf['us_per_notification']} µs + {nf['us_per_listener']} per "
                       f"listener per notification, {nf['notifications_per_key']} notifications per key created "
                       "or deleted under /txn/op")
+    ho = probe.get("handoff")
+    if ho:
+        beside.append(f"a put's listener starting {ho['listener_us']['p50']} µs after its call at the median "
+                      f"(p99 {ho['listener_us']['p99']}; the put returning after {ho['put_us']['p50']}), its commit "
+                      "without fsync and the hand-off to the event thread included")
     also = f"; recorded beside it: {'; '.join(beside)}" if beside else ""
     return (f"{NOTE} ({at['live']} live txns' op records among {at['history']:,} txns' history, each scan's GETs "
             f"over its timed rounds: {probe['scan_get_us']} µs), and the listing's walk alone, on that idle JVM: "
@@ -209,5 +232,5 @@ def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "hidden_entries", "measure", "note", "notify_cost", "notify_spec",
-           "scan_get_spec", "summarise", "walk_fit"]
+__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "handoff", "hidden_entries", "measure", "note", "notify_cost",
+           "notify_spec", "scan_get_spec", "summarise", "walk_fit"]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.pulsar
 
 def test_the_probe_scans_the_brokers_own_store_layout(pulsar: PulsarBroker) -> None:
     got = store_probe.measure(histories=(200, 800), lives=(1, 50), ops=(1, 3), repeats=10,
-                              listeners=(0, 100), notify_writes=50)
+                              listeners=(0, 100), notify_writes=50, handoffs=200)
     runs = {(r["ops"], r["history"], r["live"]): r for r in got["runs"]}
     assert set(runs) == {(k, h, n) for k in (1, 3) for h in (200, 800) for n in (1, 50)}
     for (ops, history, live), r in runs.items():
@@ -32,5 +32,11 @@ def test_the_probe_scans_the_brokers_own_store_layout(pulsar: PulsarBroker) -> N
     # and /txn (AbstractMetadataStore.parent stops below "/"); the marker's update one more
     assert [(r["listeners"], r["notifications"]) for r in got["notify_runs"]] == [(0, 6 * 50 + 1), (100, 6 * 50 + 1)]
     assert got["notify_fit"]["notifications_per_key"] == 3.0
+    # the hand-off: the last half of the puts, each waited for at its listener, which starts on the
+    # store's executor once the put has committed (storePut -> receivedNotification -> supplyAsync)
+    ho = got["handoff"]
+    assert ho["handoffs"] == 100
+    for q in (ho["put_us"], ho["listener_us"]):
+        assert 0 < q["p50"] <= q["p90"] <= q["p99"] <= q["max"], ho
     spec = store_probe.scan_get_spec(got)
     assert spec["p50"] >= 1 and list(spec.values()) == sorted(spec.values())

@@ -79,6 +79,20 @@ def test_the_cleanup_scans_decoding_and_the_notification_fan_out_are_recorded_be
     assert store_probe.notify_cost(NOTIFY_LINES[:1]) == {"notify_runs": NOTIFY_LINES[:1]}  # one count: no slope
 
 
+HANDOFF_LINE = {"handoffs": 2_000, "put_us": {"p50": 23.6, "p90": 31.0, "p99": 48.1, "max": 92.7},
+                "listener_us": {"p50": 14.5, "p90": 21.4, "p99": 36.4, "max": 110.1}}
+
+
+def test_the_hand_off_to_the_event_thread_is_recorded_apart_from_the_fan_out() -> None:
+    got = store_probe.summarise(PROBE_LINES, [*NOTIFY_LINES, HANDOFF_LINE])
+    assert got["handoff"] == HANDOFF_LINE
+    assert got["notify_runs"] == NOTIFY_LINES  # the hand-off's line is not a listener count
+    assert got["notify_fit"]["us_per_listener"] == pytest.approx(PER_LISTENER)
+    assert "a put's listener starting 14.5 µs after its call at the median (p99 36.4; the put returning after 23.6)" \
+        in store_probe.note(got)
+    assert "handoff" not in store_probe.summarise(PROBE_LINES, NOTIFY_LINES)  # a probe of before
+
+
 def test_runs_that_cannot_separate_keys_from_entries_give_no_fit() -> None:
     """The same run twice says nothing about how its time splits between keys and entries."""
     same = [_run(1_000, 0, {"p50": 1.0})] * 2

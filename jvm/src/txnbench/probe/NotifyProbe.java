@@ -30,18 +30,31 @@ import org.apache.pulsar.metadata.api.extended.MetadataStoreExtended;
  * keys under {@code /txn/op} (as the op records are), opens the gate, and times the event thread
  * until it reaches a last marker notification: per round the µs per notification it ran
  * ({@code us_per_notification}, the median of {@code repeats} rounds after as many warm-up
- * rounds) and how many it counted. One JSON object per line on stdout. Arguments:
- * {@code --dir D --listeners L,.. --writes W --repeats R}.
+ * rounds) and how many it counted.
+ *
+ * <p>Then, with {@code --handoffs N}, the hand-off alone: N puts on the idle store, one at a time,
+ * each timed from its call to its return and to the moment the event thread starts its listeners.
+ * RocksdbMetadataStore.storePut calls {@code receivedNotification} right after its transaction
+ * commits, and AbstractMetadataStore.receivedNotification hands the listeners to the store's
+ * executor ({@code CompletableFuture.supplyAsync}), so the listener starts that hand-off after the
+ * commit; the put returns once the hand-off is queued. The line gives both, in µs, over the last
+ * half of the puts (the first half warms the JIT): {@code put_us} (call to return) and
+ * {@code listener_us} (call to the listener's start), each p50/p90/p99/max.
+ *
+ * <p>One JSON object per line on stdout. Arguments: {@code --dir D --listeners L,.. --writes W
+ * --repeats R [--handoffs N]}.
  */
 public final class NotifyProbe {
     private static final String GATE = "/probe/gate";
     private static final String MARK = "/probe/mark";
+    private static final String HANDOFF = "/probe/handoff-";
 
     public static void main(String[] argv) throws Exception {
         Path dir = null;
         int[] listenerCounts = {0, 1000};
         int writes = 500;
         int repeats = 20;
+        int handoffs = 0;
         for (int i = 0; i < argv.length; i += 2) {
             if (i + 1 >= argv.length) {
                 throw new IllegalArgumentException(argv[i] + ": missing its value");
@@ -52,6 +65,7 @@ public final class NotifyProbe {
                         .mapToInt(Integer::parseInt).sorted().toArray();
                 case "--writes" -> writes = Integer.parseInt(argv[i + 1]);
                 case "--repeats" -> repeats = Integer.parseInt(argv[i + 1]);
+                case "--handoffs" -> handoffs = Integer.parseInt(argv[i + 1]);
                 default -> throw new IllegalArgumentException(argv[i] + ": unknown argument");
             }
         }
@@ -109,8 +123,58 @@ public final class NotifyProbe {
         for (AutoCloseable w : watchers) {
             w.close();
         }
+        if (handoffs > 0) {
+            handoffs(store, probe, handoffs);
+        }
         store.close();
         System.exit(0);  // the store's background threads are not daemons
+    }
+
+    /** The hand-off pass (see the class doc): one put at a time, each waited for at its listener. */
+    private static void handoffs(MetadataStoreExtended store, Probe probe, int n) throws Exception {
+        double[] put = new double[n / 2];
+        double[] listener = new double[n / 2];
+        for (int i = 0; i < n; i++) {
+            CountDownLatch reached = new CountDownLatch(1);
+            probe.handoff = new Handoff(HANDOFF + i, reached);
+            long t0 = System.nanoTime();
+            store.put(HANDOFF + i, new byte[64], Optional.empty()).get();
+            long returned = System.nanoTime();
+            if (!reached.await(60, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("the hand-off's notification never came");
+            }
+            int k = i - (n - n / 2);
+            if (k >= 0) {
+                put[k] = (returned - t0) / 1000.0;
+                listener[k] = (probe.handoff.startedNanos - t0) / 1000.0;
+            }
+        }
+        System.out.println(String.format(Locale.ROOT, "{\"handoffs\": %d, \"put_us\": %s, \"listener_us\": %s}",
+                n / 2, quantiles(put), quantiles(listener)));
+        System.out.flush();
+    }
+
+    private static String quantiles(double[] xs) {
+        double[] sorted = xs.clone();
+        Arrays.sort(sorted);
+        return String.format(Locale.ROOT, "{\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
+                at(sorted, 0.5), at(sorted, 0.9), at(sorted, 0.99), sorted[sorted.length - 1]);
+    }
+
+    private static double at(double[] sorted, double q) {
+        return sorted[Math.min(sorted.length - 1, (int) Math.floor(q * sorted.length))];
+    }
+
+    /** The put the hand-off pass waits for: its path, and when the listener first saw it. */
+    private static final class Handoff {
+        final String path;
+        final CountDownLatch reached;
+        volatile long startedNanos;
+
+        Handoff(String path, CountDownLatch reached) {
+            this.path = path;
+            this.reached = reached;
+        }
     }
 
     /** Holds the event thread at the gate and counts the notifications it runs after it. */
@@ -119,6 +183,7 @@ public final class NotifyProbe {
         volatile CountDownLatch gate = new CountDownLatch(0);
         volatile CountDownLatch gateReached = new CountDownLatch(0);
         volatile CountDownLatch marked = new CountDownLatch(0);
+        volatile Handoff handoff;
 
         void arm() {
             gate = new CountDownLatch(1);
@@ -128,7 +193,14 @@ public final class NotifyProbe {
 
         @Override
         public void accept(Notification n) {
+            long now = System.nanoTime();
             String path = n.getPath();
+            Handoff h = handoff;
+            if (h != null && path.equals(h.path)) {
+                h.startedNanos = now;
+                h.reached.countDown();
+                return;
+            }
             if (path.equals(GATE)) {  // its own notification: "/probe" gets the ChildrenChanged
                 gateReached.countDown();
                 try {
