@@ -72,6 +72,9 @@ public final class NotifyProbe {
         if (dir == null) {
             throw new IllegalArgumentException("--dir: required");
         }
+        if (handoffs == 1 || handoffs < 0) {
+            throw new IllegalArgumentException("--handoffs " + handoffs + ": 0 (none), or at least 2 (half are timed)");
+        }
         MetadataStoreExtended store = MetadataStoreExtended.create("rocksdb:" + dir,
                 MetadataStoreConfig.builder().fsyncEnable(false).build());
         Probe probe = new Probe();
