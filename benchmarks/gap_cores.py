@@ -29,7 +29,6 @@ within it:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter, defaultdict
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from bench.pulsar.cpu import JIT_THREADS
+from bench.report.client_events import events
 
 JIT = (*JIT_THREADS, "Sweeper thread")  # HotSpot's compilers (as the broker runs count them) and code cache sweeper
 EVENT = "metadata-store-"  # AbstractMetadataStore's notification executor, cut to 15
@@ -193,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                                                 if line.strip())}
         with args.perf_script.open() as f:
             sched = parse(f)
-        with args.events.open() as f:
-            t0, spans = gaps(json.loads(line) for line in f if line.strip())
+        if not args.events.is_file():
+            raise ValueError(f"{args.events}: no such events file")
+        t0, spans = gaps(events(args.events, '"ev"'))
     except (OSError, ValueError) as e:
         print(f"gap_cores: {e}", file=sys.stderr)
         return 2

@@ -135,8 +135,8 @@ public final class NotifyProbe {
 
     /** The hand-off pass (see the class doc): one put at a time, each waited for at its listener. */
     private static void handoffs(MetadataStoreExtended store, Probe probe, int n) throws Exception {
-        double[] put = new double[n / 2];
-        double[] listener = new double[n / 2];
+        long[] put = new long[n / 2];
+        long[] listener = new long[n / 2];
         for (int i = 0; i < n; i++) {
             CountDownLatch reached = new CountDownLatch(1);
             probe.handoff = new Handoff(HANDOFF + i, reached);
@@ -148,24 +148,15 @@ public final class NotifyProbe {
             }
             int k = i - (n - n / 2);
             if (k >= 0) {
-                put[k] = (returned - t0) / 1000.0;
-                listener[k] = (probe.handoff.startedNanos - t0) / 1000.0;
+                put[k] = returned - t0;
+                listener[k] = probe.handoff.startedNanos - t0;
             }
         }
-        System.out.println(String.format(Locale.ROOT, "{\"handoffs\": %d, \"put_us\": %s, \"listener_us\": %s}",
-                n / 2, quantiles(put), quantiles(listener)));
+        Arrays.sort(put);
+        Arrays.sort(listener);
+        System.out.println(String.format(Locale.ROOT, "{\"handoffs\": %d, \"put_us\": {%s}, \"listener_us\": {%s}}",
+                n / 2, StoreProbe.quantiles(put), StoreProbe.quantiles(listener)));
         System.out.flush();
-    }
-
-    private static String quantiles(double[] xs) {
-        double[] sorted = xs.clone();
-        Arrays.sort(sorted);
-        return String.format(Locale.ROOT, "{\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
-                at(sorted, 0.5), at(sorted, 0.9), at(sorted, 0.99), sorted[sorted.length - 1]);
-    }
-
-    private static double at(double[] sorted, double q) {
-        return sorted[Math.min(sorted.length - 1, (int) Math.floor(q * sorted.length))];
     }
 
     /** The put the hand-off pass waits for: its path, and when the listener first saw it. */

@@ -194,8 +194,8 @@ public final class StoreProbe {
         return mid / 1000.0;
     }
 
-    /** p50/p90/p99/max of sorted ``ns``, in µs (empty when nothing was timed). */
-    private static String quantiles(long[] ns) {
+    /** p50/p90/p99/max of sorted ``ns``, in µs (empty when nothing was timed); NotifyProbe's too. */
+    static String quantiles(long[] ns) {
         if (ns.length == 0) {
             return "";
         }
