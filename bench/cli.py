@@ -772,6 +772,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("calibrate --core pins a core cost of the --rates-from fit: it goes with --rates-from")
     if args.by_process and not args.rates_from:
         raise ConfigError("calibrate --by-process splits the --rates-from fit by process: it goes with --rates-from")
+    if args.watch_only:
+        from bench.calibrate.calibrate import refit_watch
+
+        if not args.refit or kept or args.store_probe or args.coordinator_only or args.redis or args.kafka or \
+                args.pulsar:
+            raise ConfigError("calibrate --watch-only goes with --refit PROFILE alone: it times the store's "
+                              "notification hand-off for PROFILE's meta.watch and keeps the rest")
+        profile = refit_watch(args.refit, args.out, command,
+                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print("\n".join(summary_lines(profile)))
+        return 0
     if args.coordinator_only:
         from bench.calibrate.calibrate import refit_coordinator
 
@@ -1147,6 +1158,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5) again, by this "
                         "version's model, to the txn probes' new-txn PROFILE recorded; every other kind, the resources "
                         "and the kept fits stay (bench/calibrate/coordinator_fit.py)")
+    p.add_argument("--watch-only", action="store_true",
+                   help="with --refit: only time the metadata store's notification hand-off with the broker's classes "
+                        "on this machine (needs Java 17 and the Pulsar jars) and take PROFILE's meta.watch from it; "
+                        "every other kind, the resources and the fits stay (bench/calibrate/store_probe.py)")
     p.add_argument("--store-probe", action="store_true",
                    help="with --refit: first time the emulated store scan's per-record GET (meta.scan_get) with the "
                         "broker's classes on this machine, as --pulsar does (needs Java 17 and the Pulsar jars)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import threading
 import time
 import uuid
@@ -443,7 +444,50 @@ def with_scan_get(profile: LatencyProfile, probe: dict[str, Any]) -> LatencyProf
     if fitted.startswith(store_probe.KIND + " ["):  # an earlier probe's note goes, up to the fits' notes
         fitted = fitted[len(_before(fitted, fits)):].lstrip("; ")
     prov["notes"] = "; ".join(n for n in (kept, f"{store_probe.KIND} [pulsar]: {text}", fitted) if n)
-    return profile.derived(provenance=prov, operations=ops)
+    out = profile.derived(provenance=prov, operations=ops)
+    return with_watch(out, probe["handoff"]) if "handoff" in probe else out
+
+
+def with_watch(profile: LatencyProfile, line: dict[str, Any], when: str = "") -> LatencyProfile:
+    """``profile`` with ``meta.watch`` from a store probe's hand-off line
+    (:func:`bench.calibrate.store_probe.watch_spec`): the kind, its entry in ``provenance.kinds``
+    and its note (in the place of the one before, or first), and the line as
+    ``extra["pulsar.store_probe"]["handoff"]``; ``when``: the time and command of a probe run
+    apart from the probe the profile records, said in the note."""
+    from bench.calibrate import store_probe
+    from bench.calibrate.hop_fit import as_distribution
+
+    kind = store_probe.WATCH_KIND
+    text = store_probe.watch_note(line) + (f" ({when})" if when else "")
+    prov = dict(profile.provenance)
+    prov["kinds"] = {**prov.get("kinds", {}), kind: {"how": "probe", "backend": "pulsar", "source": text}}
+    extra = dict(prov.get("extra", {}))
+    extra["pulsar.store_probe"] = {**extra.get("pulsar.store_probe", {}), "handoff": line}
+    prov["extra"] = extra
+    note = f"{kind} [pulsar]: {text}"
+    notes = str(prov.get("notes", ""))
+    # a kind's note runs up to the next one's ("; <kind> [")
+    old = re.search(rf"(?:^|; ){re.escape(kind)} \[.*?(?=; [\w.]+ \[|$)", notes)
+    if old is None:
+        prov["notes"] = f"{note}; {notes}" if notes else note
+    else:
+        start = old.start() + (2 if old.group().startswith("; ") else 0)
+        prov["notes"] = notes[:start] + note + notes[old.end():]
+    return profile.derived(provenance=prov, operations={**profile.operations, kind: as_distribution(
+        store_probe.watch_spec(line))})
+
+
+def refit_watch(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+    """The profile at ``path`` with ``meta.watch`` from the store's notification hand-off, timed
+    now with the broker's classes on this machine (:func:`bench.calibrate.store_probe.measure_handoff`,
+    :func:`with_watch`). No fit reads the kind, so every other kind, the resources and the fits'
+    notes stay, where a structural :func:`refit` fits them again."""
+    from bench.calibrate.store_probe import measure_handoff
+
+    profile = LatencyProfile.load(path)
+    line = measure_handoff(progress)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return with_watch(profile, line, f"timed {when} by `{command}`").save(out)
 
 
 def refit(path: str, out: str, command: str, progress: Callable[[str], None] = lambda s: None,

@@ -31,7 +31,9 @@ mapped from the broker's metrics where one means the same thing:
   interpolation says); background ops of the broker are counted too.
 
 - ``meta.scan_get``: no metric times an emulated scan's per-record ``storeGet``; the store probe
-  times it with the broker's classes on this machine (:mod:`bench.calibrate.store_probe`).
+  times it with the broker's classes on this machine (:mod:`bench.calibrate.store_probe`), and
+  ``meta.watch``, a notification's hand-off to the store's event thread, which no metric times
+  either.
 
 ``calibrate`` then measures ``coordinator.v4``/``coordinator.v5`` from the txn runs' new-txn at the
 client, less the model's (:mod:`bench.calibrate.coordinator_fit`).
@@ -46,8 +48,8 @@ rose 2.5x over its first 5,000 txns, and the probes' latencies and the saturated
 the ones validate's measured runs meet. The saturation runs replay the rows as many times over
 as that warm-up's last run asks, as validate's do.
 
-The rest (cursor.empty_read, meta.pipelined, meta.watch) cannot be measured from outside the broker
-(:data:`UNMEASURABLE` says why, kind by kind): kept from the constants, said so in
+The rest (cursor.empty_read, meta.pipelined; meta.watch when the probe timed no hand-off) cannot be
+measured from outside the broker (:data:`UNMEASURABLE` says why, kind by kind): kept from the constants, said so in
 ``provenance.kinds``. Every kind's entry there says how it was measured: ``metric`` (a broker
 metric), ``probe`` (the client's calls), ``not measurable``.
 """
@@ -260,7 +262,8 @@ UNMEASURABLE = {
     "meta.pipelined": ("the cost of each further op of a batch: pulsar_metadata_store_ops_latency_ms times every "
                        "op alone (MetadataStoreStats), whether it went out in a batch or not"),
     "meta.watch": ("store write -> watcher callback: the broker exports no notification latency, and the "
-                   "notification is internal to the broker (no client sees it)"),
+                   "notification is internal to the broker (no client sees it); the store probe times it when it "
+                   "times the hand-off"),
 }
 
 
@@ -564,8 +567,11 @@ def measure_pulsar(url: str, admin_url: str, samples: int, progress: Callable[[s
         if notify is not None:
             m.operations[store_probe.NOTIFY_KIND] = notify
             m.notes[store_probe.NOTIFY_KIND] = store_probe.note(sp)
+        if "handoff" in sp:  # the notification's hand-off to the event thread, from the same probe
+            m.operations[store_probe.WATCH_KIND] = store_probe.watch_spec(sp["handoff"])
+            m.notes[store_probe.WATCH_KIND] = store_probe.watch_note(sp["handoff"])
         m.extra["store_probe"] = sp
-        m.unmeasurable.update(UNMEASURABLE)
+        m.unmeasurable.update({k: why for k, why in UNMEASURABLE.items() if k not in m.operations})
         return m
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -39,8 +39,8 @@ Two costs on the store's notification thread are measured beside it:
   ``RocksdbMetadataStore.storePut`` calls ``receivedNotification`` right after its transaction
   commits, which hands the listeners to the store's executor (``supplyAsync``), so on this
   fsync-less store ``listener_us`` bounds what a notification adds after its write's commit: the
-  model's ``meta.watch``, which the default still takes from the hand-written constants (500 µs,
-  after a fresh ``meta.write`` draw; validation/README.md, session 49). Recorded, not billed.
+  model's ``meta.watch`` (:func:`watch_spec`; the hand-written constants' is 500 µs).
+  :func:`measure_handoff` times it alone (``calibrate --refit PROFILE --watch-only``).
 """
 
 from __future__ import annotations
@@ -91,6 +91,19 @@ def measure(progress: Callable[[str], None] = lambda s: None, *, java: str = "ja
                     "--writes", str(notify_writes), "--repeats", str(max(5, repeats // 5)),
                     "--handoffs", str(handoffs))
     return summarise(runs, notify)
+
+
+def measure_handoff(progress: Callable[[str], None] = lambda s: None, *, java: str = "java",
+                    handoffs: int = HANDOFFS) -> dict[str, Any]:
+    """The hand-off alone (``NotifyProbe`` without its fan-out rounds): :func:`handoff`'s line.
+    Raises BackendUnavailable as :func:`measure` does."""
+    from bench.pulsar.client import class_path
+
+    progress(f"store probe: the notification hand-off ({handoffs:,} puts, the last {handoffs // 2:,} timed)")
+    found = handoff(_probe(java, class_path(), NOTIFY_CLASS, "--listeners", "", "--handoffs", str(handoffs)))
+    if not found:
+        raise BackendUnavailable(f"store probe: {NOTIFY_CLASS} printed no hand-off line")
+    return dict(found["handoff"])
 
 
 def _probe(java: str, cp: str, main: str, *args: str) -> list[dict[str, Any]]:
@@ -223,14 +236,40 @@ def notify_spec(probe: dict[str, Any]) -> dict[str, int] | None:
 
 def scan_get_spec(probe: dict[str, Any]) -> dict[str, int]:
     """``meta.scan_get`` as a profile gives it: whole µs, at least 1, non-decreasing."""
+    return _whole(probe["scan_get_us"])
+
+
+WATCH_KIND = "meta.watch"
+
+
+def watch_spec(line: dict[str, Any]) -> dict[str, int]:
+    """``meta.watch`` as a profile gives it, from a hand-off line (:func:`handoff`): the
+    listener's start after its put's call, whole µs, at least 1, non-decreasing. The put's commit
+    is inside it, so it bounds the hand-off after the commit from above."""
+    return _whole(line["listener_us"])
+
+
+def watch_note(line: dict[str, Any]) -> str:
+    """What ``meta.watch`` is when taken from a hand-off line."""
+    return (f"a put's listener starting {line['listener_us']['p50']} µs after its call at the median (p99 "
+            f"{line['listener_us']['p99']}, the put returning after {line['put_us']['p50']}), over {line['handoffs']:,} "
+            "puts one at a time on an idle RocksdbMetadataStore with the broker's classes (txnbench.probe.NotifyProbe, "
+            "bench/calibrate/store_probe.py): storePut hands the notification to the store's executor right after its "
+            "commit (receivedNotification, supplyAsync), so this bounds the hand-off after the commit from above, "
+            "the commit without fsync included")
+
+
+def _whole(quantiles: dict[str, float]) -> dict[str, int]:
+    """p50/p90/p99/max of ``quantiles`` that it has, in whole µs, at least 1, non-decreasing."""
     out: dict[str, int] = {}
     floor = 1
     for name in ("p50", "p90", "p99", "max"):
-        if name in probe["scan_get_us"]:
-            floor = max(floor, round(probe["scan_get_us"][name]))
+        if name in quantiles:
+            floor = max(floor, round(quantiles[name]))
             out[name] = floor
     return out
 
 
-__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "decode_cost", "handoff", "hidden_entries", "measure", "note", "notify_cost",
-           "notify_spec", "scan_get_spec", "summarise", "walk_fit"]
+__all__ = ["KIND", "NOTE", "NOTIFY_KIND", "WATCH_KIND", "decode_cost", "handoff", "hidden_entries", "measure",
+           "measure_handoff", "note", "notify_cost", "notify_spec", "scan_get_spec", "summarise", "walk_fit", "watch_note",
+           "watch_spec"]

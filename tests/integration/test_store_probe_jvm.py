@@ -40,3 +40,14 @@ def test_the_probe_scans_the_brokers_own_store_layout(pulsar: PulsarBroker) -> N
         assert 0 < q["p50"] <= q["p90"] <= q["p99"] <= q["max"], ho
     spec = store_probe.scan_get_spec(got)
     assert spec["p50"] >= 1 and list(spec.values()) == sorted(spec.values())
+
+
+def test_the_hand_off_alone(pulsar: PulsarBroker) -> None:
+    """``measure_handoff``: the notification probe without its fan-out rounds (an empty
+    ``--listeners``), as ``calibrate --refit PROFILE --watch-only`` runs it."""
+    line = store_probe.measure_handoff(handoffs=200)
+    assert line["handoffs"] == 100
+    for q in (line["put_us"], line["listener_us"]):
+        assert 0 < q["p50"] <= q["p90"] <= q["p99"] <= q["max"], line
+    spec = store_probe.watch_spec(line)
+    assert spec["p50"] >= 1 and list(spec.values()) == sorted(spec.values())

@@ -1,8 +1,10 @@
 """The store probe's figures (bench.calibrate.store_probe) and how a profile takes them
-(bench.calibrate.calibrate.with_scan_get, ``calibrate --refit --store-probe``)."""
+(bench.calibrate.calibrate.with_scan_get and with_watch, ``calibrate --refit --store-probe`` and
+``--watch-only``)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.calibrate import store_probe
-from bench.calibrate.calibrate import with_scan_get
+from bench.calibrate.calibrate import with_scan_get, with_watch
 from bench.cli import main
 from engine.clock import Distribution
 from engine.errors import BackendUnavailable
@@ -167,3 +169,59 @@ def test_the_store_probe_goes_with_refit(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["calibrate", "--store-probe", "--redis", "redis://127.0.0.1:1", "--out", str(tmp_path / "p.json")]) == 2
     assert "--store-probe goes with --refit" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_meta_watch_is_the_hand_offs_listener_start_its_note_in_the_place_of_the_one_before() -> None:
+    """``with_watch``: the kind from the line's ``listener_us`` (whole µs, non-decreasing), its
+    provenance entry and note (where the kind's note was, or first), the line recorded beside the
+    probe's; every other kind, the resources and every other note as they were."""
+    assert store_probe.watch_spec(HANDOFF_LINE) == {"p50": 14, "p90": 21, "p99": 36, "max": 110}
+    assert store_probe.watch_spec({"listener_us": {"p50": 0.2, "p90": 0.1, "p99": 3.6}}) == {"p50": 1, "p90": 1, "p99": 4}
+    constants = LatencyProfile.constants()
+    assert constants.operations["meta.watch"] == Distribution.constant(500)
+    before = "cursor.empty_read [pulsar]: not measurable: x; meta.watch [pulsar]: not measurable: y; ledger.append [pulsar]: z"
+    base = constants.derived(provenance={**constants.provenance, "notes": before,
+                                         "extra": {"pulsar.store_probe": {"scan_get_us": {"p50": 1}}}})
+    got = with_watch(base, HANDOFF_LINE, "timed then")
+    assert got.operations["meta.watch"] == Distribution(((0.5, 14), (0.9, 21), (0.99, 36), (1.0, 110)))
+    assert {k: v for k, v in got.operations.items() if k != "meta.watch"} == \
+        {k: v for k, v in base.operations.items() if k != "meta.watch"}
+    assert got.resources == base.resources
+    kind = got.provenance["kinds"]["meta.watch"]
+    assert kind["how"] == "probe" and kind["source"].startswith("a put's listener starting 14.5 µs after its call")
+    assert kind["source"].endswith("(timed then)")
+    assert got.provenance["extra"]["pulsar.store_probe"] == {"scan_get_us": {"p50": 1}, "handoff": HANDOFF_LINE}
+    notes = got.provenance["notes"]
+    assert notes.startswith("cursor.empty_read [pulsar]: not measurable: x; meta.watch [pulsar]: a put's listener")
+    assert notes.endswith("(timed then); ledger.append [pulsar]: z") and "not measurable: y" not in notes
+    # again: the note replaced, not added; on a profile with no note of the kind, it goes first
+    again = with_watch(got, {**HANDOFF_LINE, "listener_us": {"p50": 20.0, "p90": 30.0, "p99": 50.0, "max": 90.0}})
+    assert again.provenance["notes"].count("meta.watch [pulsar]: ") == 1
+    assert again.provenance["notes"].endswith("; ledger.append [pulsar]: z") and "20.0 µs" in again.provenance["notes"]
+    bare = with_watch(constants.derived(provenance={**constants.provenance, "notes": "ledger.append [pulsar]: z"}),
+                      HANDOFF_LINE)
+    assert bare.provenance["notes"].startswith("meta.watch [pulsar]: ") and bare.provenance["notes"].endswith("; ledger.append [pulsar]: z")
+    assert LatencyProfile.from_json(got.to_json()).operations == got.operations
+    # a structural refit's probe that timed the hand-off takes meta.watch from it too
+    probed = with_scan_get(base, store_probe.summarise(PROBE_LINES, [*NOTIFY_LINES, HANDOFF_LINE]))
+    assert probed.operations["meta.watch"] == got.operations["meta.watch"]
+    assert with_scan_get(base, store_probe.summarise(PROBE_LINES)).operations["meta.watch"] == Distribution.constant(500)
+
+
+def test_a_watch_only_refit_takes_meta_watch_and_keeps_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``calibrate --refit PROFILE --watch-only``: the probe's hand-off alone, nothing fitted again."""
+    monkeypatch.setattr(store_probe, "measure_handoff", lambda progress: HANDOFF_LINE)
+    out = tmp_path / "w.json"
+    assert main(["calibrate", "--refit", DEFAULT, "--watch-only", "--out", str(out)]) == 0
+    got, shipped = LatencyProfile.load(out), LatencyProfile.load(DEFAULT)
+    assert got.operations == {**shipped.operations, "meta.watch": Distribution(((0.5, 14), (0.9, 21), (0.99, 36),
+                                                                                (1.0, 110)))}
+    assert got.resources == shipped.resources
+    assert re.search(r"\(timed \d{4}-\d\d-\d\dT[\d:]+Z by `txnbench calibrate[^`]*`\)$",
+                     got.provenance["kinds"]["meta.watch"]["source"])
+    for bad in (["calibrate", "--watch-only", "--out", str(tmp_path / "x.json")],
+                ["calibrate", "--refit", DEFAULT, "--watch-only", "--store-probe", "--out", str(tmp_path / "x.json")]):
+        assert main(bad) == 2
+        assert "--watch-only goes with --refit PROFILE alone" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

@@ -42,7 +42,7 @@ import org.apache.pulsar.metadata.api.extended.MetadataStoreExtended;
  * {@code listener_us} (call to the listener's start), each p50/p90/p99/max.
  *
  * <p>One JSON object per line on stdout. Arguments: {@code --dir D --listeners L,.. --writes W
- * --repeats R [--handoffs N]}.
+ * --repeats R [--handoffs N]}; an empty {@code --listeners} times the hand-off alone.
  */
 public final class NotifyProbe {
     private static final String GATE = "/probe/gate";
@@ -61,8 +61,8 @@ public final class NotifyProbe {
             }
             switch (argv[i]) {
                 case "--dir" -> dir = Path.of(argv[i + 1]);
-                case "--listeners" -> listenerCounts = Arrays.stream(argv[i + 1].split(","))
-                        .mapToInt(Integer::parseInt).sorted().toArray();
+                case "--listeners" -> listenerCounts = argv[i + 1].isEmpty() ? new int[0]  // the hand-off alone
+                        : Arrays.stream(argv[i + 1].split(",")).mapToInt(Integer::parseInt).sorted().toArray();
                 case "--writes" -> writes = Integer.parseInt(argv[i + 1]);
                 case "--repeats" -> repeats = Integer.parseInt(argv[i + 1]);
                 case "--handoffs" -> handoffs = Integer.parseInt(argv[i + 1]);
