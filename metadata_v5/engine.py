@@ -49,9 +49,12 @@ class V5Engine(Engine):
         meter = ctx.meter
 
         def notify(deliver: Callable[[], None]) -> None:
-            # a watch delivery: the write commits (its meta.write, billed by the writer), then
-            # the store notifies the watcher (meta.watch, billed here per delivery)
-            ctx.scheduler.call_later(meter.of("meta.write") + meter.took("meta.watch"), deliver)
+            # a watch delivery: the write commits, then the store hands the watcher's callback to
+            # its executor (meta.watch, billed here per delivery: RocksdbMetadataStore.storePut ->
+            # AbstractMetadataStore.receivedNotification). A write made at its issue commits a
+            # meta.write later (its own draw is the writer's); an event lands at its commit.
+            commit_us = 0 if self.metered.at_commit else meter.of("meta.write")
+            ctx.scheduler.call_later(commit_us + meter.took("meta.watch"), deliver)
 
         self.records = StoreTxnRecords(store, notify)
         # the components' port: every call billed and counted by the broker's meter

@@ -42,6 +42,7 @@ Calls issued at once by the caller are billed as one batch by the caller's
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from engine.ids import TxnID
@@ -68,6 +69,9 @@ class MeteredTxnRecords(TxnRecords):
         self._thread = IO
         self._other_listeners = other_listeners
         self._native = inner.store_native_sequences()
+        # True while an event lands at its put's commit (put_participant_events_later's calls): the
+        # engine's notifier then adds no write time before the watchers hear of it
+        self.at_commit = False
 
     @contextmanager
     def on(self, thread: str) -> Iterator[None]:  # type: ignore[override]
@@ -298,32 +302,49 @@ class MeteredTxnRecords(TxnRecords):
 
     def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
                                state: TxnStatus) -> None:
-        """One ``meta.write`` per event (a counter read and CAS before it where the store has no
-        native sequences); the caller's ``issued_at_once()`` makes them concurrent where they can be."""
-        self.put_participant_events_later(participants, txn, state)()
+        """Billed as :meth:`put_participant_events_later` bills them, and written now (so each is
+        notified a write's time after this, as any write made at its issue)."""
+        self.put_participant_events_later(participants, txn, state)
+        self.inner.put_participant_events(participants, txn, state)
 
     def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
-                                     state: TxnStatus) -> Callable[[], None]:
-        """Billed now as :meth:`put_participant_events` (so the thread making them is held for
-        them from here, before any request that arrives later); the events are written by the
-        returned call."""
-        for _ in participants:
-            self._bill_sequence_append()
-        return lambda: self.inner.put_participant_events(participants, txn, state)
+                                     state: TxnStatus) -> list[tuple[int, Callable[[], None]]]:
+        """One ``meta.write`` per event (a counter read and CAS before it where the store has no
+        native sequences), billed now, so the thread making them is held for them from here,
+        before any request that arrives later. Issued at once where they can be
+        (:meth:`issued_at_once`): each put completes its own time after the first is issued; on
+        an emulated store one after another, so the times add up. Each event's call writes it as
+        its put's commit (:attr:`at_commit`)."""
+        out: list[tuple[int, Callable[[], None]]] = []
+        done = 0
+        with self.issued_at_once():
+            for participant in participants:
+                took = self._bill_sequence_append()
+                done = took if self._native else done + took
+                out.append((done, partial(self._commit_event, participant, txn, state)))
+        return out
 
-    def _bill_sequence_append(self) -> None:
-        """One put on a store with native sequence keys (Oxia); elsewhere
+    def _commit_event(self, participant: tuple[str, str | None], txn: TxnID, state: TxnStatus) -> None:
+        self.at_commit = True
+        try:
+            self.inner.put_participant_events([participant], txn, state)
+        finally:
+            self.at_commit = False
+
+    def _bill_sequence_append(self) -> int:
+        """Its time: one put on a store with native sequence keys (Oxia); elsewhere
         ``AbstractMetadataStore.putWithSequenceKeysCompat`` (L725-765): the counter's GET and
         CAS, then the create, serially."""
         if self._native:
-            self._bill("meta.write", _M, self._thread)
+            took = self._bill("meta.write", _M, self._thread)
             self._notify(1)
-            return
-        with self._meter.unit():
+            return took
+        with self._meter.unit() as unit:
             self._bill("meta.read", _M, self._thread)
             self._bill("meta.cas", _M, self._thread)
             self._bill("meta.write", _M, self._thread)
         self._notified(1 + 3)  # the counter's update (its first write creates it: not told apart), the key's create
+        return unit.us
 
     def get_watermark(self, segment: str) -> tuple[Position | None, int]:
         out = self.inner.get_watermark(segment)

@@ -12,9 +12,9 @@ D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.
   thread, so the chain holds it from the first read to the last event's put: a request that
   arrives meanwhile waits for all of it (2026-11-27, three validation sets: the broker answered
   15 of 22, 29 of 34 and 41 of 51 new-txns that overlapped an end-txn after that end-txn's
-  answer, a median 1.6-2.6 ms after it). The events land as a step of their own, once the scan
-  is done: a crash between the CAS and the fan-out leaves the participants unaware of the
-  decision (D8). A repeated END_TXN with the same action skips the CAS and re-runs the fan-out
+  answer, a median 1.6-2.6 ms after it). Each event lands at its own put's commit, after the scan
+  (``RocksdbMetadataStore.storePut`` notifies the watchers right after it): a crash between the
+  CAS and the fan-out leaves the participants unaware of the decision (D8). A repeated END_TXN with the same action skips the CAS and re-runs the fan-out
   (L439-446, D7); a lost CAS is returned to the client, not retried (L456). The answer leaves
   with the batch of commands the connection's thread read with the END_TXN: Netty's
   ``FlushConsolidationHandler`` (``PulsarChannelInitializer``) flushes a batch's writes when the
@@ -27,6 +27,7 @@ D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 from engine.errors import InvalidTxnState, TxnConflict, TxnNotFound
@@ -120,9 +121,9 @@ class ShippedCoordinator(CoordinatorV5):
             scanned_us = took.us
             publish = self._fan_out_billed(txn, state, ops)
         self._registered.pop(txn, None)
-        # The events land as a later step of their own, once the scan is done: a crash before it
-        # loses them (D8). The answer follows the last event's put, flushed with its batch.
-        self._sched.call_later(scanned_us, publish)
+        # Each event lands at its put's commit, after the scan: a crash before it loses it (D8).
+        # The answer follows the last event's put, flushed with its batch.
+        publish(scanned_us)
         if on_done is not None:
             self._answer_later(took.us, self._answer, on_done, txn, state)
 
@@ -149,18 +150,22 @@ class ShippedCoordinator(CoordinatorV5):
             self.stats["op_lists"] += 1
         return new, ops
 
-    def _fan_out_billed(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> Callable[[], None]:
+    def _fan_out_billed(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> Callable[[int], None]:
         """``fanOutEvents`` (L475-508) in the open tab, on its thread right after the scan whose
         records it groups: the puts billed now, issued without waiting for one another (one after
-        another on an emulated store: ``TxnRecords.issued_at_once``); the returned call writes them."""
-        participants = self._participants(ops)
-        with self._records.issued_at_once():
-            write = self._records.put_participant_events_later(participants, txn, state)
+        another on an emulated store: ``TxnRecords.issued_at_once``). The returned call, given
+        when the fan-out was issued (µs from now), lands each event at its own put's commit, where
+        ``RocksdbMetadataStore.storePut`` notifies the watchers."""
+        puts = self._records.put_participant_events_later(self._participants(ops), txn, state)
 
-        def publish() -> None:
-            if not self._closed:  # a crash before this step loses the events (D8)
+        def land(write: Callable[[], None]) -> None:
+            if not self._closed:  # a crash before its put's commit loses the event (D8)
                 write()
-                self.stats["event_writes"] += len(participants)
+                self.stats["event_writes"] += 1
+
+        def publish(issued_us: int) -> None:
+            for done_us, write in puts:
+                self._sched.call_later(issued_us + done_us, partial(land, write))
         return publish
 
     def _answer(self, on_done: EndTxnCallback, txn: TxnID, state: TxnStatus) -> None:
@@ -176,8 +181,8 @@ class ShippedCoordinator(CoordinatorV5):
 
     def _fan_out(self, txn: TxnID, state: TxnStatus, ops: list[OpRecord]) -> None:
         """One event per participant of ``ops`` (found by the scan before it), the appends
-        issued at once (``fanOutEvents`` L475-508), billed and written now."""
-        self._fan_out_billed(txn, state, ops)()
+        issued at once (``fanOutEvents`` L475-508), billed now, each landing at its put's commit."""
+        self._fan_out_billed(txn, state, ops)(0)
 
     # -- sweeps -------------------------------------------------------------------------------------
 
@@ -202,7 +207,7 @@ class ShippedCoordinator(CoordinatorV5):
             self.stats["ended.aborted"] += 1
             self.stats["timeouts"] += 1
             self._registered.pop(txn, None)
-            self._sched.call_later(scanned_us, publish)
+            publish(scanned_us)
         self._timers["timeout"] = self._sched.call_later(self._opts.timeout_sweep_ms * 1000, self._timeout_sweep)
 
     def _repair(self, txn: TxnID, ops: list[OpRecord]) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Callable, NamedTuple
 
 from engine.capacity import EVENT_THREAD, IO_THREAD
@@ -288,11 +289,14 @@ class TxnRecords(ABC):
         per participant, issued at once. Never deleted."""
 
     def put_participant_events_later(self, participants: list[tuple[str, str | None]], txn: TxnID,
-                                     state: TxnStatus) -> Callable[[], None]:
-        """:meth:`put_participant_events` with its effect left to the returned call: the metered
-        port bills the puts now, where the caller's thread makes them, and the events land when
-        the caller says (nothing to bill here)."""
-        return lambda: self.put_participant_events(participants, txn, state)
+                                     state: TxnStatus) -> list[tuple[int, Callable[[], None]]]:
+        """:meth:`put_participant_events` with each event's effect left to a call of its own: per
+        participant, in order, (when its put completes, µs after the first is issued; the call that
+        writes it). The metered port bills the puts now, where the caller's thread makes them, and
+        says when each completes, so that the caller lands each event at its own put's commit
+        (``RocksdbMetadataStore.storePut`` notifies the watchers right after its commit); here
+        nothing is billed and every put completes at once."""
+        return [(0, partial(self.put_participant_events, [p], txn, state)) for p in participants]
 
     @abstractmethod
     def watch_participant_events(self, segment: str, subscription: str | None, owner: object,

@@ -155,8 +155,8 @@ def test_a_coordinator_only_refit_fits_those_kinds_on_the_calibrations_hops_and_
     assert main(["calibrate", "--refit", default, "--coordinator-only", "--out", str(out)]) == 0
     got = LatencyProfile.load(out)
     kinds = ("coordinator.v4", "coordinator.v5")
-    v5 = dict(got.operations["coordinator.v5"].points)
-    assert v5[0.99] == v5[0.9]  # fitted over whole runs: no tail (23,752 µs before 2026-11-29)
+    v5 = got.operations["coordinator.v5"]
+    assert v5.at(0.99) == v5.at(0.9)  # fitted over whole runs: no tail (23,752 µs before 2026-11-29)
     on_scaled, _ = coordinator_fit.fit(source)
     assert got.operations["coordinator.v5"] != on_scaled.operations["coordinator.v5"]
     assert got.operations["coordinator.v5"] == coordinator_fit.fit(hops_fit.unscaled(source))[0].operations["coordinator.v5"]

@@ -135,8 +135,10 @@ def test_end_txn_then_fan_out_then_each_participants_reconcile_and_cleanup() -> 
     # scan, returning the txn's M+A = 3 records; S=1 segment, U=1 subscription)
     assert _delta(s, lambda: s.commit(txn)) == {"reads": 2 + 3, "cas": 1, "writes": 1, "scans": 1}
     # then (the reads, the CAS and the scan billed one after another: under 3 ms) the fan-out:
-    # S+U = 2 event appends
-    assert _delta(s, lambda: s.run(3_000)) == {"writes": 2}
+    # S+U = 2 event appends issued at once, each landing at its put's commit, a write (1 ms)
+    # later, and heard of a meta.watch (0.5 ms) after that
+    assert _delta(s, lambda: s.run(3_000)) == {}
+    assert _delta(s, lambda: s.run(500)) == {"writes": 2}
     # the events reach the participants: the buffer reads K=2 headers (txn and other), the
     # pending-ack store K=1; the buffer applies txn: no watermark CAS (`other` still pins
     # maxReadPosition below a and b), a scan of the segment's write ops (N_seg = 3: a, b and o)
@@ -199,10 +201,51 @@ def test_emulated_store_scans_every_child_and_pays_the_counter_per_sequence_key(
     assert _delta(s, lambda: s.publish(T, "a", txn=txn)) == {"reads": 3, "lists": 1, "cas": 1, "writes": 2}
     assert _delta(s, lambda: s.publish(T, "b", txn=txn)) == {"reads": 1, "cas": 1, "writes": 2}
     # END_TXN: ownership + header reads, the CAS, then listOpsByTxn lists /txn-op/ and GETs each
-    # child (2); the event later: counter GET, list (its first), CAS + create
+    # child (2); the event later: counter GET, list (its first), CAS + create, landing at the
+    # create's commit (over 2 ms after the scan) and heard of a meta.watch (0.5 ms) after that
     assert _delta(s, lambda: s.commit(txn)) == {"reads": 2, "cas": 1, "writes": 1, "scans": 1, "lists": 1,
                                                 "scan_reads": 2}
-    assert _delta(s, lambda: s.run(3_000)) == {"lists": 1, "reads": 1, "cas": 1, "writes": 2}
+    assert _delta(s, lambda: s.run(5_000)) == {}
+    assert _delta(s, lambda: s.run(500)) == {"lists": 1, "reads": 1, "cas": 1, "writes": 2}
+
+
+def _next_landing(s: System, engine: V5Engine) -> int:
+    """When the next event is written to the store, to the µs (within 20 ms)."""
+    events, deadline = engine.records.count_events(), s.sched.now_us() + 20_000
+    while engine.records.count_events() == events:
+        assert s.sched.now_us() < deadline, "no event landed"
+        s.run(1)
+    return s.sched.now_us()
+
+
+def test_each_event_lands_at_its_own_puts_commit_and_a_crash_between_them_loses_the_rest() -> None:
+    """On an emulated store ``fanOutEvents``' puts run one after another (each the counter's GET
+    and CAS, then the create: ``putWithSequenceKeysCompat``), and each event lands at its own
+    put's commit, where ``RocksdbMetadataStore.storePut`` notifies the watchers: the second one
+    put (300 + 1,000 + 1,000 µs with the hand-written latencies) after the first, and the
+    watchers hear of each a meta.watch (500 µs) after it lands, with no write time again. A
+    coordinator gone between the two leaves the second unwritten (D8)."""
+    for crash in (False, True):
+        s = _ready(url="memory://?emulated=1")
+        engine = s.broker.engine
+        assert isinstance(engine, V5Engine)
+        txn = s.new_txn()
+        s.publish(T, "a", txn=txn)
+        s.ack("sub", "p0", txn=txn)
+        s.run(10_000)
+        s.commit(txn)
+        first = _next_landing(s, engine)
+        before = engine.store.stats()["reads"]
+        if crash:
+            s.broker.restart_coordinator()
+            s.run(10_000)
+            assert engine.records.count_events() == 1
+            continue
+        s.run(499)  # the buffer or pending-ack store hears of it at 500 µs and reads its header
+        assert engine.store.stats()["reads"] == before
+        second = _next_landing(s, engine)
+        assert second - first == 300 + 1_000 + 1_000
+        assert engine.store.stats()["reads"] > before
 
 
 def test_per_txn_figures_next_to_the_broker() -> None:
