@@ -790,7 +790,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ConfigError("calibrate --coordinator-only goes with --refit PROFILE alone: it fits the coordinator "
                               "kinds of PROFILE again and keeps the rest")
         profile = refit_coordinator(args.refit, args.out, command,
-                                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                    designs=("v4", "v5") if args.coordinator_only == "both" else (args.coordinator_only,))
         print("\n".join(summary_lines(profile)))
         return 0
     if kept:
@@ -1154,10 +1155,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kept_fit(p, "--new-txn-from", "fit PROFILE's v4 coordinator handling (coordinator.v4: its p50, then a tail "
                   "above its p90) to the v4 new-txn p50 and p99 the broker answered at, as", "new_txn_fit",
                   "every other kind and the resources stay")
-    p.add_argument("--coordinator-only", action="store_true",
-                   help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5) again, by this "
-                        "version's model, to the txn probes' new-txn PROFILE recorded; every other kind, the resources "
-                        "and the kept fits stay (bench/calibrate/coordinator_fit.py)")
+    p.add_argument("--coordinator-only", nargs="?", const="both", default=None, choices=("v4", "v5", "both"),
+                   metavar="DESIGN",
+                   help="with --refit: fit only the coordinator requests' handling (coordinator.v4/v5, or DESIGN's "
+                        "alone: v4 or v5) again, by this version's model, to the txn probes' new-txn PROFILE recorded; "
+                        "every other kind, the resources and the kept fits stay (bench/calibrate/coordinator_fit.py)")
     p.add_argument("--watch-only", action="store_true",
                    help="with --refit: only time the metadata store's notification hand-off with the broker's classes "
                         "on this machine (needs Java 17 and the Pulsar jars) and take PROFILE's meta.watch from it; "

@@ -538,14 +538,16 @@ def refit(path: str, out: str, command: str, progress: Callable[[str], None] = l
 
 
 def refit_coordinator(path: str, out: str, command: str,
-                      progress: Callable[[str], None] = lambda s: None) -> LatencyProfile:
+                      progress: Callable[[str], None] = lambda s: None,
+                      designs: tuple[str, ...] = ("v4", "v5")) -> LatencyProfile:
     """The profile at ``path`` with only the coordinator requests' handling fitted again
-    (``coordinator_fit.fit``, by the current model, to the probes' new-txn it recorded); every
-    other kind and the resources kept, the kept fits after it too (``--rates-from``,
-    ``--hops-from``), where a structural :func:`refit` fits the resources again and needs them
-    run again (a ``--new-txn-from`` fit's ``coordinator.v4`` is replaced, and its note says so:
-    :mod:`bench.calibrate.later_fits`). Its note takes the place of the one before, saying when
-    and by what command."""
+    (``coordinator_fit.fit``, by the current model, to the probes' new-txn it recorded), of
+    ``designs``; every other kind and the resources kept, the kept fits after it too
+    (``--rates-from``, ``--hops-from``), where a structural :func:`refit` fits the resources again
+    and needs them run again (a ``--new-txn-from`` fit's ``coordinator.v4`` is replaced when v4
+    is fitted, and its note says so: :mod:`bench.calibrate.later_fits`). Its note takes the place
+    of the one before, saying when, by what command and, for one design, that the other's kind
+    was kept."""
     from bench.calibrate import coordinator_fit, fit_notes, hops_fit, later_fits
     from engine.clock import coordinator_kind
 
@@ -555,14 +557,16 @@ def refit_coordinator(path: str, out: str, command: str,
                           "new-txn (provenance.extra[\"pulsar.client_observed_us\"]); measure one with --pulsar")
     progress("measuring the coordinator requests' handling from the probes' new-txn")
     # on the calibration's own hops, as refit fits them before a hops fit scales those again
-    on_own, note = coordinator_fit.fit(hops_fit.unscaled(profile))
-    kinds = [coordinator_kind(d) for d in coordinator_fit.DESIGNS]
+    on_own, note = coordinator_fit.fit(hops_fit.unscaled(profile), designs)
+    kinds = [coordinator_kind(d) for d in coordinator_fit.DESIGNS if d in designs]
     fitted = profile.derived(operations={**profile.operations, **{k: on_own.operations[k] for k in kinds}},
                              provenance={**profile.provenance, "kinds": {
                                  **dict(profile.provenance.get("kinds") or {}),
                                  **{k: v for k, v in (on_own.provenance.get("kinds") or {}).items() if k in kinds}}})
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    text = f"{COORDINATOR_NOTE}(re-fitted {when} by `{command}`) {note}"
+    kept_kinds = [coordinator_kind(d) for d in coordinator_fit.DESIGNS if d not in designs]
+    also = f"; {', '.join(kept_kinds)} kept as it was" if kept_kinds else ""
+    text = f"{COORDINATOR_NOTE}(re-fitted {when} by `{command}`{also}) {note}"
     # the later fits' notes stay after the calibration's, each saying what this replaced (a --new-txn-from fit's kind)
     notes, later = fit_notes.split(str(profile.provenance.get("notes", "")))
     start = notes.find(COORDINATOR_NOTE)

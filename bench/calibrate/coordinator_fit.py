@@ -81,13 +81,14 @@ def _residual(broker: dict[str, int], model: dict[str, int], tail: bool = True) 
     return Distribution.constant(last) if len({v for _, v in points}) == 1 else Distribution(tuple(points))
 
 
-def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
-    """``profile`` with ``coordinator.v4`` and ``coordinator.v5`` measured from the new-txn its
-    txn probes recorded, and a note saying how and what the model's new-txn then is; the profile
-    as it is, and "", when it recorded none."""
+def fit(profile: LatencyProfile, designs: tuple[str, ...] = DESIGNS) -> tuple[LatencyProfile, str]:
+    """``profile`` with ``coordinator.v4`` and ``coordinator.v5`` (those of ``designs``) measured
+    from the new-txn its txn probes recorded, and a note saying how and what the model's new-txn
+    then is; the profile as it is, and "", when it recorded none. Each design's fit is its own:
+    the model's new-txn of one does not move with the other's kind."""
     from bench.calibrate.calibrate_pulsar import write_trace
 
-    seen = observed(profile)
+    seen = {d: q for d, q in observed(profile).items() if d in designs}
     if not seen:
         return profile, ""
     extra: dict[str, Any] = profile.provenance.get("extra", {})
@@ -100,7 +101,7 @@ def fit(profile: LatencyProfile) -> tuple[LatencyProfile, str]:
         trace = write_trace(Path(tmp) / "probe.parquet", samples)
         without = model_new_txn(profile.derived(operations={**profile.operations, **zero}), trace, history)
         kinds = {coordinator_kind(d): _residual(seen[d], without[d], tail=measured) if d in seen
-                 else zero[coordinator_kind(d)] for d in DESIGNS}
+                 else zero[coordinator_kind(d)] for d in DESIGNS if d in designs}
         fitted = profile.derived(operations={**profile.operations, **kinds})
         got = model_new_txn(fitted, trace, history)
     parts = []

@@ -184,6 +184,28 @@ def test_a_coordinator_only_refit_fits_those_kinds_on_the_calibrations_hops_and_
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_coordinator_only_refit_of_one_design_keeps_the_others_kind_and_its_fit(tmp_path: Path) -> None:
+    """``--coordinator-only v5``: ``coordinator.v5`` fitted again as the refit of both fits it;
+    ``coordinator.v4``, which the ``--new-txn-from`` fit gave, kept, and that fit's note and
+    record not marked replaced."""
+    default = str(resolve("pulsar-standalone-5.0.0-M1"))
+    source = LatencyProfile.load(default)
+    out = tmp_path / "v5.json"
+    assert main(["calibrate", "--refit", default, "--coordinator-only", "v5", "--out", str(out)]) == 0
+    got = LatencyProfile.load(out)
+    both, _ = coordinator_fit.fit(hops_fit.unscaled(source))
+    assert got.operations["coordinator.v5"] == both.operations["coordinator.v5"]
+    assert got.operations["coordinator.v4"] == source.operations["coordinator.v4"] != both.operations["coordinator.v4"]
+    assert {k: d for k, d in got.operations.items() if k != "coordinator.v5"} == \
+        {k: d for k, d in source.operations.items() if k != "coordinator.v5"}
+    assert got.provenance["kinds"]["coordinator.v4"] == source.provenance["kinds"]["coordinator.v4"]
+    notes = str(got.provenance["notes"])
+    assert notes.count("coordinator.v4/v5: ") == 1 and "; coordinator.v4 kept as it was)" in notes
+    assert "coordinator.v4: the client's new-txn" not in notes.split("coordinator.v4/v5: ")[1].split("; resources")[0]
+    assert "[replaced by the refit of" not in notes
+    assert "replaced" not in got.provenance["extra"]["pulsar.new_txn_fit"]
+
+
 def test_the_txn_probes_figures_leave_out_the_warm_up_txns(tmp_path: Path) -> None:
     """``calibrate_pulsar.txn_probes``: per op kind over the measured txns ``t{i}``/``x{i}``/``p{i}``
     (i >= WARMUP_TXNS) only; failed ops and other events are not counted."""
