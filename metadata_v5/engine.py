@@ -47,13 +47,14 @@ class V5Engine(Engine):
         self._opts = opts
         self.store = store
         meter = ctx.meter
+        at_commit = parts_of(opts).writes_at_commit
 
         def notify(deliver: Callable[[], None]) -> None:
             # a watch delivery: the write commits, then the store hands the watcher's callback to
             # its executor (meta.watch, billed here per delivery: RocksdbMetadataStore.storePut ->
             # AbstractMetadataStore.receivedNotification). A write made at its issue commits a
-            # meta.write later (its own draw is the writer's); an event lands at its commit.
-            commit_us = 0 if self.metered.at_commit else meter.of("meta.write")
+            # meta.write later (its own draw is the writer's); the shipped design's at its commit.
+            commit_us = 0 if at_commit else meter.of("meta.write")
             ctx.scheduler.call_later(commit_us + meter.took("meta.watch"), deliver)
 
         self.records = StoreTxnRecords(store, notify)

@@ -69,9 +69,6 @@ class MeteredTxnRecords(TxnRecords):
         self._thread = IO
         self._other_listeners = other_listeners
         self._native = inner.store_native_sequences()
-        # True while an event lands at its put's commit (put_participant_events_later's calls): the
-        # engine's notifier then adds no write time before the watchers hear of it
-        self.at_commit = False
 
     @contextmanager
     def on(self, thread: str) -> Iterator[None]:  # type: ignore[override]
@@ -302,8 +299,7 @@ class MeteredTxnRecords(TxnRecords):
 
     def put_participant_events(self, participants: list[tuple[str, str | None]], txn: TxnID,
                                state: TxnStatus) -> None:
-        """Billed as :meth:`put_participant_events_later` bills them, and written now (so each is
-        notified a write's time after this, as any write made at its issue)."""
+        """Billed as :meth:`put_participant_events_later` bills them, and written now."""
         self.put_participant_events_later(participants, txn, state)
         self.inner.put_participant_events(participants, txn, state)
 
@@ -313,23 +309,15 @@ class MeteredTxnRecords(TxnRecords):
         native sequences), billed now, so the thread making them is held for them from here,
         before any request that arrives later. Issued at once where they can be
         (:meth:`issued_at_once`): each put completes its own time after the first is issued; on
-        an emulated store one after another, so the times add up. Each event's call writes it as
-        its put's commit (:attr:`at_commit`)."""
+        an emulated store one after another, so the times add up. Each event's call writes it."""
         out: list[tuple[int, Callable[[], None]]] = []
         done = 0
         with self.issued_at_once():
             for participant in participants:
                 took = self._bill_sequence_append()
                 done = took if self._native else done + took
-                out.append((done, partial(self._commit_event, participant, txn, state)))
+                out.append((done, partial(self.inner.put_participant_events, [participant], txn, state)))
         return out
-
-    def _commit_event(self, participant: tuple[str, str | None], txn: TxnID, state: TxnStatus) -> None:
-        self.at_commit = True
-        try:
-            self.inner.put_participant_events([participant], txn, state)
-        finally:
-            self.at_commit = False
 
     def _bill_sequence_append(self) -> int:
         """Its time: one put on a store with native sequence keys (Oxia); elsewhere

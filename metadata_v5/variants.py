@@ -26,13 +26,18 @@ class VariantParts:
     buffer: BufferFactory
     pending_ack: PendingAckFactory
     released: bool  # whether a Pulsar release runs this design
+    # whether the writes its participants watch (the END_TXN's events) are made at their commits,
+    # so a watcher hears of one meta.watch after it (ShippedCoordinator, as RocksdbMetadataStore.
+    # storePut notifies right after its commit); else at their issue, a write's time before that
+    writes_at_commit: bool
 
 
 PARTS: dict[Variant, VariantParts] = {
-    Variant.SHIPPED: VariantParts(ShippedCoordinator, ShippedTransactionBuffer, ShippedPendingAckStore, True),
+    Variant.SHIPPED: VariantParts(ShippedCoordinator, ShippedTransactionBuffer, ShippedPendingAckStore, True, True),
     # the PIP and the state-events ablation share their modules; their options select the wake-up
-    Variant.PIP: VariantParts(CoordinatorV5, MetadataTransactionBuffer, MetadataPendingAckStore, False),
-    Variant.STATE_EVENTS: VariantParts(CoordinatorV5, MetadataTransactionBuffer, MetadataPendingAckStore, False),
+    Variant.PIP: VariantParts(CoordinatorV5, MetadataTransactionBuffer, MetadataPendingAckStore, False, False),
+    Variant.STATE_EVENTS: VariantParts(CoordinatorV5, MetadataTransactionBuffer, MetadataPendingAckStore, False,
+                                       False),
 }
 
 

@@ -248,6 +248,25 @@ def test_each_event_lands_at_its_own_puts_commit_and_a_crash_between_them_loses_
         assert engine.store.stats()["reads"] > before
 
 
+def test_the_pips_watchers_hear_of_a_write_made_at_its_issue_a_write_and_a_watch_later() -> None:
+    """The PIP's coordinator makes its commit CAS when END_TXN runs, before the write's modelled
+    time has passed: the header's watcher hears of it a meta.write (1,000 µs) and a meta.watch
+    (500) later, where the shipped design's events, landing at their commits, are heard a
+    meta.watch after they land (the test above)."""
+    s = _ready("pip")
+    engine = s.broker.engine
+    assert isinstance(engine, V5Engine)
+    txn = s.new_txn()
+    s.publish(T, "a", txn=txn)
+    s.run(10_000)
+    s.commit(txn)
+    heard = engine.store.stats()["watch_events"]
+    s.run(1_499)
+    assert engine.store.stats()["watch_events"] == heard
+    s.run(1)
+    assert engine.store.stats()["watch_events"] == heard + 1
+
+
 def test_per_txn_figures_next_to_the_broker() -> None:
     """PULSAR.md measured 8.0 gets / 8.2 puts / 1.0 delete per one-message txn and 18.4 / 25.7 /
     10 per ten-message txn on a 5.0.0-M1 standalone (RocksDB). The broker's get counter sees only
