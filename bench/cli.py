@@ -789,9 +789,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if not args.refit or kept or args.store_probe or args.redis or args.kafka or args.pulsar:
             raise ConfigError("calibrate --coordinator-only goes with --refit PROFILE alone: it fits the coordinator "
                               "kinds of PROFILE again and keeps the rest")
+        designs = ("v4", "v5") if args.coordinator_only == "both" else (args.coordinator_only,)
         profile = refit_coordinator(args.refit, args.out, command,
-                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                    designs=("v4", "v5") if args.coordinator_only == "both" else (args.coordinator_only,))
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True), designs=designs)
         print("\n".join(summary_lines(profile)))
         return 0
     if kept:

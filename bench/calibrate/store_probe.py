@@ -251,9 +251,9 @@ def watch_spec(line: dict[str, Any]) -> dict[str, int]:
 
 def watch_note(line: dict[str, Any]) -> str:
     """What ``meta.watch`` is when taken from a hand-off line."""
-    return (f"a put's listener starting {line['listener_us']['p50']} µs after its call at the median (p99 "
-            f"{line['listener_us']['p99']}, the put returning after {line['put_us']['p50']}), over {line['handoffs']:,} "
-            "puts one at a time on an idle RocksdbMetadataStore with the broker's classes (txnbench.probe.NotifyProbe, "
+    listener, put = line["listener_us"], line["put_us"]
+    return (f"a put's listener starting {listener['p50']} µs after its call at the median (p99 {listener['p99']}, "
+            f"the put returning after {put['p50']}), over {line['handoffs']:,} puts one at a time on an idle RocksdbMetadataStore with the broker's classes (txnbench.probe.NotifyProbe, "
             "bench/calibrate/store_probe.py): storePut hands the notification to the store's executor right after its "
             "commit (receivedNotification, supplyAsync), so this bounds the hand-off after the commit from above, "
             "the commit without fsync included")
@@ -271,5 +271,5 @@ def _whole(quantiles: dict[str, float]) -> dict[str, int]:
 
 
 __all__ = ["KIND", "NOTE", "NOTIFY_KIND", "WATCH_KIND", "decode_cost", "handoff", "hidden_entries", "measure",
-           "measure_handoff", "note", "notify_cost", "notify_spec", "scan_get_spec", "summarise", "walk_fit", "watch_note",
-           "watch_spec"]
+           "measure_handoff", "note", "notify_cost", "notify_spec", "scan_get_spec", "summarise", "walk_fit",
+           "watch_note", "watch_spec"]

@@ -176,10 +176,12 @@ def test_meta_watch_is_the_hand_offs_listener_start_its_note_in_the_place_of_the
     provenance entry and note (where the kind's note was, or first), the line recorded beside the
     probe's; every other kind, the resources and every other note as they were."""
     assert store_probe.watch_spec(HANDOFF_LINE) == {"p50": 14, "p90": 21, "p99": 36, "max": 110}
-    assert store_probe.watch_spec({"listener_us": {"p50": 0.2, "p90": 0.1, "p99": 3.6}}) == {"p50": 1, "p90": 1, "p99": 4}
+    assert store_probe.watch_spec({"listener_us": {"p50": 0.2, "p90": 0.1, "p99": 3.6}}) == \
+        {"p50": 1, "p90": 1, "p99": 4}
     constants = LatencyProfile.constants()
     assert constants.operations["meta.watch"] == Distribution.constant(500)
-    before = "cursor.empty_read [pulsar]: not measurable: x; meta.watch [pulsar]: not measurable: y; ledger.append [pulsar]: z"
+    before = ("cursor.empty_read [pulsar]: not measurable: x; meta.watch [pulsar]: not measurable: y; "
+              "ledger.append [pulsar]: z")
     base = constants.derived(provenance={**constants.provenance, "notes": before,
                                          "extra": {"pulsar.store_probe": {"scan_get_us": {"p50": 1}}}})
     got = with_watch(base, HANDOFF_LINE, "timed then")
@@ -200,12 +202,14 @@ def test_meta_watch_is_the_hand_offs_listener_start_its_note_in_the_place_of_the
     assert again.provenance["notes"].endswith("; ledger.append [pulsar]: z") and "20.0 µs" in again.provenance["notes"]
     bare = with_watch(constants.derived(provenance={**constants.provenance, "notes": "ledger.append [pulsar]: z"}),
                       HANDOFF_LINE)
-    assert bare.provenance["notes"].startswith("meta.watch [pulsar]: ") and bare.provenance["notes"].endswith("; ledger.append [pulsar]: z")
+    assert bare.provenance["notes"].startswith("meta.watch [pulsar]: ")
+    assert bare.provenance["notes"].endswith("; ledger.append [pulsar]: z")
     assert LatencyProfile.from_json(got.to_json()).operations == got.operations
     # a structural refit's probe that timed the hand-off takes meta.watch from it too
     probed = with_scan_get(base, store_probe.summarise(PROBE_LINES, [*NOTIFY_LINES, HANDOFF_LINE]))
     assert probed.operations["meta.watch"] == got.operations["meta.watch"]
-    assert with_scan_get(base, store_probe.summarise(PROBE_LINES)).operations["meta.watch"] == Distribution.constant(500)
+    unprobed = with_scan_get(base, store_probe.summarise(PROBE_LINES))
+    assert unprobed.operations["meta.watch"] == Distribution.constant(500)
 
 
 def test_a_watch_only_refit_takes_meta_watch_and_keeps_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
