@@ -15,8 +15,9 @@ D5-D8, D11 and §1.1). What it adds to the PIP's coordinator (:mod:`metadata_v5.
   answer, a median 1.6-2.6 ms after it). Each event lands at its own put's commit, after the scan
   (``RocksdbMetadataStore.storePut`` notifies the watchers right after it): a crash between the
   CAS and the fan-out leaves the participants unaware of the decision (D8). A repeated END_TXN
-  with the same action skips the CAS and re-runs the fan-out (L439-446, D7); a lost CAS is returned to the client, not retried (L456). The answer leaves
-  with the batch of commands the connection's thread read with the END_TXN: Netty's
+  with the same action skips the CAS and re-runs the fan-out (L439-446, D7); a lost CAS is
+  returned to the client, not retried (L456). The answer leaves with the batch of commands the
+  connection's thread read with the END_TXN: Netty's
   ``FlushConsolidationHandler`` (``PulsarChannelInitializer``) flushes a batch's writes when the
   batch is done, so END_TXNs that queued behind one another are answered together, after the
   last of them (2026-11-28, the 18 kept validation sets: omb's 32 END_TXNs at the trace's last

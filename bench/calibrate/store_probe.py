@@ -212,9 +212,8 @@ def note(probe: dict[str, Any]) -> str:
                       "or deleted under /txn/op")
     ho = probe.get("handoff")
     if ho:
-        beside.append(f"a put's listener starting {ho['listener_us']['p50']} µs after its call at the median "
-                      f"(p99 {ho['listener_us']['p99']}; the put returning after {ho['put_us']['p50']}), its commit "
-                      "without fsync and the hand-off to the event thread included")
+        beside.append(f"{_listener_start(ho)}, its commit without fsync and the hand-off to the event thread "
+                      "included")
     also = f"; recorded beside it: {'; '.join(beside)}" if beside else ""
     return (f"{NOTE} ({at['live']} live txns' op records among {at['history']:,} txns' history, each scan's GETs "
             f"over its timed rounds: {probe['scan_get_us']} µs), and the listing's walk alone, on that idle JVM: "
@@ -251,12 +250,18 @@ def watch_spec(line: dict[str, Any]) -> dict[str, int]:
 
 def watch_note(line: dict[str, Any]) -> str:
     """What ``meta.watch`` is when taken from a hand-off line."""
+    return (f"{_listener_start(line)}, over {line['handoffs']:,} puts one at a time on an idle "
+            "RocksdbMetadataStore with the broker's classes (txnbench.probe.NotifyProbe, "
+            "bench/calibrate/store_probe.py): storePut hands the notification to the store's executor right after "
+            "its commit (receivedNotification, supplyAsync), so this bounds the hand-off after the commit from "
+            "above, the commit without fsync included")
+
+
+def _listener_start(line: dict[str, Any]) -> str:
+    """A hand-off line's figures in words (no "; ": a profile's notes are joined by it)."""
     listener, put = line["listener_us"], line["put_us"]
     return (f"a put's listener starting {listener['p50']} µs after its call at the median (p99 {listener['p99']}, "
-            f"the put returning after {put['p50']}), over {line['handoffs']:,} puts one at a time on an idle RocksdbMetadataStore with the broker's classes (txnbench.probe.NotifyProbe, "
-            "bench/calibrate/store_probe.py): storePut hands the notification to the store's executor right after its "
-            "commit (receivedNotification, supplyAsync), so this bounds the hand-off after the commit from above, "
-            "the commit without fsync included")
+            f"the put returning after {put['p50']})")
 
 
 def _whole(quantiles: dict[str, float]) -> dict[str, int]:

@@ -90,7 +90,7 @@ def test_the_hand_off_to_the_event_thread_is_recorded_apart_from_the_fan_out() -
     assert got["handoff"] == HANDOFF_LINE
     assert got["notify_runs"] == NOTIFY_LINES  # the hand-off's line is not a listener count
     assert got["notify_fit"]["us_per_listener"] == pytest.approx(PER_LISTENER)
-    assert "a put's listener starting 14.5 µs after its call at the median (p99 36.4; the put returning after 23.6)" \
+    assert "a put's listener starting 14.5 µs after its call at the median (p99 36.4, the put returning after 23.6)" \
         in store_probe.note(got)
     assert "handoff" not in store_probe.summarise(PROBE_LINES, NOTIFY_LINES)  # a probe of before
 
